@@ -1,0 +1,102 @@
+"""summary.json: a pure function of a results folder.
+
+Field names here are an interface users script against: add, never rename.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from satpoint.analysis.verdicts import GENERATOR_LIMITED, VerdictRules, apply
+from satpoint.metrics.results import Results
+from satpoint.metrics.stats import StageMetrics, stage_metrics
+
+
+def rules_from(results: Results) -> VerdictRules:
+    raw = dict(results.header.get("config", {}).get("rules", {}))
+    return VerdictRules(**raw)
+
+
+def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> list[tuple[int, StageMetrics]]:
+    """(segment index, judged metrics) for every stage of every segment, in run order."""
+    rules = rules or rules_from(results)
+    out = []
+    for seg in results.segments:
+        for sp in seg.spans:
+            if seg.interrupted and sp.end_s > _last_due(seg):
+                continue  # a stage the interruption cut short has no full steady window
+            out.append((seg.index, apply(stage_metrics(seg.records, sp), rules)))
+    return out
+
+
+def _last_due(seg: Any) -> float:
+    rec = seg.records
+    return float(rec.intended[-1]) if len(rec) else 0.0
+
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 4)
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    return x
+
+
+def stage_dict(seg_index: int, m: StageMetrics) -> dict[str, Any]:
+    d = m.to_dict()
+    d["segment"] = seg_index
+    return _round(d)  # type: ignore[no-any-return]
+
+
+def build_summary(results: Results) -> dict[str, Any]:
+    rules = rules_from(results)
+    stages = all_stage_metrics(results, rules)
+    h = results.header
+    target = h.get("target", {})
+    warnings: list[str] = []
+    if any(m.verdict == GENERATOR_LIMITED for _, m in stages):
+        warnings.append(
+            "GENERATOR LIMITED: in some stages the load generator fell behind its own schedule; "
+            "those numbers describe the generator, not the server (give it more CPU: --procs, "
+            "--generator-cpus, or a separate machine)"
+        )
+    if any(s.interrupted for s in results.segments):
+        warnings.append("the run was interrupted: the results hold what was measured until then")
+    for seg in results.segments:
+        warnings.extend(seg.notes)
+    total = sum(len(s.records) for s in results.segments)
+    cpu = sum(float(s.generator.get("cpu_s", 0.0)) for s in results.segments)
+    summary: dict[str, Any] = {
+        "schema_version": h.get("schema_version"),
+        "tool_version": h.get("tool_version"),
+        "kind": results.kind,
+        "mode": h.get("config", {}).get("mode", "open_loop"),
+        "created_unix": h.get("created_unix"),
+        "target": {
+            "url": target.get("url"),
+            "model": target.get("model"),
+            "protocol": target.get("protocol"),
+        },
+        "server": h.get("server"),
+        "generator": {
+            "procs": h.get("config", {}).get("load", {}).get("procs"),
+            "requests": total,
+            "cpu_s": round(cpu, 3),
+            "cpu_us_per_request": round(cpu / total * 1e6, 2) if total else None,
+        },
+        "rules": {
+            "max_error_rate": rules.max_error_rate,
+            "generator_lag_p99_ms": rules.generator_lag_p99_ms,
+            "slo_ms": rules.slo_ms,
+        },
+        "stages": [stage_dict(i, m) for i, m in stages],
+        "interrupted": any(s.interrupted for s in results.segments),
+        "warnings": warnings,
+    }
+    if results.kind == "find":
+        from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
+
+        summary.update(find_fields(results, stages))
+    return summary

@@ -1,0 +1,79 @@
+"""Stage verdicts: a pure function of a stage's steady-window metrics.
+
+Order matters: errors first (``failing``), then the generator's own health (``generator_limited``:
+a generator that fell behind produces numbers that are not the server's), then the server's queue
+(``saturated``), then the optional latency objective (``slo_violated``), else ``stable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from satpoint.metrics.stats import StageMetrics
+
+STABLE = "stable"
+SATURATED = "saturated"
+GENERATOR_LIMITED = "generator_limited"
+FAILING = "failing"
+SLO_VIOLATED = "slo_violated"
+VERDICTS = (STABLE, SATURATED, GENERATOR_LIMITED, FAILING, SLO_VIOLATED)
+
+
+@dataclass(frozen=True)
+class VerdictRules:
+    max_error_rate: float = 0.01
+    #: the outstanding-request count may grow by at most this fraction of the offered rate
+    queue_growth_frac: float = 0.03
+    #: ... and by at least this many requests over the window before it counts as growth
+    queue_growth_min: float = 5.0
+    #: completions (any outcome) per second must keep up with due requests within this fraction
+    completion_frac: float = 0.95
+    #: share of requests that may wait for a free slot (in-flight cap full of unanswered requests)
+    waited_frac: float = 0.01
+    #: p99 send lag of requests that had a free slot: above this the generator fell behind
+    generator_lag_p99_ms: float = 10.0
+    #: latency objectives, e.g. {"p99": 50.0} (ms)
+    slo_ms: dict[str, float] = field(default_factory=dict)
+
+
+def judge(m: StageMetrics, rules: VerdictRules) -> tuple[str, list[str]]:
+    reasons: list[str] = []
+    window = m.window_end_s - m.window_start_s
+    if m.requests == 0:
+        return FAILING, ["no requests fell in the steady window"]
+    if m.error_rate > rules.max_error_rate:
+        top = ", ".join(f"{k}={v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:3])
+        return FAILING, [f"error rate {m.error_rate:.1%} > {rules.max_error_rate:.1%} ({top})"]
+    glag = m.generator_lag_ms.get("p99")
+    if glag is not None and glag > rules.generator_lag_p99_ms:
+        return GENERATOR_LIMITED, [
+            f"the generator fell behind its schedule: p99 send lag {glag:.1f} ms with free connections "
+            f"(limit {rules.generator_lag_p99_ms:g} ms); these numbers are not the server's"
+        ]
+    growth_limit = max(rules.queue_growth_frac * m.offered_rps, rules.queue_growth_min / max(window, 1e-9))
+    if m.queue_growth_rps > growth_limit:
+        reasons.append(
+            f"queue growing by {m.queue_growth_rps:.1f} req/s (limit {growth_limit:.1f}); "
+            f"latency trend {m.latency_trend_ms_per_s:+.1f} ms/s"
+        )
+    if m.completed_rps < rules.completion_frac * m.offered_rps:
+        reasons.append(f"completions {m.completed_rps:.1f}/s lag due requests {m.offered_rps:.1f}/s")
+    if m.waited_fraction > rules.waited_frac:
+        reasons.append(
+            f"{m.waited_fraction:.1%} of requests waited for a free connection: the in-flight cap is full "
+            "of unanswered requests"
+        )
+    if reasons:
+        return SATURATED, reasons
+    for key, limit in rules.slo_ms.items():
+        got = m.latency_ms.get(key)
+        if got is None or got > limit:
+            reasons.append(f"latency {key} {got} ms > SLO {limit:g} ms")
+    if reasons:
+        return SLO_VIOLATED, reasons
+    return STABLE, []
+
+
+def apply(m: StageMetrics, rules: VerdictRules) -> StageMetrics:
+    m.verdict, m.reasons = judge(m, rules)
+    return m

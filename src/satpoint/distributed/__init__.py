@@ -1,0 +1,1 @@
+"""satpoint.distributed"""

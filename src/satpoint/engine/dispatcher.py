@@ -1,0 +1,210 @@
+"""The open-loop dispatcher: fires requests at their due times, never waits on a response.
+
+Timers on uvloop/libuv have 1 ms resolution, so the dispatcher wakes on a timer shortly before the
+next due time and also checks the schedule whenever the transport reports a freed slot (at high
+rates responses arrive constantly, which gives sub-millisecond granularity for free).  A request
+whose due time has passed is sent at once; if the in-flight cap is full it waits in a FIFO backlog
+(marked ``waited``) and leaves as soon as a slot frees.  Nothing is skipped: requests still waiting
+when the run ends are recorded as ``NOT_SENT`` with their due times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from satpoint.metrics.records import Outcome, Records
+from satpoint.transports.base import HotTransport, TransportFactory
+
+perf = time.perf_counter
+
+#: wake this long before a due time: libuv timers round to whole milliseconds
+_EARLY_S = 0.0006
+#: below this gap, poll again on the next loop iteration instead of arming a timer
+_SPIN_S = 0.0003
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchOptions:
+    timeout_s: float = 30.0
+    drain_s: float = 10.0  # after the last due time, wait at most this long for outstanding requests
+    warm_connections: int = 8
+    payload_count: int = 1
+
+
+@dataclass(slots=True)
+class Progress:
+    """A cheap snapshot for live display, taken by the dispatcher's housekeeping timer."""
+
+    now_s: float  # run clock
+    due: int  # requests due so far
+    sent: int
+    backlog: int
+    inflight: int
+    total: int
+    t0: float  # perf_counter() of the run clock's origin (sent/done columns are raw until the end)
+
+
+class OpenLoopDispatcher:
+    """Drives one shard's schedule through one transport."""
+
+    def __init__(
+        self,
+        due_s: np.ndarray,  # run-clock due times for this shard, sorted
+        t0: float,  # perf_counter() value of the run clock's origin
+        factory: TransportFactory,
+        options: DispatchOptions,
+        on_progress: Callable[[Progress, Records], None] | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self.rec = Records.empty(np.asarray(due_s, dtype=np.float64))
+        self.t0 = t0
+        self._due = array("d", (self.rec.intended + t0).tobytes())
+        self._n = len(self._due)
+        self._next = 0
+        self._backlog: deque[int] = deque()
+        self._opts = options
+        self._factory = factory
+        self._on_progress = on_progress
+        self._stop_requested = stop_requested or (lambda: False)
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._finished: asyncio.Future[None] | None = None
+        self._transport: HotTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stopped_early = False
+
+    # hot path -------------------------------------------------------------------------------------------
+    def _fire_due(self) -> None:
+        """Send everything that is due, in order. Called from timers and from freed slots."""
+        now = perf()
+        i = self._next
+        n = self._n
+        due = self._due
+        if i >= n or due[i] > now:
+            return
+        backlog = self._backlog
+        send = self._transport.try_send  # type: ignore[union-attr]
+        waited = self.rec.waited
+        npay = self._opts.payload_count
+        while i < n and due[i] <= now:
+            if backlog or not send(i, i % npay):
+                backlog.append(i)
+                waited[i] = True
+            i += 1
+        self._next = i
+
+    def _on_free(self) -> None:
+        backlog = self._backlog
+        if backlog:
+            send = self._transport.try_send  # type: ignore[union-attr]
+            npay = self._opts.payload_count
+            while backlog:
+                i = backlog[0]
+                if not send(i, i % npay):
+                    break
+                backlog.popleft()
+        self._fire_due()
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._fire_due()
+        self._arm()
+
+    def _arm(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        if self._next >= self._n:
+            return
+        delay = self._due[self._next] - perf()
+        if delay <= _SPIN_S:
+            self._timer = loop.call_soon(self._tick)
+        else:
+            self._timer = loop.call_later(max(0.0, delay - _EARLY_S), self._tick)
+
+    # housekeeping ------------------------------------------------------------------------------------------
+    def _progress(self) -> Progress:
+        return Progress(
+            now_s=perf() - self.t0,
+            due=self._next,
+            sent=self._next - len(self._backlog),
+            backlog=len(self._backlog),
+            inflight=self._transport.inflight() if self._transport else 0,
+            total=self._n,
+            t0=self.t0,
+        )
+
+    async def _housekeeping(self) -> None:
+        assert self._transport is not None
+        while True:
+            await asyncio.sleep(0.25)
+            self._transport.expire(perf(), self._opts.timeout_s)
+            if self._on_progress is not None:
+                self._on_progress(self._progress(), self.rec)
+            if self._stop_requested():
+                self.stopped_early = True
+                if self._finished is not None and not self._finished.done():
+                    self._finished.set_result(None)
+
+    async def _wait_done(self) -> None:
+        """Until every request is due and finished, or the drain time after the last due time ends."""
+        last_due = self._due[self._n - 1] if self._n else perf()
+        while True:
+            if self._finished is not None and self._finished.done():
+                return
+            now = perf()
+            if self._next >= self._n and not self._backlog and self._transport.inflight() == 0:  # type: ignore[union-attr]
+                return
+            if now > last_due + self._opts.drain_s:
+                return
+            await asyncio.sleep(0.02 if now > last_due else min(0.25, max(0.02, last_due - now)))
+
+    async def run(self) -> Records:
+        """Run the shard; returns its records on the run clock."""
+        self._loop = asyncio.get_running_loop()
+        self._finished = self._loop.create_future()
+        self._transport = self._factory(self.rec, self._on_free)
+        await self._transport.prepare(self._opts.warm_connections)
+        keeper = self._loop.create_task(self._housekeeping())
+        try:
+            self._arm()
+            await self._wait_done()
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+            keeper.cancel()
+            self._finish_rows()
+            await self._transport.close()
+            if self._on_progress is not None:
+                self._on_progress(self._progress(), self.rec)
+        return self._records()
+
+    def _finish_rows(self) -> None:
+        assert self._transport is not None
+        self._transport.abort_all(Outcome.UNFINISHED)
+        # rows that were due but never left keep NOT_SENT; their done column gets the end time, so
+        # their latency is a lower bound (censored), like UNFINISHED rows
+        reached = self._next
+        if self._backlog:
+            idx = np.fromiter(self._backlog, dtype=np.int64, count=len(self._backlog))
+            self.rec.done[idx] = perf()
+            self._backlog.clear()
+        if reached < self._n:
+            self.rec.waited[reached:] = False
+
+    def _records(self) -> Records:
+        rec = self.rec
+        rec.sent -= self.t0
+        rec.done -= self.t0
+        # rows that were never reached (stopped early) are dropped: they were never due
+        if self.stopped_early and self._next < self._n:
+            keep = np.zeros(self._n, dtype=np.bool_)
+            keep[: self._next] = True
+            rec = rec.select(keep)
+        # UNFINISHED rows: their done column holds the abort time (a lower bound for latency)
+        return rec

@@ -1,0 +1,133 @@
+"""Per-request records: the three timestamps and the outcome of every scheduled request.
+
+Every request the schedule contains gets a row, whether it was sent or not, so nothing is silently
+skipped.  Times are seconds on the run's clock (0 = the schedule's origin).  Percentiles are computed
+exactly from these rows (no binning), so shards merge exactly by concatenation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+
+class Outcome(IntEnum):
+    OK = 0
+    HTTP_ERROR = 1  # a response with a non-2xx status (status column holds the code)
+    TIMEOUT = 2  # no response within --timeout; the connection was dropped
+    CONN_REFUSED = 3
+    CONN_RESET = 4  # the connection closed or reset before a full response
+    MALFORMED = 5  # the response could not be parsed
+    UNFINISHED = 6  # still outstanding when the run ended (drain time exhausted)
+    NOT_SENT = 7  # never left: still waiting for a free slot when the run ended
+    GRPC_ERROR = 8  # a gRPC status other than OK (status column holds the code)
+    CONN_ERROR = 9  # any other transport error
+
+
+#: outcomes whose latency is only known to be at least (end - intended): censored observations
+CENSORED = (Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.NOT_SENT)
+ERROR_NAMES = {o: o.name.lower() for o in Outcome}
+
+F64 = npt.NDArray[np.float64]
+I8 = npt.NDArray[np.int8]
+I32 = npt.NDArray[np.int32]
+B1 = npt.NDArray[np.bool_]
+
+
+@dataclass
+class Records:
+    """Column arrays, one row per scheduled request, sorted by intended time."""
+
+    intended: F64
+    sent: F64  # NaN if never sent
+    done: F64  # NaN if never finished (timeout rows hold the time the timeout fired)
+    outcome: I8
+    status: I32  # HTTP status or gRPC status code; 0 if none
+    waited: B1  # True if it had to wait for a free slot (in-flight cap reached)
+
+    @classmethod
+    def empty(cls, intended: F64) -> Records:
+        n = len(intended)
+        return cls(
+            intended=np.asarray(intended, dtype=np.float64),
+            sent=np.full(n, np.nan),
+            done=np.full(n, np.nan),
+            outcome=np.full(n, Outcome.NOT_SENT, dtype=np.int8),
+            status=np.zeros(n, dtype=np.int32),
+            waited=np.zeros(n, dtype=np.bool_),
+        )
+
+    def __len__(self) -> int:
+        return len(self.intended)
+
+    def columns(self) -> dict[str, npt.NDArray[np.generic]]:
+        return {
+            "intended": self.intended,
+            "sent": self.sent,
+            "done": self.done,
+            "outcome": self.outcome,
+            "status": self.status,
+            "waited": self.waited,
+        }
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, npt.NDArray[np.generic]]) -> Records:
+        return cls(
+            intended=np.asarray(cols["intended"], dtype=np.float64),
+            sent=np.asarray(cols["sent"], dtype=np.float64),
+            done=np.asarray(cols["done"], dtype=np.float64),
+            outcome=np.asarray(cols["outcome"], dtype=np.int8),
+            status=np.asarray(cols["status"], dtype=np.int32),
+            waited=np.asarray(cols["waited"], dtype=np.bool_),
+        )
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> Records:
+        return Records(
+            self.intended[mask],
+            self.sent[mask],
+            self.done[mask],
+            self.outcome[mask],
+            self.status[mask],
+            self.waited[mask],
+        )
+
+    def shifted(self, offset_s: float) -> Records:
+        """The same rows on a clock shifted by ``offset_s`` (used to lay segments end to end)."""
+        return Records(
+            self.intended + offset_s,
+            self.sent + offset_s,
+            self.done + offset_s,
+            self.outcome,
+            self.status,
+            self.waited,
+        )
+
+    @staticmethod
+    def merge(parts: list[Records]) -> Records:
+        """Exact merge of shards (rows re-sorted by intended time)."""
+        if len(parts) == 1:
+            return parts[0]
+        cat = Records(
+            np.concatenate([p.intended for p in parts]),
+            np.concatenate([p.sent for p in parts]),
+            np.concatenate([p.done for p in parts]),
+            np.concatenate([p.outcome for p in parts]),
+            np.concatenate([p.status for p in parts]),
+            np.concatenate([p.waited for p in parts]),
+        )
+        order = np.argsort(cat.intended, kind="stable")
+        return cat.select(order)  # type: ignore[arg-type]
+
+    # derived columns ---------------------------------------------------------------------------
+    def latency_s(self) -> F64:
+        """done - intended (coordinated-omission free)."""
+        return self.done - self.intended
+
+    def service_s(self) -> F64:
+        return self.done - self.sent
+
+    def send_lag_s(self) -> F64:
+        return self.sent - self.intended

@@ -1,0 +1,151 @@
+"""The versioned results folder: enough to recompute every figure offline.
+
+Layout::
+
+    results.json        header (schema, versions, host, config, target, server) + one entry per segment
+    segment-000.npz     the per-request rows of segment 0 (see Records), compressed
+    ...                 (a ``find`` runs several monotonic segments: staircase, refinements)
+
+Each segment is written as soon as it ends, so an error or Ctrl-C later keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from satpoint import SCHEMA_VERSION, __version__
+from satpoint.engine.schedule import Stage, StageSpan, spans
+from satpoint.metrics.records import Records
+
+RESULTS_FILE = "results.json"
+
+
+@dataclass
+class Segment:
+    index: int
+    purpose: str  # "run", "staircase", "refine", "closed_loop", ...
+    stages: list[Stage]
+    arrival: str
+    seed: int
+    started_unix: float
+    records: Records
+    generator: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def spans(self) -> list[StageSpan]:
+        return spans(self.stages)
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "purpose": self.purpose,
+            "stages": [{"target_rps": s.target_rps, "ramp_s": s.ramp_s, "hold_s": s.hold_s} for s in self.stages],
+            "arrival": self.arrival,
+            "seed": self.seed,
+            "started_unix": self.started_unix,
+            "generator": self.generator,
+            "interrupted": self.interrupted,
+            "notes": self.notes,
+            "records_file": f"segment-{self.index:03d}.npz",
+            "requests": len(self.records),
+        }
+
+
+@dataclass
+class Results:
+    header: dict[str, Any]
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return str(self.header.get("kind", "run"))
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Host and versions, for the results header."""
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "versions": {d: _version(d) for d in ("satpoint", "numpy", "uvloop", "httptools", "grpcio")},
+    }
+
+
+def new_header(kind: str, config: dict[str, Any], target: dict[str, Any], created_unix: float) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "kind": kind,
+        "created_unix": created_unix,
+        "host": environment(),
+        "config": config,
+        "target": target,
+    }
+
+
+def write_header(out_dir: Path, results: Results) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = dict(results.header)
+    doc["segments"] = [s.meta() for s in results.segments]
+    tmp = out_dir / (RESULTS_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(out_dir / RESULTS_FILE)
+
+
+def append_segment(out_dir: Path, results: Results, seg: Segment) -> None:
+    """Add a finished segment and write it (rows first, then the header that points to them)."""
+    results.segments.append(seg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out_dir / f"segment-{seg.index:03d}.npz", **seg.records.columns())  # type: ignore[arg-type]
+    write_header(out_dir, results)
+
+
+def load_results(out_dir: Path) -> Results:
+    path = out_dir / RESULTS_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise FileNotFoundError(f"{out_dir} holds no readable {RESULTS_FILE}: {e.strerror or e}") from None
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {doc.get('schema_version')} is not {SCHEMA_VERSION}")
+    seg_docs = doc.pop("segments", [])
+    results = Results(header=doc)
+    for sd in seg_docs:
+        with np.load(out_dir / sd["records_file"]) as cols:
+            rec = Records.from_columns({k: cols[k] for k in cols.files})
+        results.segments.append(
+            Segment(
+                index=int(sd["index"]),
+                purpose=str(sd["purpose"]),
+                stages=[Stage(float(s["target_rps"]), float(s["ramp_s"]), float(s["hold_s"])) for s in sd["stages"]],
+                arrival=str(sd["arrival"]),
+                seed=int(sd["seed"]),
+                started_unix=float(sd["started_unix"]),
+                records=rec,
+                generator=dict(sd.get("generator", {})),
+                interrupted=bool(sd.get("interrupted", False)),
+                notes=list(sd.get("notes", [])),
+            )
+        )
+    return results

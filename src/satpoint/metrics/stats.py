@@ -1,0 +1,198 @@
+"""Aggregates over records: steady-window stage metrics and per-second intervals.
+
+Percentiles are exact order statistics of the recorded values (numpy's default linear interpolation
+between neighbours), computed from the raw per-request rows; nothing is binned, so a merge of shards
+or of intervals loses no precision.
+
+Latency percentiles include every request due in the window that succeeded, plus the censored ones
+(timed out, still outstanding at the end, never sent) at the time they had waited so far: leaving
+them out would hide exactly the requests that suffered most.  Requests answered with an error are
+counted in ``error_rate`` and by class, not in latency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from satpoint.engine.schedule import StageSpan
+from satpoint.metrics.records import CENSORED, ERROR_NAMES, Outcome, Records
+
+PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+LATE_S = 0.001  # a request that left more than 1 ms after its due time is "late"
+
+
+def pct_ms(values_s: npt.NDArray[np.float64], keys: dict[str, float] = PCTS) -> dict[str, float | None]:
+    v = values_s[~np.isnan(values_s)]
+    if len(v) == 0:
+        return {k: None for k in [*keys, "max"]}
+    qs = np.percentile(v, list(keys.values()))
+    out: dict[str, float | None] = {k: round(float(q) * 1000, 4) for k, q in zip(keys, qs, strict=True)}
+    out["max"] = round(float(v.max()) * 1000, 4)
+    return out
+
+
+def settle_s(hold_s: float) -> float:
+    """Start of the steady window after the hold begins: 20 % of the hold, within [0.5 s, 5 s]."""
+    return min(max(0.2 * hold_s, 0.5), 5.0, 0.5 * hold_s)
+
+
+@dataclass
+class StageMetrics:
+    index: int
+    target_rps: float
+    ramp_s: float
+    hold_s: float
+    window_start_s: float
+    window_end_s: float
+    requests: int
+    offered_rps: float
+    throughput_rps: float
+    completed_rps: float
+    error_rate: float
+    errors: dict[str, int]
+    latency_ms: dict[str, float | None]
+    service_ms: dict[str, float | None]
+    send_lag_ms: dict[str, float | None]
+    generator_lag_ms: dict[str, float | None]  # send lag of requests that had a free slot: the generator's own
+    late_fraction: float
+    waited_fraction: float
+    censored: int
+    queue_growth_rps: float  # slope of (due - finished) over the window; > 0 means a growing queue
+    latency_trend_ms_per_s: float  # slope of latency against due time over the window
+    verdict: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _slope(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
+    if len(x) < 3 or float(np.ptp(x)) == 0.0:
+        return 0.0
+    xc = x - x.mean()
+    return float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
+
+
+def queue_growth_rps(rec: Records, t_start: float, t_end: float, points: int = 24) -> float:
+    """Least-squares slope of the outstanding count Q(t) = #due(<=t) - #finished(<=t) in the window."""
+    finished_mask = ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT]) & ~np.isnan(rec.done)
+    finished = np.sort(rec.done[finished_mask])
+    ts = np.linspace(t_start, t_end, points)
+    q = np.searchsorted(rec.intended, ts, side="right") - np.searchsorted(finished, ts, side="right")
+    return _slope(ts, q.astype(np.float64))
+
+
+def stage_metrics(rec: Records, span: StageSpan, settle: float | None = None) -> StageMetrics:
+    st = span.stage
+    s = settle_s(st.hold_s) if settle is None else settle
+    w0, w1 = span.hold_start_s + s, span.end_s
+    win = w1 - w0
+    lo, hi = np.searchsorted(rec.intended, [w0, w1], side="left")
+    part = rec.select(np.arange(lo, hi))  # type: ignore[arg-type]
+    n = len(part)
+    oc = part.outcome
+    ok = oc == Outcome.OK
+    censored = np.isin(oc, list(CENSORED))
+    err_mask = ~ok & (oc != Outcome.UNFINISHED) & (oc != Outcome.NOT_SENT)
+    errors: dict[str, int] = {}
+    for code in np.unique(oc[err_mask]):
+        o = Outcome(int(code))
+        if o in (Outcome.HTTP_ERROR, Outcome.GRPC_ERROR):
+            for status in np.unique(part.status[oc == code]):
+                prefix = "http" if o is Outcome.HTTP_ERROR else "grpc"
+                errors[f"{prefix}_{int(status)}"] = int(np.count_nonzero((oc == code) & (part.status == status)))
+        else:
+            errors[ERROR_NAMES[o]] = int(np.count_nonzero(oc == code))
+    n_err = int(np.count_nonzero(err_mask))
+    # completions inside the window, by completion time (all rows, not just those due in the window)
+    done_all = rec.done
+    in_win = (done_all >= w0) & (done_all < w1)
+    ok_done = int(np.count_nonzero(in_win & (rec.outcome == Outcome.OK)))
+    fin_done = int(np.count_nonzero(in_win & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])))
+    lat = part.latency_s()
+    lat_sel = lat[ok | censored]
+    lag = part.send_lag_s()
+    free = ~part.waited & ~np.isnan(lag)
+    sent = ~np.isnan(lag)
+    late = int(np.count_nonzero(lag[sent] > LATE_S)) + int(np.count_nonzero(oc == Outcome.NOT_SENT))
+    x = part.intended[ok]
+    trend = _slope(x, lat[ok]) * 1000 if len(x) > 2 else 0.0
+    return StageMetrics(
+        index=span.index,
+        target_rps=st.target_rps,
+        ramp_s=st.ramp_s,
+        hold_s=st.hold_s,
+        window_start_s=round(w0, 6),
+        window_end_s=round(w1, 6),
+        requests=n,
+        offered_rps=n / win if win > 0 else math.nan,
+        throughput_rps=ok_done / win if win > 0 else math.nan,
+        completed_rps=fin_done / win if win > 0 else math.nan,
+        error_rate=n_err / n if n else 0.0,
+        errors=errors,
+        latency_ms=pct_ms(lat_sel),
+        service_ms=pct_ms(part.service_s()[ok]),
+        send_lag_ms=pct_ms(lag, {"p50": 50.0, "p99": 99.0}),
+        generator_lag_ms=pct_ms(lag[free], {"p50": 50.0, "p99": 99.0}),
+        late_fraction=late / n if n else 0.0,
+        waited_fraction=float(np.count_nonzero(part.waited)) / n if n else 0.0,
+        censored=int(np.count_nonzero(censored)),
+        queue_growth_rps=queue_growth_rps(rec, w0, w1),
+        latency_trend_ms_per_s=trend,
+    )
+
+
+@dataclass
+class Interval:
+    second: int
+    stage: int
+    offered: int
+    throughput: int
+    errors: int
+    latency_ms: dict[str, float | None]
+    send_lag_p99_ms: float | None
+    inflight_end: int
+
+
+def intervals(rec: Records, spans: list[StageSpan]) -> list[Interval]:
+    """One row per second of the run clock: offered (due), OK completions, errors, latency of due rows."""
+    if len(rec) == 0:
+        return []
+    end = max(float(np.nanmax(rec.done)) if np.any(~np.isnan(rec.done)) else 0.0, spans[-1].end_s)
+    seconds = math.ceil(end)
+    bounds = np.arange(seconds + 1, dtype=np.float64)
+    due_idx = np.searchsorted(rec.intended, bounds)
+    ok = rec.outcome == Outcome.OK
+    ok_done = np.sort(rec.done[ok])
+    ok_counts = np.diff(np.searchsorted(ok_done, bounds))
+    errm = ~ok & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])
+    err_counts = np.diff(np.searchsorted(np.sort(rec.done[errm]), bounds))
+    fin = np.sort(rec.done[~np.isnan(rec.done) & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])])
+    lat = rec.latency_s()
+    lag = rec.send_lag_s()
+    keep = ok | np.isin(rec.outcome, list(CENSORED))
+    out = []
+    for s in range(seconds):
+        a, b = int(due_idx[s]), int(due_idx[s + 1])
+        stage = next((sp.index for sp in spans if sp.start_s <= s < sp.end_s), -1)
+        sl = slice(a, b)
+        lg = lag[sl]
+        lg = lg[~np.isnan(lg)]
+        out.append(
+            Interval(
+                second=s,
+                stage=stage,
+                offered=b - a,
+                throughput=int(ok_counts[s]),
+                errors=int(err_counts[s]),
+                latency_ms=pct_ms(lat[sl][keep[sl]], {"p50": 50.0, "p90": 90.0, "p99": 99.0}),
+                send_lag_p99_ms=round(float(np.percentile(lg, 99)) * 1000, 4) if len(lg) else None,
+                inflight_end=int(due_idx[s + 1] - np.searchsorted(fin, s + 1.0)),
+            )
+        )
+    return out

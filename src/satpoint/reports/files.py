@@ -1,0 +1,58 @@
+"""Everything written from a results folder: summary.json, intervals.csv, report.html.
+
+All of it is a function of the results data, so ``satpoint report DIR`` rewrites it offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.summary import build_summary
+from satpoint.metrics.results import Results
+from satpoint.metrics.stats import intervals
+
+SUMMARY_FILE = "summary.json"
+INTERVALS_FILE = "intervals.csv"
+INTERVAL_COLUMNS = [
+    "segment", "second", "stage", "offered", "throughput", "errors",
+    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_max_ms", "send_lag_p99_ms", "outstanding",
+]
+
+
+def write_intervals(out_dir: Path, results: Results) -> Path:
+    path = out_dir / INTERVALS_FILE
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(INTERVAL_COLUMNS)
+        for seg in results.segments:
+            for iv in intervals(seg.records, seg.spans):
+                lat = iv.latency_ms
+                w.writerow([
+                    seg.index, iv.second, iv.stage + 1 if iv.stage >= 0 else "", iv.offered, iv.throughput,
+                    iv.errors, lat["p50"], lat["p90"], lat["p99"], lat["max"], iv.send_lag_p99_ms, iv.inflight_end,
+                ])
+    return path
+
+
+def write_summary(out_dir: Path, results: Results) -> dict[str, Any]:
+    summary = build_summary(results)
+    tmp = out_dir / (SUMMARY_FILE + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    tmp.replace(out_dir / SUMMARY_FILE)
+    return summary
+
+
+def write_all(out_dir: Path, results: Results, html: bool = True) -> dict[str, Any]:
+    summary = write_summary(out_dir, results)
+    write_intervals(out_dir, results)
+    if html:
+        try:
+            from satpoint.reports.html import write_report
+        except ImportError:
+            pass
+        else:
+            write_report([out_dir], out_dir / "report.html")
+    return summary

@@ -1,0 +1,128 @@
+"""Terminal output: live progress while running and the summary table afterwards."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from satpoint.engine.live import WINDOW_S, LiveSnapshot
+from satpoint.engine.schedule import RateCurve, Stage, StageSpan, spans
+
+VERDICT_STYLE = {
+    "stable": "green",
+    "saturated": "yellow",
+    "generator_limited": "bold red",
+    "failing": "red",
+    "slo_violated": "magenta",
+}
+
+
+def _fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+class LiveView:
+    """Renders snapshots; call :meth:`update` from any thread, it throttles itself."""
+
+    def __init__(self, console: Console, stages: list[Stage], title: str, interval_s: float = 0.5) -> None:
+        self.console = console
+        self.spans: list[StageSpan] = spans(stages)
+        self.curve = RateCurve(stages)
+        self.title = title
+        self.interval_s = interval_s if console.is_terminal else 5.0
+        self._last = 0.0
+        self._live: Live | None = None
+
+    def __enter__(self) -> LiveView:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, auto_refresh=False, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def update(self, snap: LiveSnapshot) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        text = self.render(snap)
+        if self._live is not None:
+            self._live.update(text, refresh=True)
+        else:
+            self.console.print(text)
+
+    def render(self, s: LiveSnapshot) -> Text:
+        t = s.now_s
+        sp = next((x for x in self.spans if x.start_s <= t < x.end_s), self.spans[-1])
+        phase = "ramp" if t < sp.hold_start_s else "hold"
+        lat = s.latency_sample_s
+        p50 = float(np.percentile(lat, 50)) * 1000 if len(lat) else None
+        p99 = float(np.percentile(lat, 99)) * 1000 if len(lat) else None
+        lag99 = float(np.percentile(s.lag_sample_s, 99)) * 1000 if len(s.lag_sample_s) else None
+        offered = s.due_recent / WINDOW_S
+        achieved = s.ok_recent / WINDOW_S
+        line = Text()
+        line.append(f"{self.title} ", style="bold")
+        line.append(f"t={t:6.1f}s stage {sp.index + 1}/{len(self.spans)} ({phase}, target {sp.stage.target_rps:g} rps) ")
+        line.append(f"offered {offered:7.1f}/s answered {achieved:7.1f}/s ")
+        line.append(f"p50 {_fmt_ms(p50)} ms p99 {_fmt_ms(p99)} ms ")
+        line.append(f"lag p99 {_fmt_ms(lag99)} ms ", style="red" if (lag99 or 0) > 10 else "")
+        line.append(f"in-flight {s.inflight} waiting {s.backlog} ")
+        line.append(f"errors {s.errors}", style="red" if s.errors else "")
+        return line
+
+
+def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windows)") -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "target", "offered", "throughput", "err %", "p50 ms", "p90 ms", "p99 ms", "max ms",
+                "svc p99", "lag p99", "late %", "verdict"):
+        table.add_column(col, justify="right" if col not in ("verdict",) else "left")
+    for i, s in enumerate(stages, start=1):
+        lat, svc, lag = s["latency_ms"], s["service_ms"], s["send_lag_ms"]
+        v = s["verdict"]
+        table.add_row(
+            str(i),
+            f"{s['target_rps']:g}",
+            f"{s['offered_rps']:.1f}",
+            f"{s['throughput_rps']:.1f}",
+            f"{100 * s['error_rate']:.2f}",
+            _fmt_ms(lat["p50"]),
+            _fmt_ms(lat["p90"]),
+            _fmt_ms(lat["p99"]),
+            _fmt_ms(lat["max"]),
+            _fmt_ms(svc["p99"]),
+            _fmt_ms(lag["p99"]),
+            f"{100 * s['late_fraction']:.1f}",
+            Text(v, style=VERDICT_STYLE.get(v, "")),
+        )
+    return table
+
+
+def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> None:
+    tgt = summary["target"]
+    console.print(
+        f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]"
+    )
+    console.print(stage_table(summary["stages"]))
+    console.print("latency = done − intended send time (coordinated-omission free); svc = done − actual send")
+    for s in summary["stages"]:
+        for r in s.get("reasons", []):
+            console.print(f"  stage {summary['stages'].index(s) + 1}: {r}")
+    gen = summary.get("generator", {})
+    if gen.get("cpu_us_per_request") is not None:
+        console.print(f"generator: {gen['cpu_us_per_request']:.1f} µs CPU per request over {gen['requests']} requests")
+    for w in summary.get("warnings", []):
+        console.print(f"[bold red]WARNING[/] {w}")
+    console.print(f"results: {out_dir}")

@@ -1,0 +1,247 @@
+"""Open Inference Protocol over REST: the hot path.
+
+A pool of HTTP/1.1 keep-alive connections, each a raw ``asyncio.Protocol`` with an ``httptools``
+response parser.  Request bytes (request line, headers, body) are encoded once before the run, so
+sending is one ``transport.write``.  One request per connection at a time (no pipelining), so the
+in-flight cap is the connection cap.  HTTP client libraries cost 4-40x more CPU per request here
+(see DESIGN.md §3), which is why this module speaks HTTP/1.1 itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+import httptools
+
+from satpoint.metrics.records import Outcome, Records
+
+perf = time.perf_counter
+
+
+def infer_path(model: str, version: str | None = None) -> str:
+    path = f"/v2/models/{model}"
+    if version:
+        path += f"/versions/{version}"
+    return path + "/infer"
+
+
+def encode_request(
+    host: str, port: int, path: str, body: bytes, headers: Sequence[tuple[str, str]] = ()
+) -> bytes:
+    """One complete HTTP/1.1 POST, ready to write."""
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Connection: keep-alive",
+    ]
+    lines += [f"{k}: {v}" for k, v in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def encode_json_body(doc: object) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def split_url(url: str) -> tuple[str, int]:
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    if parts.scheme not in ("http", ""):
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http://)")
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+class _Conn(asyncio.Protocol):
+    __slots__ = ("busy_idx", "connected", "parser", "pending", "pool", "sent_at", "status", "transport")
+
+    def __init__(self, pool: RestPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.busy_idx = -1
+        self.sent_at = 0.0
+        self.pending: bytes | None = None
+        self.connected = False
+        self.status = 0
+
+    # asyncio.Protocol ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.connected = True
+        if self.pending is not None:
+            self.transport.write(self.pending)  # type: ignore[union-attr]
+            self.pending = None
+        elif self.busy_idx < 0:
+            self.pool._release(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._finish(Outcome.MALFORMED, 0)
+            self._drop()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connected = False
+        self.pool._forget(self)
+        if self.busy_idx >= 0:
+            self._finish(Outcome.CONN_RESET, 0)
+
+    # httptools callbacks --------------------------------------------------------------------------
+    def on_message_complete(self) -> None:
+        status = self.parser.get_status_code()
+        keep = self.parser.should_keep_alive()
+        self._finish(Outcome.OK if 200 <= status < 300 else Outcome.HTTP_ERROR, status)
+        if keep:
+            self.pool._release(self)
+        else:
+            self._drop()
+
+    # helpers -----------------------------------------------------------------------------------------
+    def _finish(self, outcome: int, status: int) -> None:
+        idx = self.busy_idx
+        if idx < 0:
+            return
+        self.busy_idx = -1
+        rec = self.pool.rec
+        rec.done[idx] = perf()
+        rec.outcome[idx] = outcome
+        rec.status[idx] = status
+        self.pool._busy.discard(self)
+
+    def _drop(self) -> None:
+        self.pool._forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class RestPool:
+    """Keep-alive connection pool implementing :class:`~satpoint.transports.base.HotTransport`."""
+
+    def __init__(
+        self,
+        rec: Records,
+        on_free: Callable[[], None],
+        host: str,
+        port: int,
+        requests: Sequence[bytes],
+        max_inflight: int,
+    ) -> None:
+        self.rec = rec
+        self.on_free = on_free
+        self.host = host
+        self.port = port
+        self.requests = list(requests)
+        self.max_inflight = max_inflight
+        self._free: list[_Conn] = []
+        self._busy: set[_Conn] = set()
+        self._all: set[_Conn] = set()
+        self._loop = asyncio.get_event_loop()
+        self._closing = False
+        self.connect_errors = 0
+
+    async def prepare(self, warm_connections: int) -> None:
+        n = min(warm_connections, self.max_inflight)
+        conns = [_Conn(self) for _ in range(n)]
+        self._all.update(conns)
+        results = await asyncio.gather(
+            *(self._loop.create_connection(lambda c=c: c, self.host, self.port) for c in conns),  # type: ignore[misc]
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for c, r in zip(conns, results, strict=True):
+            if isinstance(r, BaseException):
+                self._all.discard(c)
+        if errors and len(errors) == len(results):
+            raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {errors[0]}")
+
+    def try_send(self, idx: int, payload_idx: int) -> bool:
+        free = self._free
+        if free:
+            conn = free.pop()
+            if not conn.connected:
+                return self.try_send(idx, payload_idx)
+            conn.busy_idx = idx
+            self._busy.add(conn)
+            now = perf()
+            self.rec.sent[idx] = now
+            conn.sent_at = now
+            conn.transport.write(self.requests[payload_idx])  # type: ignore[union-attr]
+            return True
+        if len(self._all) >= self.max_inflight:
+            return False
+        conn = _Conn(self)
+        self._all.add(conn)
+        self._busy.add(conn)
+        conn.busy_idx = idx
+        now = perf()
+        self.rec.sent[idx] = now
+        conn.sent_at = now
+        conn.pending = self.requests[payload_idx]
+        task = self._loop.create_task(self._open(conn))
+        task.add_done_callback(_quiet)
+        return True
+
+    async def _open(self, conn: _Conn) -> None:
+        try:
+            await self._loop.create_connection(lambda: conn, self.host, self.port)
+        except ConnectionRefusedError:
+            self._fail_open(conn, Outcome.CONN_REFUSED)
+        except OSError:
+            self._fail_open(conn, Outcome.CONN_ERROR)
+
+    def _fail_open(self, conn: _Conn, outcome: Outcome) -> None:
+        self.connect_errors += 1
+        conn._finish(outcome, 0)
+        self._forget(conn)
+
+    def _release(self, conn: _Conn) -> None:
+        if self._closing:
+            return
+        self._free.append(conn)
+        self.on_free()
+
+    def _forget(self, conn: _Conn) -> None:
+        was_known = conn in self._all
+        self._all.discard(conn)
+        self._busy.discard(conn)
+        if conn in self._free:
+            self._free.remove(conn)
+        if was_known and not self._closing:
+            self.on_free()
+
+    def inflight(self) -> int:
+        return len(self._busy)
+
+    def expire(self, now: float, timeout_s: float) -> None:
+        limit = now - timeout_s
+        for conn in [c for c in self._busy if c.sent_at < limit]:
+            conn._finish(Outcome.TIMEOUT, 0)
+            conn._drop()
+
+    def abort_all(self, outcome: int) -> None:
+        self._closing = True
+        for conn in list(self._busy):
+            conn._finish(outcome, 0)
+        for conn in list(self._all):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self._all.clear()
+        self._free.clear()
+
+    async def close(self) -> None:
+        self._closing = True
+        for conn in list(self._all):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._all.clear()
+        self._free.clear()
+
+
+def _quiet(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
