@@ -46,9 +46,10 @@ def run_segment(
     on_snapshot: Callable[[LiveSnapshot], None] | None = None,
     stop_event: threading.Event | None = None,
     seed_offset: int = 0,
+    start_rps: float = 0.0,
 ) -> Segment:
     seed = opts.seed + seed_offset
-    due = due_times(stages, opts.arrival, seed)
+    due = due_times(stages, opts.arrival, seed, start_rps)
     dopts = DispatchOptions(
         timeout_s=opts.timeout_s,
         drain_s=min(opts.drain_s, opts.timeout_s),
@@ -82,4 +83,5 @@ def run_segment(
         generator=generator,
         interrupted=out.interrupted,
         notes=out.notes,
+        start_rps=start_rps,
     )

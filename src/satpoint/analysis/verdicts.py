@@ -23,7 +23,7 @@ VERDICTS = (STABLE, SATURATED, GENERATOR_LIMITED, FAILING, SLO_VIOLATED)
 class VerdictRules:
     max_error_rate: float = 0.01
     #: the outstanding-request count may grow by at most this fraction of the offered rate
-    queue_growth_frac: float = 0.03
+    queue_growth_frac: float = 0.01
     #: ... and by at least this many requests over the window before it counts as growth
     queue_growth_min: float = 5.0
     #: completions (any outcome) per second must keep up with due requests within this fraction
@@ -34,6 +34,12 @@ class VerdictRules:
     generator_lag_p99_ms: float = 10.0
     #: latency objectives, e.g. {"p99": 50.0} (ms)
     slo_ms: dict[str, float] = field(default_factory=dict)
+    #: p50 latency at low load (``find`` measures it in its first stage); when set, a stage whose p50
+    #: exceeds ``knee_factor`` x baseline + ``knee_floor_ms`` is saturated: queueing has degraded latency
+    #: even if the queue did not visibly grow within the window
+    baseline_p50_ms: float | None = None
+    knee_factor: float = 4.0
+    knee_floor_ms: float = 2.0
 
 
 def judge(m: StageMetrics, rules: VerdictRules) -> tuple[str, list[str]]:
@@ -63,6 +69,14 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[str, list[str]]:
             f"{m.waited_fraction:.1%} of requests waited for a free connection: the in-flight cap is full "
             "of unanswered requests"
         )
+    p50 = m.latency_ms.get("p50")
+    if rules.baseline_p50_ms is not None and p50 is not None:
+        knee = rules.knee_factor * rules.baseline_p50_ms + rules.knee_floor_ms
+        if p50 > knee:
+            reasons.append(
+                f"p50 latency {p50:.1f} ms is above {knee:.1f} ms ({rules.knee_factor:g}x the low-load "
+                f"{rules.baseline_p50_ms:.2f} ms + {rules.knee_floor_ms:g} ms): queueing has set in"
+            )
     if reasons:
         return SATURATED, reasons
     for key, limit in rules.slo_ms.items():

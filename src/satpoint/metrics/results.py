@@ -42,6 +42,7 @@ class Segment:
     generator: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    start_rps: float = 0.0  # the first ramp starts from this rate (a sequence continued from a previous one)
 
     @property
     def spans(self) -> list[StageSpan]:
@@ -52,6 +53,7 @@ class Segment:
             "index": self.index,
             "purpose": self.purpose,
             "stages": [{"target_rps": s.target_rps, "ramp_s": s.ramp_s, "hold_s": s.hold_s} for s in self.stages],
+            "start_rps": self.start_rps,
             "arrival": self.arrival,
             "seed": self.seed,
             "started_unix": self.started_unix,
@@ -146,6 +148,7 @@ def load_results(out_dir: Path) -> Results:
                 generator=dict(sd.get("generator", {})),
                 interrupted=bool(sd.get("interrupted", False)),
                 notes=list(sd.get("notes", [])),
+                start_rps=float(sd.get("start_rps", 0.0)),
             )
         )
     return results

@@ -1,0 +1,145 @@
+"""``satpoint find``: drive the saturation search against a target, one measured stage at a time.
+
+Each measured stage is its own results segment, written as soon as it ends.  A stage that continues
+the current monotonic sequence ramps from the previous target; a fresh sequence waits for the
+server's queue to drain (a cool-down) and ramps from zero.  After the search, a profile sequence holds
+50 %, 80 %, 90 % and 100 % of the saturation point to report the latency users will see there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.search import Measured, SearchParams, Step, bracket, hold_for, next_step
+from satpoint.analysis.search_summary import PROFILE_FRACTIONS
+from satpoint.analysis.verdicts import STABLE, VerdictRules, apply
+from satpoint.engine.schedule import Stage
+from satpoint.metrics.results import Results, Segment, append_segment, write_header
+from satpoint.metrics.stats import stage_metrics
+
+#: (stages, start_rps, segment index, purpose) -> measured segment
+Measure = Callable[[list[Stage], float, int, str], Segment]
+
+
+@dataclass(frozen=True)
+class FindOptions:
+    precision: float = 0.05
+    growth: float = 2.0
+    start_rps: float | None = None  # None: from a probe of the service time
+    max_rps: float = 50_000.0
+    budget_s: float = 270.0
+    ramp_s: float = 2.0
+    min_hold_s: float = 6.0
+    max_hold_s: float = 15.0
+    min_requests: int = 2000
+    cooldown_s: float = 2.0
+    profile: bool = True
+    margin: float = 0.15
+    peak_rps: float | None = None
+    min_rps: float | None = None
+
+    def params(self, start_rps: float) -> SearchParams:
+        return SearchParams(start_rps=start_rps, growth=self.growth, precision=self.precision, max_rps=self.max_rps)
+
+    def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "growth": self.growth,
+            "start_rps": start_rps,
+            "max_rps": self.max_rps,
+            "budget_s": self.budget_s,
+            "ramp_s": self.ramp_s,
+            "hold_s": [self.min_hold_s, self.max_hold_s],
+            "min_requests": self.min_requests,
+            "margin": self.margin,
+            "peak_rps": self.peak_rps,
+            "min_rps": self.min_rps,
+            "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,
+        }
+
+
+def start_rate_from_probe(service_s: float) -> float:
+    """A quarter of what one worker serving one request at a time would sustain, at least 5 rps."""
+    return max(5.0, round(0.25 / max(service_s, 1e-4), 1))
+
+
+def run_search(
+    results: Results,
+    out_dir: Path,
+    measure: Measure,
+    opts: FindOptions,
+    rules: VerdictRules,
+    start_rps: float,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Measured]:
+    """Measure stages until the search is done, the budget is spent or ``stop`` is set."""
+    stop = stop or threading.Event()
+    params = opts.params(start_rps)
+    history: list[Measured] = []
+    t_start = clock()
+    prev_rate = 0.0
+    while not stop.is_set():
+        step = next_step(history, params)
+        if step is None:
+            break
+        hold = hold_for(step.rate_rps, opts.min_requests, opts.min_hold_s, opts.max_hold_s)
+        ramp = opts.ramp_s
+        cost = ramp + hold + (opts.cooldown_s if step.fresh else 0.0)
+        if clock() - t_start + cost > opts.budget_s:
+            log(f"budget of {opts.budget_s:g} s reached: stopping the search")
+            break
+        if step.fresh and history:
+            log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
+            sleep(opts.cooldown_s)
+        start = 0.0 if step.fresh else prev_rate
+        seg = measure([Stage(step.rate_rps, ramp, hold)], start, len(results.segments), step.phase)
+        append_segment(out_dir, results, seg)
+        if seg.interrupted:
+            break
+        m = apply(stage_metrics(seg.records, seg.spans[0]), rules)
+        if rules.baseline_p50_ms is None and m.verdict == STABLE and m.latency_ms.get("p50") is not None:
+            # the first stable stage's p50 is the low-load baseline for the latency-knee rule
+            rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
+            results.header.setdefault("config", {}).setdefault("rules", {})["baseline_p50_ms"] = rules.baseline_p50_ms
+            write_header(out_dir, results)
+        history.append(Measured(step.rate_rps, m.verdict))
+        log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
+        prev_rate = step.rate_rps
+    return history
+
+
+def _describe(step: Step, verdict: str, tp: float, p99: float | None, ratio: float | None) -> str:
+    p = f"{p99:.1f} ms" if p99 is not None else "-"
+    r = f", bracket ±{ratio:.1%}" if ratio is not None else ""
+    return f"{step.phase:9s} {step.rate_rps:9.1f} rps → {verdict:17s} (throughput {tp:.1f}/s, p99 {p}{r})"
+
+
+def run_profile(
+    results: Results,
+    out_dir: Path,
+    measure: Measure,
+    opts: FindOptions,
+    saturation_rps: float,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """One monotonic sequence at 50/80/90/100 % of the saturation point."""
+    if stop is not None and stop.is_set():
+        return
+    stages = []
+    for frac in PROFILE_FRACTIONS:
+        rate = saturation_rps * frac
+        stages.append(Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s)))
+    log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
+    sleep(opts.cooldown_s)
+    seg = measure(stages, 0.0, len(results.segments), "profile")
+    append_segment(out_dir, results, seg)

@@ -1,0 +1,120 @@
+"""Stage metrics and verdicts against the offline twin of the simulator (known queueing behaviour)."""
+
+import numpy as np
+import pytest
+
+from satpoint.analysis.verdicts import VerdictRules, apply
+from satpoint.engine.schedule import Stage, due_times, spans
+from satpoint.metrics.records import Outcome, Records
+from satpoint.metrics.stats import stage_metrics
+from satpoint.targets.offline import simulate
+from satpoint.targets.sim_model import SimConfig
+
+RULES = VerdictRules()
+
+
+def judged(rec: Records, stages: list[Stage], i: int = -1, rules: VerdictRules = RULES):  # type: ignore[no-untyped-def]
+    return apply(stage_metrics(rec, spans(stages)[i]), rules)
+
+
+def test_below_capacity_is_stable_with_service_time_latency() -> None:
+    cfg = SimConfig(slots=4, service_ms=10)  # capacity 400 rps
+    stages = [Stage(300, 2, 10)]
+    m = judged(simulate(due_times(stages), cfg), stages)
+    assert m.verdict == "stable", m.reasons
+    assert m.offered_rps == pytest.approx(300, rel=0.01)
+    assert m.throughput_rps == pytest.approx(300, rel=0.01)
+    assert m.latency_ms["p50"] == pytest.approx(10, abs=0.01)
+    assert m.latency_ms["p99"] == pytest.approx(10, abs=0.01)
+    assert abs(m.queue_growth_rps) < 1
+
+
+def test_overload_is_saturated_and_throughput_is_capacity() -> None:
+    cfg = SimConfig(slots=4, service_ms=10)
+    stages = [Stage(600, 0, 10)]
+    m = judged(simulate(due_times(stages), cfg), stages)
+    assert m.verdict == "saturated"
+    assert m.throughput_rps == pytest.approx(400, rel=0.02)
+    assert m.queue_growth_rps == pytest.approx(200, rel=0.05)  # the queue grows at offered - capacity
+    assert m.latency_trend_ms_per_s > 100  # latency grows with time
+
+
+@pytest.mark.parametrize("dist", ["exp", "lognormal"])
+def test_poisson_below_capacity_is_stable_and_above_is_saturated(dist: str) -> None:
+    cfg = SimConfig(slots=8, service_ms=10, dist=dist, seed=3)  # type: ignore[arg-type]
+    for rate, verdict in ((600, "stable"), (880, "saturated")):
+        stages = [Stage(rate, 0, 30)]
+        m = judged(simulate(due_times(stages, "poisson", seed=1), cfg), stages)
+        assert m.verdict == verdict, (rate, m.reasons, m.queue_growth_rps)
+
+
+def test_mm1_mean_wait_matches_queueing_theory() -> None:
+    # M/M/1 at rho = 0.5: mean time in system = S / (1 - rho) = 2 S
+    cfg = SimConfig(slots=1, service_ms=10, dist="exp", seed=11)
+    stages = [Stage(50, 0, 400)]
+    rec = simulate(due_times(stages, "poisson", seed=5), cfg)
+    m = stage_metrics(rec, spans(stages)[0])
+    lat = rec.latency_s()[rec.intended > m.window_start_s]
+    assert float(np.mean(lat)) == pytest.approx(0.020, rel=0.08)
+
+
+def test_pauses_show_in_intended_latency_not_service_time() -> None:
+    cfg = SimConfig(slots=200, service_ms=5, pause_every_s=4, pause_s=1)
+    stages = [Stage(200, 0, 40)]
+    rec = simulate(due_times(stages), cfg)
+    m = judged(rec, stages)
+    assert 850 < m.latency_ms["p99"] < 1010
+    assert m.latency_ms["p50"] == pytest.approx(5, abs=0.1)
+    lat = rec.latency_s()
+    assert 0.2 < np.mean(lat > 0.05) < 0.3  # about a quarter delayed
+
+
+def test_errors_make_a_stage_failing() -> None:
+    cfg = SimConfig(slots=4, service_ms=5, error_rate=0.05)
+    stages = [Stage(100, 0, 10)]
+    m = judged(simulate(due_times(stages), cfg), stages)
+    assert m.verdict == "failing"
+    assert m.errors == {"http_500": pytest.approx(m.requests * 0.05, rel=0.3)}
+    assert m.error_rate == pytest.approx(0.05, rel=0.3)
+
+
+def test_generator_lag_is_flagged_loudly() -> None:
+    cfg = SimConfig(slots=50, service_ms=5)
+    stages = [Stage(200, 0, 10)]
+    rec = simulate(due_times(stages), cfg)
+    rec.sent = rec.intended + 0.02  # the generator left every request 20 ms late with free slots
+    rec.done = rec.done + 0.02
+    m = judged(rec, stages)
+    assert m.verdict == "generator_limited"
+    assert "not the server's" in m.reasons[0]
+    assert m.late_fraction == 1.0
+
+
+def test_waiting_for_a_slot_counts_as_saturation_not_generator() -> None:
+    cfg = SimConfig(slots=50, service_ms=5)
+    stages = [Stage(200, 0, 10)]
+    rec = simulate(due_times(stages), cfg)
+    rec.waited[::10] = True
+    rec.sent[::10] += 0.05
+    m = judged(rec, stages)
+    assert m.verdict == "saturated"
+    assert any("in-flight cap" in r for r in m.reasons)
+
+
+def test_censored_requests_count_in_latency() -> None:
+    cfg = SimConfig(slots=50, service_ms=5)
+    stages = [Stage(100, 0, 10)]
+    rec = simulate(due_times(stages), cfg)
+    last = len(rec) - 20
+    rec.outcome[last:] = Outcome.UNFINISHED
+    rec.done[last:] = rec.intended[-1] + 5.0  # aborted 5 s after the last due time
+    m = stage_metrics(rec, spans(stages)[0])
+    assert m.censored == 20
+    assert m.latency_ms["max"] > 4000
+
+
+def test_slo_violation() -> None:
+    cfg = SimConfig(slots=4, service_ms=10)
+    stages = [Stage(100, 0, 10)]
+    m = judged(simulate(due_times(stages), cfg), stages, rules=VerdictRules(slo_ms={"p99": 5.0}))
+    assert m.verdict == "slo_violated"
