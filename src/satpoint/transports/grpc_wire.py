@@ -11,7 +11,8 @@ unary gRPC call is a small, fixed exchange of HTTP/2 frames, so this module spea
 * response: HEADERS (``:status``), DATA, then trailers (``grpc-status``) with END_STREAM, or a
   trailers-only HEADERS.  Response header blocks are HPACK-decoded with the ``hpack`` library; a block
   made only of indexed fields (the steady state: servers index their repeated headers) does not change
-  the dynamic table, so its decoded summary is cached by its bytes until a block that does change it.
+  the dynamic table (nor do literals without indexing, like grpc-python's empty ``grpc-message``), so
+  its decoded summary is cached by its bytes until a block that does change it.
   DATA payloads are counted (flow control) but not parsed: the outcome is the gRPC status.
 * many concurrent streams per connection (capped by the server's MAX_CONCURRENT_STREAMS), several
   connections round-robin; the in-flight cap is ``max_inflight`` streams in all.
@@ -128,19 +129,42 @@ def encode_request_headers(
     return b"".join(parts)
 
 
-def _only_indexed(block: bytes) -> bool:
-    """True if every field of the block is an indexed reference (it leaves the HPACK table alone)."""
+def _hpack_skip_int(block: bytes, i: int, prefix_bits: int) -> tuple[int, int]:
+    """Decode an HPACK integer at ``i``: (value, index after it)."""
+    limit = (1 << prefix_bits) - 1
+    value = block[i] & limit
+    i += 1
+    if value < limit:
+        return value, i
+    shift = 0
+    while True:
+        b = block[i]
+        i += 1
+        value += (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
+def table_neutral(block: bytes) -> bool:
+    """True if decoding the block leaves the HPACK dynamic table unchanged: it holds only indexed
+    fields and literals *without* indexing (or never indexed), no incremental indexing and no table
+    size update.  Such a block decodes to the same headers for as long as the table is unchanged."""
     i, n = 0, len(block)
     while i < n:
         b = block[i]
-        if not b & 0x80:
+        if b & 0x80:  # indexed field
+            _, i = _hpack_skip_int(block, i, 7)
+        elif b & 0xE0 == 0:  # literal without indexing / never indexed (0000xxxx, 0001xxxx)
+            index, i = _hpack_skip_int(block, i, 4)
+            if index == 0:
+                length, i = _hpack_skip_int(block, i, 7)  # the name
+                i += length
+            length, i = _hpack_skip_int(block, i, 7)  # the value
+            i += length
+        else:  # incremental indexing (01xxxxxx) or a dynamic table size update (001xxxxx)
             return False
-        i += 1
-        if b & 0x7F == 0x7F:
-            while i < n and block[i] & 0x80:
-                i += 1
-            i += 1
-    return True
+    return i == n
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +198,6 @@ class _Conn(asyncio.Protocol):
         self.cont: tuple[int, int, bytearray] | None = None  # HEADERS awaiting CONTINUATION
         self.decoder = Decoder()
         self.cache: dict[bytes, tuple[int, int]] = {}
-        self.cache_hits = 0
         self.recv_unacked = 0
         self.send_window = _DEFAULT_WINDOW  # connection-level credit the server gave us
         self.peer_stream_window = _DEFAULT_WINDOW
@@ -362,8 +385,9 @@ class _Conn(asyncio.Protocol):
         """(grpc-status or -1, :status or -1) of a header block; decoded once per distinct block."""
         hit = self.cache.get(block)
         if hit is not None:
-            self.cache_hits += 1
+            self.pool.hpack_hits += 1
             return hit
+        self.pool.hpack_misses += 1
         grpc_status = http_status = -1
         for name, value in self.decoder.decode(block, raw=True):
             if name == b"grpc-status":
@@ -371,7 +395,7 @@ class _Conn(asyncio.Protocol):
             elif name == b":status":
                 http_status = int(value)
         result = (grpc_status, http_status)
-        if _only_indexed(block):
+        if table_neutral(block):
             self.cache[block] = result
         else:
             self.cache.clear()  # the dynamic table changed: cached blocks may now mean something else
@@ -515,6 +539,8 @@ class GrpcPool:
         self.connect_errors = 0
         self.protocol_errors = 0
         self.goaways = 0
+        self.hpack_hits = 0
+        self.hpack_misses = 0
 
     # connections -------------------------------------------------------------------------------------
     def _open(self) -> _Conn:
@@ -667,7 +693,8 @@ class GrpcPool:
             "connect_errors": self.connect_errors,
             "protocol_errors": self.protocol_errors,
             "goaways": self.goaways,
-            "hpack_cache_hits": sum(c.cache_hits for c in self._conns),
+            "hpack_cache_hits": self.hpack_hits,
+            "hpack_decodes": self.hpack_misses,
         }
 
 
