@@ -1,0 +1,130 @@
+"""A synthetic Open Inference Protocol (KServe V2) REST server whose capacity is known exactly.
+
+``slots`` parallel servers (slots) each take a service time with mean ``service_ms``; the capacity is
+``slots / service_s`` requests per second. satpoint's end-to-end tests validate against it.
+
+Run it with ``python -m satpoint.targets.sim --port 0 --slots 2 --service-ms 20`` or
+``run(SimConfig(...))``. Once listening it prints exactly one line to stdout and flushes it::
+
+    satpoint sim listening on http://127.0.0.1:PORT (capacity X rps)
+
+and it serves until SIGTERM or SIGINT, then exits with code 0.
+
+Endpoints
+---------
+``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{m}/ready``: 200, empty body.
+``GET /v2``: ``{"name": "satpoint-sim", "version": ..., "extensions": []}``.
+``GET /v2/models/{m}``: model metadata (one input ``input-0`` FP32 ``[-1, 4]``, one output ``output-0``
+FP32 ``[-1, 1]``). ``POST /v2/models/{m}/infer``: ``{"model_name", "id", "outputs": [{"name":
+"output-0", "datatype": "FP32", "shape": [1, 1], "data": [0.5]}]}``. Every model route also exists
+under ``/v2/models/{m}/versions/{v}/...`` (any version). The request body is read fully (by
+Content-Length or chunked framing) but not parsed: ``id`` echoes the first ``"id": "<string>"`` found in
+the body (a plain string without escapes), else a server-generated number. A model other than
+``model`` gets 404 ``{"error": "Model X not found"}``; an unknown route 404 ``{"error": "Not Found"}``;
+a known route with the wrong method (HEAD included) 405. HTTP/1.1 keep-alive by default,
+``Connection: close`` (and HTTP/1.0 without keep-alive) honoured; pipelined requests are answered in
+order; malformed HTTP gets 400 and the connection is closed.
+
+Service rule (virtual time, exact capacity)
+-------------------------------------------
+Time is ``time.perf_counter()``. A request *arrives* when its last byte has been parsed (time ``a``).
+Requests are admitted in arrival order (one FIFO queue). Each slot remembers ``free_at`` (initially
+server start). The request takes the slot with the earliest ``free_at``:
+
+1. ``start = max(a, free_at)``; if ``start`` lies inside a pause, ``start`` = that pause's end;
+2. ``finish = start + draw``; if ``finish`` lies inside a pause, ``finish`` = that pause's end;
+3. the slot's ``free_at = finish``, the *ideal* finish, never the time a timer really fired;
+4. the response is written at the first timer tick at or after ``finish`` (never before it).
+
+So the long-run completion rate when overloaded is exactly ``slots / mean(draw)``; a response is late
+by timer jitter (about 1 ms on uvloop), which never accumulates.
+
+Draws (seeded by ``seed`` through numpy's Generator, independent of ``error_rate``): ``const``: always
+``service_s``; ``exp``: exponential with mean ``service_s``; ``lognormal``: lognormal with sigma 0.5
+of the underlying normal and ``mu = ln(service_s) - 0.5**2 / 2``, so its MEAN is ``service_s``.
+
+Pauses
+------
+With ``pause_every_s=P`` and ``pause_s=D`` the server processes nothing during the last ``D`` seconds of
+every period of ``P`` seconds counted from server start ``t0`` (the moment it starts listening): pause
+``k`` is ``[t0 + k*P + (P - D), t0 + (k+1)*P)``, closed at its start and open at its end. Rules 1 and 2
+above apply: a service that would start inside a pause starts at its end, and a service that would finish
+inside a pause finishes at its end (its response is held). A service that spans a whole pause (only
+possible when a draw exceeds ``D``) is not stretched. At a steady rate below capacity, about
+``D/P`` of the requests arrive during a pause and wait up to ``D`` seconds.
+
+Errors
+------
+A fraction ``error_rate`` of inference requests (Bernoulli draws, seeded) is answered HTTP 500 with
+``{"error": "..."}``. **An error still occupies its slot for a full service time** (like a model that
+fails after doing its work), so errors neither add nor remove capacity, and a 500 arrives at the same
+time the 200 would have. Requests for unknown models or routes answer at once and take no slot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from satpoint.targets.sim_http import listening_line, run, serve
+from satpoint.targets.sim_model import DISTS, SimConfig
+
+__all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m satpoint.targets.sim",
+        description="Synthetic OIP REST server with capacity slots / service time.",
+    )
+    d = SimConfig()
+    p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
+    p.add_argument("--port", type=int, default=d.port, help=f"port, 0 picks a free one (default {d.port})")
+    p.add_argument("--slots", type=int, default=d.slots, help=f"parallel slots (default {d.slots})")
+    p.add_argument(
+        "--service-ms", type=float, default=d.service_ms, help=f"mean service time (default {d.service_ms})"
+    )
+    p.add_argument("--dist", choices=DISTS, default=d.dist, help=f"service-time distribution ({d.dist})")
+    p.add_argument("--pause-every", type=float, default=None, metavar="S", help="pause period in seconds")
+    p.add_argument("--pause-s", type=float, default=d.pause_s, metavar="S", help="pause length, seconds")
+    p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered HTTP 500")
+    p.add_argument("--model", default=d.model, help=f"model name served (default {d.model})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and serve until SIGTERM/SIGINT.
+
+    Returns 0 after a clean stop, 1 if it cannot listen; bad arguments exit with argparse's code 2.
+    """
+    from satpoint.errors import ConfigError, SatpointError
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        config = SimConfig(
+            host=args.host,
+            port=args.port,
+            slots=args.slots,
+            service_ms=args.service_ms,
+            dist=args.dist,
+            pause_every_s=args.pause_every,
+            pause_s=args.pause_s,
+            error_rate=args.error_rate,
+            model=args.model,
+            seed=args.seed,
+        )
+    except ConfigError as exc:
+        parser.error(str(exc))
+    try:
+        run(config)
+    except SatpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
