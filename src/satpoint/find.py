@@ -15,12 +15,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from satpoint.analysis.search import Measured, SearchParams, Step, bracket, hold_for, next_step
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS
-from satpoint.analysis.verdicts import STABLE, VerdictRules, apply
+from satpoint.analysis.summary import segment_stage_metrics
+from satpoint.analysis.verdicts import STABLE, VerdictRules
+from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.engine.schedule import Stage
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
-from satpoint.metrics.stats import stage_metrics
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]
@@ -63,6 +66,22 @@ class FindOptions:
         }
 
 
+def overload_rule(baseline_p50_ms: float | None) -> Callable[[LiveSnapshot], bool]:
+    """When to stop a stage early as clearly saturated: more than half a second of requests waits for a
+    free connection (the in-flight cap is full of unanswered requests), or recent latency is far beyond
+    the low-load baseline.  Queueing further only fills the server with work it must drain later."""
+
+    def rule(s: LiveSnapshot) -> bool:
+        if s.backlog >= max(50, 0.5 * s.due_recent / WINDOW_S):
+            return True
+        if baseline_p50_ms is not None and len(s.latency_sample_s) >= 20:
+            p50_ms = float(np.median(s.latency_sample_s)) * 1000
+            return p50_ms > 50 * baseline_p50_ms + 1000
+        return False
+
+    return rule
+
+
 def start_rate_from_probe(service_s: float) -> float:
     """A quarter of what one worker serving one request at a time would sustain, at least 5 rps."""
     return max(5.0, round(0.25 / max(service_s, 1e-4), 1))
@@ -77,7 +96,7 @@ def run_search(
     start_rps: float,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
-    sleep: Callable[[float], None] = time.sleep,
+    cooldown: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Measured]:
     """Measure stages until the search is done, the budget is spent or ``stop`` is set."""
@@ -98,13 +117,16 @@ def run_search(
             break
         if step.fresh and history:
             log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
-            sleep(opts.cooldown_s)
+            cooldown(opts.cooldown_s)
         start = 0.0 if step.fresh else prev_rate
         seg = measure([Stage(step.rate_rps, ramp, hold)], start, len(results.segments), step.phase)
         append_segment(out_dir, results, seg)
         if seg.interrupted:
             break
-        m = apply(stage_metrics(seg.records, seg.spans[0]), rules)
+        judged = segment_stage_metrics(seg, rules)
+        if not judged:
+            break
+        m = judged[0]
         if rules.baseline_p50_ms is None and m.verdict == STABLE and m.latency_ms.get("p50") is not None:
             # the first stable stage's p50 is the low-load baseline for the latency-knee rule
             rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
@@ -130,7 +152,7 @@ def run_profile(
     saturation_rps: float,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
-    sleep: Callable[[float], None] = time.sleep,
+    cooldown: Callable[[float], None] = time.sleep,
 ) -> None:
     """One monotonic sequence at 50/80/90/100 % of the saturation point."""
     if stop is not None and stop.is_set():
@@ -140,6 +162,6 @@ def run_profile(
         rate = saturation_rps * frac
         stages.append(Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s)))
     log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
-    sleep(opts.cooldown_s)
+    cooldown(opts.cooldown_s)
     seg = measure(stages, 0.0, len(results.segments), "profile")
     append_segment(out_dir, results, seg)

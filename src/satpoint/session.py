@@ -47,6 +47,7 @@ def run_segment(
     stop_event: threading.Event | None = None,
     seed_offset: int = 0,
     start_rps: float = 0.0,
+    abort_when: Callable[[LiveSnapshot], bool] | None = None,
 ) -> Segment:
     seed = opts.seed + seed_offset
     due = due_times(stages, opts.arrival, seed, start_rps)
@@ -64,6 +65,7 @@ def run_segment(
         on_snapshot=on_snapshot,
         stop_event=stop_event,
         cpus=list(opts.generator_cpus) if opts.generator_cpus else None,
+        abort_when=abort_when,
     )
     n = len(out.records)
     generator = {
@@ -82,6 +84,7 @@ def run_segment(
         records=out.records,
         generator=generator,
         interrupted=out.interrupted,
+        stopped="interrupted" if out.interrupted else "overload" if out.overloaded else None,
         notes=out.notes,
         start_rps=start_rps,
     )

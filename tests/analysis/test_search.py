@@ -26,7 +26,9 @@ def offline_measure(cfg: SimConfig, arrival: str = "constant"):  # type: ignore[
 def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "constant") -> Results:
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header("find", {"rules": {}, "find": opts.describe(start, {})}, {"url": "offline"}, 0.0))
-    history = run_search(results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, sleep=lambda s: None)
+    history = run_search(
+        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s: None
+    )
     assert history
     return results
 
@@ -41,7 +43,9 @@ def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "consta
         (2, 40.0, "lognormal", 3.0),
     ],
 )
-def test_saturation_estimate_is_close_to_capacity(tmp_path: Path, slots: int, service_ms: float, dist: str, start: float) -> None:
+def test_saturation_estimate_is_close_to_capacity(
+    tmp_path: Path, slots: int, service_ms: float, dist: str, start: float
+) -> None:
     cfg = SimConfig(slots=slots, service_ms=service_ms, dist=dist, seed=slots)  # type: ignore[arg-type]
     results = find_offline(tmp_path, cfg, start)
     summary = build_summary(results)
@@ -56,8 +60,14 @@ def test_saturation_estimate_is_close_to_capacity(tmp_path: Path, slots: int, se
 def test_search_replays_identically_from_recorded_results(tmp_path: Path) -> None:
     cfg = SimConfig(slots=4, service_ms=10.0, dist="exp", seed=2)
     results = find_offline(tmp_path, cfg, 25.0)
-    run_profile(results, tmp_path, offline_measure(cfg), FindOptions(cooldown_s=0), 
-                build_summary(results)["saturation_rps"], sleep=lambda s: None)
+    run_profile(
+        results,
+        tmp_path,
+        offline_measure(cfg),
+        FindOptions(cooldown_s=0),
+        build_summary(results)["saturation_rps"],
+        cooldown=lambda s: None,
+    )
     live = build_summary(results)
     replayed = build_summary(load_results(tmp_path))
     assert json.dumps(live, sort_keys=True) == json.dumps(replayed, sort_keys=True)

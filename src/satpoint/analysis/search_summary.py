@@ -41,32 +41,41 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
     decisions = replay(history, params)
     # the replay must ask for exactly the rates that were measured
     asked = [d.rate_rps if d else None for d in decisions[:-1]]
-    replay_ok = all(a is not None and abs(a - h.rate_rps) <= 1e-6 * max(1.0, h.rate_rps) for a, h in zip(asked, history, strict=True))
+    replay_ok = all(
+        a is not None and abs(a - h.rate_rps) <= 1e-6 * max(1.0, h.rate_rps)
+        for a, h in zip(asked, history, strict=True)
+    )
     finished = decisions[-1] is None if decisions else False
     gen_limited = any(h.verdict == GENERATOR_LIMITED for h in history)
     sat = b.stable_rps
-    overloaded = [m for _, m in stages if m.verdict != STABLE and m.verdict != GENERATOR_LIMITED and m.verdict != "failing"]
+    overloaded = [
+        m for _, m in stages if m.verdict != STABLE and m.verdict != GENERATOR_LIMITED and m.verdict != "failing"
+    ]
     max_tp = max((m.throughput_rps for m in overloaded), default=None)
     purpose = {s.index: s.purpose for s in results.segments}
     profile = [m for i, m in stages if purpose.get(i) == "profile"]
     latency_at = []
     for m in profile:
         frac = m.target_rps / sat if sat else None
-        latency_at.append({
-            "fraction": round(frac, 3) if frac else None,
-            "offered_rps": round(m.offered_rps, 3),
-            "throughput_rps": round(m.throughput_rps, 3),
-            "latency_ms": {k: m.latency_ms[k] for k in ("p50", "p90", "p99", "max")},
-            "verdict": m.verdict,
-        })
+        latency_at.append(
+            {
+                "fraction": round(frac, 3) if frac else None,
+                "offered_rps": round(m.offered_rps, 3),
+                "throughput_rps": round(m.throughput_rps, 3),
+                "latency_ms": {k: m.latency_ms[k] for k in ("p50", "p90", "p99", "max")},
+                "verdict": m.verdict,
+            }
+        )
     slo = f.get("slo") or None
     rec = None
     if sat is not None:
         rec = recommend(sat, float(f.get("margin", 0.15)), f.get("peak_rps"), f.get("min_rps")).to_dict()
     notes: list[str] = []
     if gen_limited:
-        notes.append("generator-limited: the generator fell behind before the server saturated; the saturation "
-                     "point is a lower bound")
+        notes.append(
+            "generator-limited: the generator fell behind before the server saturated; the saturation "
+            "point is a lower bound"
+        )
     if sat is None and history:
         notes.append("no stable stage was found: even the lowest rate tried overloaded the server or failed")
     if b.unstable_rps is None and history and not gen_limited:

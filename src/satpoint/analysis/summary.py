@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from satpoint.analysis.verdicts import GENERATOR_LIMITED, VerdictRules, apply
-from satpoint.metrics.results import Results
+from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, stage_metrics
 
 
@@ -20,16 +20,24 @@ def rules_from(results: Results) -> VerdictRules:
 def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> list[tuple[int, StageMetrics]]:
     """(segment index, judged metrics) for every stage of every segment, in run order."""
     rules = rules or rules_from(results)
+    return [(seg.index, m) for seg in results.segments for m in segment_stage_metrics(seg, rules)]
+
+
+def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetrics]:
+    """Judged metrics of each stage of a segment that has a steady window to judge."""
+    last = _last_due(seg)
     out = []
-    for seg in results.segments:
-        for sp in seg.spans:
-            if seg.interrupted and sp.end_s > _last_due(seg):
-                continue  # a stage the interruption cut short has no full steady window
-            out.append((seg.index, apply(stage_metrics(seg.records, sp), rules)))
+    for sp in seg.spans:
+        if seg.stopped and sp.end_s > last:
+            if seg.stopped == "overload" and sp.start_s < last:
+                # stopped early as clearly overloaded: judge what was measured before the stop
+                out.append(apply(stage_metrics(seg.records, sp, until_s=last), rules))
+            continue  # a stage an interruption cut short has no full steady window
+        out.append(apply(stage_metrics(seg.records, sp), rules))
     return out
 
 
-def _last_due(seg: Any) -> float:
+def _last_due(seg: Segment) -> float:
     rec = seg.records
     return float(rec.intended[-1]) if len(rec) else 0.0
 

@@ -1,113 +1,44 @@
-"""The command line: the only place that reads argv and the environment.
-
-Exit codes: 0 success; 1 the run itself failed; 2 bad input (invalid plan, unreachable target, model
-not found, unreadable payload); 3 an SLO threshold failed; 130 interrupted (results so far written).
-"""
+"""The command line: the only place that reads argv and the environment (exit codes: cli.common)."""
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from satpoint import __version__
 from satpoint.analysis.verdicts import VerdictRules
-from satpoint.engine.schedule import PlanError, Stage, validate_plan
-from satpoint.errors import SatpointError
+from satpoint.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    config_dict,
+    console,
+    default_out,
+    err_console,
+    fail,
+    guarded,
+    interruptible,
+    parse_cpus,
+    parse_headers,
+)
+from satpoint.cli.find_cmd import find
+from satpoint.engine.schedule import Stage, validate_plan
 from satpoint.metrics.results import Results, append_segment, new_header, write_header
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView, print_summary
 from satpoint.session import LoadOptions, run_segment
 from satpoint.targets.remote import TargetSpec, prepare
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )
-console = Console()
-err_console = Console(stderr=True)
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
-
-
-def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
-    out = []
-    for v in values:
-        if ":" not in v:
-            raise fail(f"--header {v!r}: expected KEY:VALUE")
-        k, _, val = v.partition(":")
-        out.append((k.strip(), val.strip()))
-    return tuple(out)
-
-
-def parse_cpus(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    cpus: list[int] = []
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                a, b = part.split("-")
-                cpus.extend(range(int(a), int(b) + 1))
-            else:
-                cpus.append(int(part))
-    except ValueError:
-        raise fail(f"cannot parse CPU list {text!r} (e.g. 0 or 0,1 or 0-3)") from None
-    return tuple(cpus)
-
-
-def default_out(kind: str) -> Path:
-    return Path("results") / f"{kind}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-@contextmanager
-def interruptible() -> Iterator[threading.Event]:
-    """First Ctrl-C (or SIGTERM) asks the run to stop and keep its results; a second one aborts."""
-    stop = threading.Event()
-    previous: dict[int, Any] = {}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        err_console.print("[yellow]stopping: writing the results collected so far (Ctrl-C again to abort)[/]")
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handler)
-    try:
-        yield stop
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
-
-
-def guarded(fn: Callable[[], int]) -> None:
-    """Run a command body; user-facing errors become one line and exit code 2, never a traceback."""
-    try:
-        code = fn()
-    except (SatpointError, PlanError, FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from None
-    except KeyboardInterrupt:
-        raise fail("aborted", EXIT_INTERRUPTED) from None
-    raise typer.Exit(code)
-
-
 StageOpt = Annotated[list[str], typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")]
 UrlOpt = Annotated[str, typer.Option("--url", "-u", help="server base URL, e.g. http://127.0.0.1:8080")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="model name")]
@@ -145,38 +76,39 @@ def run(
         stages = [Stage.parse(s) for s in stage]
         validate_plan(stages)
         spec = TargetSpec(
-            url=url, model=model, version=version, protocol=protocol, headers=parse_headers(header or []),
-            payload_file=payload, batch_size=batch_size, grpc_raw=grpc_raw,
+            url=url,
+            model=model,
+            version=version,
+            protocol=protocol,
+            headers=parse_headers(header or []),
+            payload_file=payload,
+            batch_size=batch_size,
+            grpc_raw=grpc_raw,
         )
         opts = LoadOptions(
             arrival=arrival,  # type: ignore[arg-type]
-            seed=seed, max_inflight=max_inflight, timeout_s=timeout, drain_s=drain, procs=procs,
+            seed=seed,
+            max_inflight=max_inflight,
+            timeout_s=timeout,
+            drain_s=drain,
+            procs=procs,
             generator_cpus=parse_cpus(generator_cpus),
         )
         rules = VerdictRules(max_error_rate=max_error_rate)
         prepared = prepare(spec, max_inflight, seed=seed)
         out_dir = out or default_out("run")
-        results = Results(new_header("run", _config(opts, rules), spec.describe(), time.time()))
+        results = Results(new_header("run", config_dict(opts, rules), spec.describe(), time.time()))
         results.header["target"]["metadata"] = prepared.metadata
         write_header(out_dir, results)
-        return execute(results, out_dir, lambda stop, view: run_segment(
-            prepared, stages, opts, on_snapshot=view.update, stop_event=stop
-        ), stages, html)
+        return execute(
+            results,
+            out_dir,
+            lambda stop, view: run_segment(prepared, stages, opts, on_snapshot=view.update, stop_event=stop),
+            stages,
+            html,
+        )
 
     guarded(body)
-
-
-def _config(opts: LoadOptions, rules: VerdictRules, **extra: Any) -> dict[str, Any]:
-    return {
-        "mode": "open_loop",
-        "load": opts.describe(),
-        "rules": {
-            "max_error_rate": rules.max_error_rate,
-            "generator_lag_p99_ms": rules.generator_lag_p99_ms,
-            "slo_ms": rules.slo_ms,
-        },
-        **extra,
-    }
 
 
 def execute(
@@ -192,6 +124,9 @@ def execute(
     summary = write_all(out_dir, results, html=html)
     print_summary(console, summary, str(out_dir))
     return EXIT_INTERRUPTED if summary["interrupted"] else EXIT_OK
+
+
+app.command("find")(find)
 
 
 @app.command()
@@ -215,10 +150,20 @@ def sim(
         raise fail("--dist must be const, exp or lognormal")
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
         raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
-    run_sim(SimConfig(
-        host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]
-        pause_every_s=pause_every, pause_s=pause_s, error_rate=error_rate, model=model, seed=seed,
-    ))
+    run_sim(
+        SimConfig(
+            host=host,
+            port=port,
+            slots=slots,
+            service_ms=service_ms,
+            dist=dist,  # type: ignore[arg-type]
+            pause_every_s=pause_every,
+            pause_s=pause_s,
+            error_rate=error_rate,
+            model=model,
+            seed=seed,
+        )
+    )
 
 
 @app.command()

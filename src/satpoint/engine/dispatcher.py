@@ -1,8 +1,7 @@
 """The open-loop dispatcher: fires requests at their due times, never waits on a response.
 
-Timers on uvloop/libuv have 1 ms resolution, so the dispatcher wakes on a timer shortly before the
-next due time and also checks the schedule whenever the transport reports a freed slot (at high
-rates responses arrive constantly, which gives sub-millisecond granularity for free).  A request
+The dispatcher sleeps on a precise wake-up timer (``engine.timer``) armed for the next due time and
+also checks the schedule whenever the transport reports a freed slot.  A request
 whose due time has passed is sent at once; if the in-flight cap is full it waits in a FIFO backlog
 (marked ``waited``) and leaves as soon as a slot frees.  Nothing is skipped: requests still waiting
 when the run ends are recorded as ``NOT_SENT`` with their due times.
@@ -19,15 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports.base import HotTransport, TransportFactory
 
 perf = time.perf_counter
-
-#: wake this long before a due time: libuv timers round to whole milliseconds
-_EARLY_S = 0.0006
-#: below this gap, poll again on the next loop iteration instead of arming a timer
-_SPIN_S = 0.0003
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +68,7 @@ class OpenLoopDispatcher:
         self._factory = factory
         self._on_progress = on_progress
         self._stop_requested = stop_requested or (lambda: False)
-        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._timer: WakeTimer | None = None
         self._finished: asyncio.Future[None] | None = None
         self._transport: HotTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,20 +107,12 @@ class OpenLoopDispatcher:
         self._fire_due()
 
     def _tick(self) -> None:
-        self._timer = None
         self._fire_due()
         self._arm()
 
     def _arm(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        if self._next >= self._n:
-            return
-        delay = self._due[self._next] - perf()
-        if delay <= _SPIN_S:
-            self._timer = loop.call_soon(self._tick)
-        else:
-            self._timer = loop.call_later(max(0.0, delay - _EARLY_S), self._tick)
+        if self._next < self._n:
+            self._timer.arm(self._due[self._next])  # type: ignore[union-attr]
 
     # housekeeping ------------------------------------------------------------------------------------------
     def _progress(self) -> Progress:
@@ -171,12 +158,12 @@ class OpenLoopDispatcher:
         self._transport = self._factory(self.rec, self._on_free)
         await self._transport.prepare(self._opts.warm_connections)
         keeper = self._loop.create_task(self._housekeeping())
+        self._timer = WakeTimer(self._loop, self._tick)
         try:
             self._arm()
             await self._wait_done()
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
+            self._timer.close()
             keeper.cancel()
             self._finish_rows()
             await self._transport.close()

@@ -43,8 +43,9 @@ class RunOutput:
     records: Records
     shards: list[ShardStats]
     started_unix: float
-    interrupted: bool = False
+    interrupted: bool = False  # stopped by the user (Ctrl-C / SIGTERM)
     notes: list[str] = field(default_factory=list)
+    overloaded: bool = False  # stopped early because ``abort_when`` judged the server clearly overloaded
 
     @property
     def generator_cpu_s(self) -> float:
@@ -98,9 +99,7 @@ def _child(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     try:
-        rec, stats = run_shard(
-            due_s, t0, build, options, lambda s: progress_q.put((shard, s)), stop.is_set, cpus
-        )
+        rec, stats = run_shard(due_s, t0, build, options, lambda s: progress_q.put((shard, s)), stop.is_set, cpus)
         result_q.put((shard, rec, stats, None))
     except BaseException as e:  # report, never hang the parent
         result_q.put((shard, None, None, f"{type(e).__name__}: {e}"))
@@ -115,14 +114,28 @@ def run_schedule(
     stop_event: threading.Event | None = None,
     cpus: list[int] | None = None,
     lead_s: float = 0.2,
+    abort_when: Callable[[LiveSnapshot], bool] | None = None,
 ) -> RunOutput:
-    """Run every row of ``due_s`` (run-clock seconds) and return the merged records."""
-    stop = stop_event or threading.Event()
+    """Run every row of ``due_s`` (run-clock seconds) and return the merged records.
+
+    ``abort_when`` sees every live snapshot; when it returns True the run stops early (a clearly
+    overloaded server: no point queueing more), which is reported as ``overloaded``, not interrupted.
+    """
+    user_stop = stop_event or threading.Event()
+    overload = threading.Event()
+    stop = _Either(user_stop, overload)
     started_unix = time.time()
+
+    def snap_cb(snap: LiveSnapshot) -> None:
+        if on_snapshot is not None:
+            on_snapshot(snap)
+        if abort_when is not None and not overload.is_set() and abort_when(snap):
+            overload.set()
+
     if procs <= 1:
         t0 = time.perf_counter() + lead_s
-        rec, stats = run_shard(due_s, t0, build, options, on_snapshot, stop.is_set, cpus)
-        return RunOutput(rec, [stats], started_unix, interrupted=stats.stopped_early)
+        rec, stats = run_shard(due_s, t0, build, options, snap_cb, stop.is_set, cpus)
+        return RunOutput(rec, [stats], started_unix, interrupted=user_stop.is_set(), overloaded=overload.is_set())
 
     ctx = mp.get_context("spawn")
     progress_q = ctx.Queue()
@@ -151,8 +164,8 @@ def run_schedule(
                     latest[k] = snap
             except queue.Empty:
                 pass
-            if on_snapshot is not None and len(latest) == procs:
-                on_snapshot(merge(list(latest.values())))
+            if len(latest) == procs:
+                snap_cb(merge(list(latest.values())))
                 latest.clear()
             try:
                 k, rec, stats, err = result_q.get(timeout=0.1)
@@ -185,6 +198,17 @@ def run_schedule(
         Records.merge(parts),
         stats_list,
         started_unix,
-        interrupted=stop.is_set() or any(s.stopped_early for s in stats_list),
+        interrupted=user_stop.is_set(),
         notes=notes,
+        overloaded=overload.is_set(),
     )
+
+
+class _Either:
+    """Set when either event is set."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()

@@ -150,9 +150,7 @@ class RateCurve:
         return out
 
 
-def due_times(
-    stages: list[Stage], arrival: Arrival = "constant", seed: int = 0, start_rps: float = 0.0
-) -> FloatArray:
+def due_times(stages: list[Stage], arrival: Arrival = "constant", seed: int = 0, start_rps: float = 0.0) -> FloatArray:
     """All due times (seconds since the run's start) for a plan, sorted ascending."""
     curve = RateCurve(stages, start_rps)
     if arrival == "constant":

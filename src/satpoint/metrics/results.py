@@ -43,6 +43,7 @@ class Segment:
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
     start_rps: float = 0.0  # the first ramp starts from this rate (a sequence continued from a previous one)
+    stopped: str | None = None  # None (ran to the end), "interrupted" (user) or "overload" (clearly saturated)
 
     @property
     def spans(self) -> list[StageSpan]:
@@ -59,6 +60,7 @@ class Segment:
             "started_unix": self.started_unix,
             "generator": self.generator,
             "interrupted": self.interrupted,
+            "stopped": self.stopped,
             "notes": self.notes,
             "records_file": f"segment-{self.index:03d}.npz",
             "requests": len(self.records),
@@ -149,6 +151,7 @@ def load_results(out_dir: Path) -> Results:
                 interrupted=bool(sd.get("interrupted", False)),
                 notes=list(sd.get("notes", [])),
                 start_rps=float(sd.get("start_rps", 0.0)),
+                stopped=sd.get("stopped"),
             )
         )
     return results

@@ -87,13 +87,20 @@ def queue_growth_rps(rec: Records, t_start: float, t_end: float, points: int = 2
     return _slope(ts, q.astype(np.float64))
 
 
-def stage_metrics(rec: Records, span: StageSpan, settle: float | None = None) -> StageMetrics:
+def stage_metrics(
+    rec: Records, span: StageSpan, settle: float | None = None, until_s: float | None = None
+) -> StageMetrics:
+    """Metrics of the stage's steady window; ``until_s`` cuts a stage that was stopped early (the
+    window is then its last seconds before the stop, ramp included if need be)."""
     st = span.stage
     s = settle_s(st.hold_s) if settle is None else settle
     w0, w1 = span.hold_start_s + s, span.end_s
+    if until_s is not None and until_s < w1:
+        w1 = max(until_s, span.start_s + 1e-3)
+        w0 = max(span.start_s, min(w0, w1 - 2.0))
     win = w1 - w0
     lo, hi = np.searchsorted(rec.intended, [w0, w1], side="left")
-    part = rec.select(np.arange(lo, hi))  # type: ignore[arg-type]
+    part = rec.select(np.arange(lo, hi))
     n = len(part)
     oc = part.outcome
     ok = oc == Outcome.OK

@@ -17,8 +17,18 @@ from satpoint.metrics.stats import intervals
 SUMMARY_FILE = "summary.json"
 INTERVALS_FILE = "intervals.csv"
 INTERVAL_COLUMNS = [
-    "segment", "second", "stage", "offered", "throughput", "errors",
-    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_max_ms", "send_lag_p99_ms", "outstanding",
+    "segment",
+    "second",
+    "stage",
+    "offered",
+    "throughput",
+    "errors",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p99_ms",
+    "latency_max_ms",
+    "send_lag_p99_ms",
+    "outstanding",
 ]
 
 
@@ -30,10 +40,22 @@ def write_intervals(out_dir: Path, results: Results) -> Path:
         for seg in results.segments:
             for iv in intervals(seg.records, seg.spans):
                 lat = iv.latency_ms
-                w.writerow([
-                    seg.index, iv.second, iv.stage + 1 if iv.stage >= 0 else "", iv.offered, iv.throughput,
-                    iv.errors, lat["p50"], lat["p90"], lat["p99"], lat["max"], iv.send_lag_p99_ms, iv.inflight_end,
-                ])
+                w.writerow(
+                    [
+                        seg.index,
+                        iv.second,
+                        iv.stage + 1 if iv.stage >= 0 else "",
+                        iv.offered,
+                        iv.throughput,
+                        iv.errors,
+                        lat["p50"],
+                        lat["p90"],
+                        lat["p99"],
+                        lat["max"],
+                        iv.send_lag_p99_ms,
+                        iv.inflight_end,
+                    ]
+                )
     return path
 
 

@@ -75,7 +75,9 @@ class LiveView:
         achieved = s.ok_recent / WINDOW_S
         line = Text()
         line.append(f"{self.title} ", style="bold")
-        line.append(f"t={t:6.1f}s stage {sp.index + 1}/{len(self.spans)} ({phase}, target {sp.stage.target_rps:g} rps) ")
+        line.append(
+            f"t={t:6.1f}s stage {sp.index + 1}/{len(self.spans)} ({phase}, target {sp.stage.target_rps:g} rps) "
+        )
         line.append(f"offered {offered:7.1f}/s answered {achieved:7.1f}/s ")
         line.append(f"p50 {_fmt_ms(p50)} ms p99 {_fmt_ms(p99)} ms ")
         line.append(f"lag p99 {_fmt_ms(lag99)} ms ", style="red" if (lag99 or 0) > 10 else "")
@@ -86,8 +88,21 @@ class LiveView:
 
 def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windows)") -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("#", "target", "offered", "throughput", "err %", "p50 ms", "p90 ms", "p99 ms", "max ms",
-                "svc p99", "lag p99", "late %", "verdict"):
+    for col in (
+        "#",
+        "target",
+        "offered",
+        "throughput",
+        "err %",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "svc p99",
+        "lag p99",
+        "late %",
+        "verdict",
+    ):
         table.add_column(col, justify="right" if col not in ("verdict",) else "left")
     for i, s in enumerate(stages, start=1):
         lat, svc, lag = s["latency_ms"], s["service_ms"], s["send_lag_ms"]
@@ -112,9 +127,7 @@ def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windo
 
 def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> None:
     tgt = summary["target"]
-    console.print(
-        f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]"
-    )
+    console.print(f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]")
     console.print(stage_table(summary["stages"]))
     console.print("latency = done − intended send time (coordinated-omission free); svc = done − actual send")
     for s in summary["stages"]:

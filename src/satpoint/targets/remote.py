@@ -103,3 +103,48 @@ def prepare(spec: TargetSpec, max_inflight: int, payload_count: int = 8, seed: i
         builder=RestFactoryBuilder(host, port, reqs, max_inflight),
         payload_bytes=len(bodies[0]),
     )
+
+
+def probe_service_s(target: PreparedTarget, count: int = 20) -> float | None:
+    """Median time of ``count`` sequential requests (a rough single-request service time)."""
+    probe = getattr(target.builder, "probe_service_s", None)
+    if callable(probe):
+        result: float | None = probe(count)
+        return result
+    if target.spec.protocol != "rest":
+        return None
+    import time
+
+    body = encode_json_body(target.payload_docs[0])
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        status, _ = rest_control.infer_once(
+            target.spec.url, target.spec.model, body, target.spec.version, target.spec.headers
+        )
+        if status == 200:
+            times.append(time.perf_counter() - t)
+    if not times:
+        return None
+    times.sort()
+    return times[len(times) // 2]
+
+
+def wait_until_idle(
+    target: PreparedTarget, min_wait_s: float, baseline_s: float | None, max_wait_s: float = 60.0
+) -> float:
+    """Sleep ``min_wait_s``, then probe until a request is about as fast as at low load (the server has
+    drained the queue an overloaded stage left), for at most ``max_wait_s``.  Returns the time waited."""
+    import time
+
+    t0 = time.monotonic()
+    time.sleep(min_wait_s)
+    if baseline_s is None:
+        return time.monotonic() - t0
+    limit = max(2 * baseline_s, baseline_s + 0.002)
+    while time.monotonic() - t0 < max_wait_s:
+        probe = probe_service_s(target, count=3)
+        if probe is not None and probe <= limit:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - t0

@@ -29,9 +29,7 @@ def infer_path(model: str, version: str | None = None) -> str:
     return path + "/infer"
 
 
-def encode_request(
-    host: str, port: int, path: str, body: bytes, headers: Sequence[tuple[str, str]] = ()
-) -> bytes:
+def encode_request(host: str, port: int, path: str, body: bytes, headers: Sequence[tuple[str, str]] = ()) -> bytes:
     """One complete HTTP/1.1 POST, ready to write."""
     lines = [
         f"POST {path} HTTP/1.1",

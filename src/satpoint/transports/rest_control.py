@@ -12,7 +12,10 @@ from satpoint.errors import ModelNotFound, TargetUnreachable
 
 
 def _request(
-    url: str, method: str = "GET", body: bytes | None = None, headers: Sequence[tuple[str, str]] = (),
+    url: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: Sequence[tuple[str, str]] = (),
     timeout_s: float = 5.0,
 ) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method)
@@ -76,16 +79,18 @@ def model_metadata(
     return doc
 
 
-def model_ready(
-    base_url: str, model: str, version: str | None = None, headers: Sequence[tuple[str, str]] = ()
-) -> bool:
+def model_ready(base_url: str, model: str, version: str | None = None, headers: Sequence[tuple[str, str]] = ()) -> bool:
     status, _ = _request(base_url.rstrip("/") + model_path(model, version) + "/ready", headers=headers)
     return status == 200
 
 
 def infer_once(
-    base_url: str, model: str, body: bytes, version: str | None = None,
-    headers: Sequence[tuple[str, str]] = (), timeout_s: float = 30.0,
+    base_url: str,
+    model: str,
+    body: bytes,
+    version: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    timeout_s: float = 30.0,
 ) -> tuple[int, bytes]:
     """One inference, used to check a payload before the run."""
     url = base_url.rstrip("/") + model_path(model, version) + "/infer"

@@ -1,0 +1,91 @@
+"""A one-shot wake-up at an absolute ``perf_counter`` time, precise to tens of microseconds.
+
+libuv (uvloop) timers count whole milliseconds against a loop clock cached at the start of each
+iteration, so a request can leave up to ~1 ms early or late; polling instead burns a core.  On Linux a
+``timerfd`` on ``CLOCK_MONOTONIC`` (the clock behind ``time.perf_counter``) armed with an absolute
+expiry wakes the event loop's epoll with the kernel's high-resolution timers, for two cheap system
+calls per wake-up.  Python 3.11 has no ``os.timerfd_create`` (3.13 does), so it is reached through
+ctypes; where that is unavailable the loop's own timers are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import time
+from collections.abc import Callable
+
+_CLOCK_MONOTONIC = 1
+_TFD_NONBLOCK = os.O_NONBLOCK
+_TFD_CLOEXEC = os.O_CLOEXEC
+_TFD_TIMER_ABSTIME = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class WakeTimer:
+    """Calls ``callback`` once at or just after an absolute time; re-arm with :meth:`arm`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._fd = -1
+        self._handle: asyncio.TimerHandle | None = None
+        self._spec = _Itimerspec()
+        self._settime: Callable[..., int] | None = None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = int(libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
+        except (OSError, AttributeError):
+            fd = -1
+        if fd >= 0 and time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)":
+            self._fd = fd
+            self._settime = libc.timerfd_settime
+            loop.add_reader(fd, self._on_ready)
+        elif fd >= 0:
+            os.close(fd)
+
+    @property
+    def precise(self) -> bool:
+        return self._fd >= 0
+
+    def arm(self, at: float) -> None:
+        """Wake at ``at`` (a ``perf_counter`` value); replaces any earlier arming."""
+        if self._settime is not None:
+            spec = self._spec
+            sec = int(at)
+            spec.it_value.tv_sec = sec
+            spec.it_value.tv_nsec = max(1, int((at - sec) * 1e9))
+            self._settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_later(max(0.0, at - time.perf_counter()), self._fire)
+
+    def _on_ready(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
+            return
+        self._callback()
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._callback()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            self._settime = None

@@ -1,0 +1,66 @@
+"""The terminal summary of a saturation search: the answer, latency below it, the recommendation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from satpoint.analysis.hints import hints
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def print_find(console: Console, summary: dict[str, Any]) -> None:
+    sat = summary.get("saturation_rps")
+    if sat is None:
+        console.print("[bold red]no saturation point found[/]")
+    else:
+        ach = summary.get("precision_achieved")
+        console.print(
+            f"[bold green]saturation point: {sat:.1f} rps[/] per replica "
+            f"(next unstable rate {summary.get('unstable_rps') or '-'} rps; bracket within "
+            f"{ach:.1%} of the requested {summary['precision']:.0%})"
+            if ach is not None
+            else f"[bold green]saturation point: ≥ {sat:.1f} rps[/] per replica (no unstable rate reached)"
+        )
+    if summary.get("max_throughput_rps") is not None:
+        console.print(f"max throughput while overloaded: {summary['max_throughput_rps']:.1f} completions/s")
+    if summary.get("slo"):
+        console.print(f"latency objective: {summary['slo']}")
+    rows = summary.get("latency_at") or []
+    if rows:
+        t = Table(title="latency below the saturation point (open loop, from intended send time)", title_justify="left")
+        for c in ("load", "offered rps", "throughput", "p50 ms", "p90 ms", "p99 ms", "max ms", "verdict"):
+            t.add_column(c, justify="right" if c != "verdict" else "left")
+        for r in rows:
+            lat = r["latency_ms"]
+            t.add_row(
+                f"{(r['fraction'] or 0):.0%}",
+                f"{r['offered_rps']:.1f}",
+                f"{r['throughput_rps']:.1f}",
+                _ms(lat["p50"]),
+                _ms(lat["p90"]),
+                _ms(lat["p99"]),
+                _ms(lat["max"]),
+                r["verdict"],
+            )
+        console.print(t)
+    rec = summary.get("recommendation")
+    if rec:
+        line = (
+            f"[bold]recommendation:[/] autoscale at {rec['target_rps_per_replica']:.1f} rps per replica "
+            f"({rec['margin']:.0%} under saturation)"
+        )
+        if rec.get("replicas"):
+            line += f"; {rec['replicas']} replicas for a peak of {rec['peak_rps']:g} rps"
+        if rec.get("min_replicas"):
+            line += f"; minReplicas {rec['min_replicas']} for {rec['min_rps']:g} rps"
+        console.print(line)
+    for n in summary.get("find_notes", []):
+        console.print(f"[yellow]note:[/] {n}")
+    for h in hints(summary):
+        console.print(f"[cyan]hint:[/] {h}")
