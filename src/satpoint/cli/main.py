@@ -14,6 +14,7 @@ import typer
 from satpoint import __version__
 from satpoint.analysis.verdicts import VerdictRules
 from satpoint.cli.common import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     config_dict,
@@ -186,6 +187,33 @@ def report(
             write_report(dirs, target)
             console.print(f"report: {target}")
         return EXIT_OK
+
+    guarded(body)
+
+
+@app.command()
+def analyze(dirs: Annotated[list[Path], typer.Argument(help="results folders")]) -> None:
+    """Recompute verdicts and replay the saturation search offline from recorded results."""
+    from satpoint.analysis.summary import build_summary
+    from satpoint.metrics.results import load_results
+    from satpoint.reports.find_terminal import print_find
+
+    def body() -> int:
+        code = EXIT_OK
+        for d in dirs:
+            summary = build_summary(load_results(d))
+            print_summary(console, summary, str(d))
+            if summary["kind"] == "find":
+                print_find(console, summary)
+                search = summary["search"]
+                ok = search["replay_matches"]
+                console.print(
+                    f"replay: {len(search['steps'])} decisions "
+                    + ("reproduced exactly" if ok else "[bold red]DIFFER from the recorded run[/]")
+                )
+                if not ok:
+                    code = EXIT_FAILED
+        return code
 
     guarded(body)
 

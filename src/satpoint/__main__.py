@@ -1,0 +1,5 @@
+"""``python -m satpoint``: the command line."""
+
+from satpoint.cli.main import entrypoint
+
+entrypoint()

@@ -1,0 +1,185 @@
+"""End-to-end: `satpoint run` against `satpoint sim` subprocesses with known capacity."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from satpoint.metrics.results import load_results
+from tests.simserver import sim_server
+
+pytestmark = pytest.mark.slow
+TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
+
+
+def satpoint(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "satpoint", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def summary_of(out: Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
+    with sim_server("--slots", "200", "--service-ms", "5", cpus="0" if TWO_CPUS else None) as url:
+        gen = ["--generator-cpus", "1"] if TWO_CPUS else []
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "1500:2:8", "--out", str(tmp_path), "--no-html", *gen)
+    assert r.returncode == 0, r.stderr + r.stdout
+    s = summary_of(tmp_path)
+    (st,) = s["stages"]
+    assert st["verdict"] == "stable", st["reasons"]
+    assert st["offered_rps"] == pytest.approx(1500, rel=0.02)
+    assert st["throughput_rps"] == pytest.approx(1500, rel=0.02)
+    assert st["latency_ms"]["p50"] == pytest.approx(5.0, abs=1.5)
+    assert st["error_rate"] == 0
+    for key in ("schema_version", "tool_version", "target", "stages"):
+        assert key in s
+    assert s["target"] == {"url": url, "model": "sim", "protocol": "rest"}
+    for key in ("p50", "p90", "p95", "p99", "p999", "max"):
+        assert key in st["latency_ms"] and key in st["service_ms"]
+    assert set(st["send_lag_ms"]) >= {"p50", "p99", "max"}
+    assert (tmp_path / "intervals.csv").read_text().startswith("segment,second")
+    # the results folder recomputes the same summary offline
+    r2 = satpoint("report", str(tmp_path))
+    assert r2.returncode == 0, r2.stderr
+    assert summary_of(tmp_path)["stages"] == s["stages"]
+
+
+def test_pauses_show_in_intended_time_latency(tmp_path: Path) -> None:
+    with sim_server("--slots", "200", "--service-ms", "5", "--pause-every", "4", "--pause-s", "1") as url:
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "200:0:20", "--out", str(tmp_path), "--no-html")
+    assert r.returncode == 0, r.stderr + r.stdout
+    (st,) = summary_of(tmp_path)["stages"]
+    assert 700 <= st["latency_ms"]["p99"] <= 1100  # about a quarter of requests wait up to 1 s
+    assert st["latency_ms"]["p50"] < 50
+    assert st["service_ms"]["p99"] is not None  # reported beside it
+    rec = load_results(tmp_path).segments[0].records
+    lat = rec.latency_s()
+    delayed = float((lat > 0.05).mean())
+    assert 0.15 < delayed < 0.35
+
+
+def test_overload_is_saturated_at_capacity(tmp_path: Path) -> None:
+    # capacity 4 / 10 ms = 400 rps, offered 600 rps (1.5x)
+    with sim_server("--slots", "4", "--service-ms", "10") as url:
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "600:1:8", "--out", str(tmp_path),
+                     "--no-html", "--drain", "2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    (st,) = summary_of(tmp_path)["stages"]
+    assert st["verdict"] == "saturated"
+    assert st["throughput_rps"] == pytest.approx(400, rel=0.05)
+    assert st["latency_trend_ms_per_s"] > 100  # latency grows with time
+    assert st["queue_growth_rps"] == pytest.approx(200, rel=0.15)
+
+
+def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
+    with sim_server("--slots", "100", "--service-ms", "2") as url:
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "400:1:4", "--procs", "2",
+                     "--out", str(tmp_path), "--no-html")
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = load_results(tmp_path)
+    rec = res.segments[0].records
+    assert len(rec) == 400 * 0.5 + 400 * 4  # the whole schedule, once
+    assert (rec.intended[1:] >= rec.intended[:-1]).all()
+    (st,) = summary_of(tmp_path)["stages"]
+    assert st["verdict"] == "stable" and st["throughput_rps"] == pytest.approx(400, rel=0.02)
+    assert res.segments[0].generator["procs"] == 2
+
+
+def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:
+    with sim_server("--slots", "20", "--service-ms", "2", "--error-rate", "0.1") as url:
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "100:0:4", "--out", str(tmp_path), "--no-html")
+    # the first test request may hit an error: then the pre-run check fails with a clear message
+    if r.returncode == 2:
+        assert "failed before the run" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    (st,) = summary_of(tmp_path)["stages"]
+    assert st["verdict"] == "failing"
+    assert st["errors"]["http_500"] > 0
+    assert st["error_rate"] == pytest.approx(0.1, abs=0.06)
+
+
+def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "satpoint.targets.sim", "--port", "0", "--slots", "50", "--service-ms", "2"]
+    sim = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sim.stdout is not None
+        url = sim.stdout.readline().split("listening on ")[1].split()[0]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "satpoint", "run", "--url", url, "--model", "sim", "--stage", "100:0:6",
+             "--out", str(tmp_path), "--no-html", "--drain", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(3.0)
+        sim.kill()
+        out, err = run.communicate(timeout=60)
+    finally:
+        sim.kill()
+        sim.wait()
+    assert run.returncode == 0, err
+    s = summary_of(tmp_path)
+    (st,) = s["stages"]
+    assert st["verdict"] == "failing"
+    assert set(st["errors"]) <= {"conn_refused", "conn_reset", "conn_error"}
+    rec = load_results(tmp_path).segments[0].records
+    assert (rec.outcome == 0).sum() > 100  # what succeeded before the kill is kept
+
+
+def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
+    with sim_server("--slots", "50", "--service-ms", "2") as url:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "satpoint", "run", "--url", url, "--model", "sim", "--stage", "100:0:60",
+             "--out", str(tmp_path), "--no-html"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(4.0)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    s = summary_of(tmp_path)
+    assert s["interrupted"] is True
+    rec = load_results(tmp_path).segments[0].records
+    assert 200 < len(rec) < 1000  # what was due until the interruption
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--url", "http://127.0.0.1:9", "--model", "m", "--stage", "10:0:1"], "cannot reach"),
+        (["--url", "{sim}", "--model", "nope", "--stage", "10:0:1"], "not found"),
+        (["--url", "{sim}", "--model", "sim", "--stage", "100:0:5", "--stage", "50:0:5"], "rise monotonically"),
+        (["--url", "{sim}", "--model", "sim", "--stage", "abc"], "RPS:RAMP_S:HOLD_S"),
+        (["--url", "{sim}", "--model", "sim", "--stage", "10:0:1", "--payload", "/nonexistent.json"], "cannot read"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
+    with sim_server("--slots", "2", "--service-ms", "1") as url:
+        r = satpoint("run", *[a.replace("{sim}", url) for a in args], "--out", str(tmp_path / "o"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_user_payload_file_is_sent(tmp_path: Path) -> None:
+    payload = tmp_path / "p.jsonl"
+    payload.write_text(
+        json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}) + "\n"
+        + json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]}) + "\n"
+    )
+    with sim_server("--slots", "10", "--service-ms", "1") as url:
+        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "50:0:2", "--payload", str(payload),
+                     "--header", "Seldon-Model: sim", "--out", str(tmp_path / "o"), "--no-html")
+    assert r.returncode == 0, r.stderr
+    assert summary_of(tmp_path / "o")["stages"][0]["throughput_rps"] > 0
