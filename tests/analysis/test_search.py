@@ -92,6 +92,9 @@ def test_refinement_continues_upwards_and_restarts_downwards() -> None:
     assert s2 is not None and s2.rate_rps > s.rate_rps and not s2.fresh
 
 
-def test_generator_limited_stops_the_search() -> None:
+def test_generator_limited_is_retried_once_then_stops_the_search() -> None:
     h = [Measured(100, "stable"), Measured(200, "generator_limited")]
-    assert next_step(h, SearchParams()) is None
+    again = next_step(h, SearchParams())
+    assert again == Step(200, "staircase", False)
+    assert next_step([*h, Measured(200, "stable")], SearchParams()) == Step(400, "staircase", False)
+    assert next_step([*h, Measured(200, "generator_limited")], SearchParams()) is None

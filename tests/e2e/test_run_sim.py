@@ -21,9 +21,7 @@ TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
 
 
 def satpoint(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "satpoint", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "satpoint", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def summary_of(out: Path) -> dict[str, Any]:
@@ -33,7 +31,9 @@ def summary_of(out: Path) -> dict[str, Any]:
 def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
     with sim_server("--slots", "200", "--service-ms", "5", cpus="0" if TWO_CPUS else None) as url:
         gen = ["--generator-cpus", "1"] if TWO_CPUS else []
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "1500:2:8", "--out", str(tmp_path), "--no-html", *gen)
+        r = satpoint(
+            "run", "--url", url, "--model", "sim", "--stage", "1500:2:8", "--out", str(tmp_path), "--no-html", *gen
+        )
     assert r.returncode == 0, r.stderr + r.stdout
     s = summary_of(tmp_path)
     (st,) = s["stages"]
@@ -72,8 +72,20 @@ def test_pauses_show_in_intended_time_latency(tmp_path: Path) -> None:
 def test_overload_is_saturated_at_capacity(tmp_path: Path) -> None:
     # capacity 4 / 10 ms = 400 rps, offered 600 rps (1.5x)
     with sim_server("--slots", "4", "--service-ms", "10") as url:
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "600:1:8", "--out", str(tmp_path),
-                     "--no-html", "--drain", "2")
+        r = satpoint(
+            "run",
+            "--url",
+            url,
+            "--model",
+            "sim",
+            "--stage",
+            "600:1:8",
+            "--out",
+            str(tmp_path),
+            "--no-html",
+            "--drain",
+            "2",
+        )
     assert r.returncode == 0, r.stderr + r.stdout
     (st,) = summary_of(tmp_path)["stages"]
     assert st["verdict"] == "saturated"
@@ -84,8 +96,20 @@ def test_overload_is_saturated_at_capacity(tmp_path: Path) -> None:
 
 def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
     with sim_server("--slots", "100", "--service-ms", "2") as url:
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "400:1:4", "--procs", "2",
-                     "--out", str(tmp_path), "--no-html")
+        r = satpoint(
+            "run",
+            "--url",
+            url,
+            "--model",
+            "sim",
+            "--stage",
+            "400:1:4",
+            "--procs",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-html",
+        )
     assert r.returncode == 0, r.stderr + r.stdout
     res = load_results(tmp_path)
     rec = res.segments[0].records
@@ -117,9 +141,26 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
         assert sim.stdout is not None
         url = sim.stdout.readline().split("listening on ")[1].split()[0]
         run = subprocess.Popen(
-            [sys.executable, "-m", "satpoint", "run", "--url", url, "--model", "sim", "--stage", "100:0:6",
-             "--out", str(tmp_path), "--no-html", "--drain", "1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "satpoint",
+                "run",
+                "--url",
+                url,
+                "--model",
+                "sim",
+                "--stage",
+                "100:0:6",
+                "--out",
+                str(tmp_path),
+                "--no-html",
+                "--drain",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(3.0)
         sim.kill()
@@ -139,9 +180,24 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
 def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
     with sim_server("--slots", "50", "--service-ms", "2") as url:
         run = subprocess.Popen(
-            [sys.executable, "-m", "satpoint", "run", "--url", url, "--model", "sim", "--stage", "100:0:60",
-             "--out", str(tmp_path), "--no-html"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "satpoint",
+                "run",
+                "--url",
+                url,
+                "--model",
+                "sim",
+                "--stage",
+                "100:0:60",
+                "--out",
+                str(tmp_path),
+                "--no-html",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(4.0)
         run.send_signal(signal.SIGINT)
@@ -175,11 +231,27 @@ def test_bad_input_gets_a_clear_error(args: list[str], message: str, tmp_path: P
 def test_user_payload_file_is_sent(tmp_path: Path) -> None:
     payload = tmp_path / "p.jsonl"
     payload.write_text(
-        json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}) + "\n"
-        + json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]}) + "\n"
+        json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+        + "\n"
+        + json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]})
+        + "\n"
     )
     with sim_server("--slots", "10", "--service-ms", "1") as url:
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "50:0:2", "--payload", str(payload),
-                     "--header", "Seldon-Model: sim", "--out", str(tmp_path / "o"), "--no-html")
+        r = satpoint(
+            "run",
+            "--url",
+            url,
+            "--model",
+            "sim",
+            "--stage",
+            "50:0:2",
+            "--payload",
+            str(payload),
+            "--header",
+            "Seldon-Model: sim",
+            "--out",
+            str(tmp_path / "o"),
+            "--no-html",
+        )
     assert r.returncode == 0, r.stderr
     assert summary_of(tmp_path / "o")["stages"][0]["throughput_rps"] > 0

@@ -10,8 +10,9 @@ the stated precision.  Two phases a person can follow:
    the current sequence upwards; a midpoint below it starts a new sequence after a cool-down (the
    server's queue drains, the ramp starts from zero), because targets within a sequence only rise.
 
-A stage whose generator fell behind ends the search: beyond it nothing measured is the server's, so
-the answer is a lower bound.  ``satpoint analyze`` replays this function on recorded stages and must
+A stage whose generator fell behind says nothing about the server: it is measured once more (a
+passing hiccup such as a descheduled process), and if the generator falls behind again at that rate
+the search ends there, its answer a lower bound.  ``satpoint analyze`` replays this function on recorded stages and must
 reproduce every decision.
 """
 
@@ -60,7 +61,8 @@ class Bracket:
 
 
 def bracket(history: list[Measured]) -> Bracket:
-    bad = [m.rate_rps for m in history if m.verdict != STABLE]
+    """Highest stable and lowest unstable rate; generator-limited stages tell nothing either way."""
+    bad = [m.rate_rps for m in history if m.verdict not in (STABLE, GENERATOR_LIMITED)]
     unstable = min(bad) if bad else None
     good = [m.rate_rps for m in history if m.verdict == STABLE and (unstable is None or m.rate_rps < unstable)]
     return Bracket(max(good) if good else None, unstable)
@@ -69,10 +71,11 @@ def bracket(history: list[Measured]) -> Bracket:
 def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if not history:
         return Step(_clip(params.start_rps, params), "staircase", fresh=True)
-    if any(m.verdict == GENERATOR_LIMITED for m in history):
-        return None
-    b = bracket(history)
     last = history[-1].rate_rps
+    if history[-1].verdict == GENERATOR_LIMITED:
+        tries = sum(1 for m in history if m.verdict == GENERATOR_LIMITED and m.rate_rps == last)
+        return Step(last, _phase(history), fresh=False) if tries < 2 else None
+    b = bracket(history)
     if b.unstable_rps is None:  # still climbing
         nxt = last * params.growth
         if last >= params.max_rps:
@@ -89,6 +92,10 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
         return None
     mid = math.sqrt(b.stable_rps * b.unstable_rps)
     return Step(mid, "refine", fresh=mid < last or history[-1].verdict != STABLE)
+
+
+def _phase(history: list[Measured]) -> str:
+    return "refine" if any(m.verdict not in (STABLE, GENERATOR_LIMITED) for m in history) else "staircase"
 
 
 def _clip(rate: float, params: SearchParams) -> float:

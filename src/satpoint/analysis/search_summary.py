@@ -46,7 +46,7 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
         for a, h in zip(asked, history, strict=True)
     )
     finished = decisions[-1] is None if decisions else False
-    gen_limited = any(h.verdict == GENERATOR_LIMITED for h in history)
+    gen_limited = bool(history) and history[-1].verdict == GENERATOR_LIMITED and decisions[-1] is None
     sat = b.stable_rps
     overloaded = [
         m for _, m in stages if m.verdict != STABLE and m.verdict != GENERATOR_LIMITED and m.verdict != "failing"

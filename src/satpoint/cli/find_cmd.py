@@ -103,6 +103,10 @@ def find(
     mlserver_debug: Annotated[bool, typer.Option(help="embedded MLServer debug (access log)")] = False,
     grpc_raw: Annotated[bool, typer.Option(help="gRPC: raw_input_contents")] = False,
     profile: Annotated[bool, typer.Option(help="measure latency at 50/80/90/100 % of saturation")] = True,
+    ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
+    min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
+    max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
+    min_requests: Annotated[int, typer.Option(help="aim for this many requests per hold")] = 2000,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/find-TIMESTAMP)")] = None,
     html: Annotated[bool, typer.Option(help="write report.html")] = True,
 ) -> None:

@@ -1,0 +1,99 @@
+"""End-to-end: `satpoint find` against `satpoint sim` servers of known capacity C/S."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.simserver import sim_server
+
+pytestmark = pytest.mark.slow
+FAST = ["--ramp", "1", "--min-hold", "3", "--max-hold", "4", "--min-requests", "600", "--no-html"]
+
+
+@pytest.mark.parametrize(
+    "slots, service_ms, dist",
+    [("4", "10", "const"), ("8", "10", "exp"), ("20", "40", "lognormal")],
+)
+def test_find_estimates_capacity(tmp_path: Path, slots: str, service_ms: str, dist: str) -> None:
+    capacity = int(slots) / (float(service_ms) / 1000)
+    with sim_server("--slots", slots, "--service-ms", service_ms, "--dist", dist, "--seed", "3") as url:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "satpoint",
+                "find",
+                "--url",
+                url,
+                "--model",
+                "sim",
+                "--start-rps",
+                str(capacity / 3),
+                "--out",
+                str(tmp_path),
+                "--peak-rps",
+                str(capacity * 5),
+                "--emit-k8s",
+                str(tmp_path / "k8s"),
+                *FAST,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert 0.85 * capacity <= s["saturation_rps"] <= 1.02 * capacity, s["search"]["steps"]
+    assert s["max_throughput_rps"] == pytest.approx(capacity, rel=0.1)
+    assert s["search"]["finished"] and s["search"]["replay_matches"]
+    rec = s["recommendation"]
+    assert rec["target_rps_per_replica"] == pytest.approx(0.85 * s["saturation_rps"], rel=1e-3)
+    assert rec["replicas"] >= 5
+    assert [row["fraction"] for row in s["latency_at"]] == [0.5, 0.8, 0.9, 1.0]
+    hpa = (tmp_path / "k8s" / "sim-hpa.yaml").read_text()
+    assert "type: AverageValue" in hpa and "name: infer_rps" in hpa
+    model = (tmp_path / "k8s" / "sim-model.yaml").read_text()
+    assert "replicas:" in model and "minReplicas" not in model and "maxReplicas" not in model
+    # the search replays identically offline
+    a = subprocess.run([sys.executable, "-m", "satpoint", "analyze", str(tmp_path)], capture_output=True, text=True)
+    assert a.returncode == 0 and "reproduced exactly" in a.stdout
+
+
+def test_find_with_latency_slo(tmp_path: Path) -> None:
+    # 16 slots x 20 ms exponential: p99 grows well before capacity (800 rps); a tight SLO binds first
+    with sim_server("--slots", "16", "--service-ms", "20", "--dist", "exp") as url:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "satpoint",
+                "find",
+                "--url",
+                url,
+                "--model",
+                "sim",
+                "--start-rps",
+                "200",
+                "--slo",
+                "p99=95ms",
+                "--no-profile",
+                "--out",
+                str(tmp_path),
+                *FAST,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["slo"] == {"p99": "95ms"}
+    assert s["saturation_rps"] < 800
+    stable = [st for st in s["stages"] if st["verdict"] == "stable"]
+    assert stable and all(st["latency_ms"]["p99"] <= 95 for st in stable)
+    assert any(st["verdict"] == "slo_violated" for st in s["stages"])
