@@ -164,7 +164,7 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
         )
         time.sleep(3.0)
         sim.kill()
-        out, err = run.communicate(timeout=60)
+        _, err = run.communicate(timeout=60)
     finally:
         sim.kill()
         sim.wait()
@@ -201,7 +201,7 @@ def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
         )
         time.sleep(4.0)
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=30)
+        _, err = run.communicate(timeout=30)
     assert run.returncode == 130, err
     assert "Traceback" not in err
     s = summary_of(tmp_path)
