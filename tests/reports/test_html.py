@@ -1,0 +1,261 @@
+"""report.html from results folders made offline (the queue twin of the simulator, no network)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from satpoint.analysis.summary import build_summary
+from satpoint.analysis.verdicts import VerdictRules
+from satpoint.engine.schedule import Stage, due_times
+from satpoint.find import FindOptions, Measure, run_profile, run_search
+from satpoint.metrics.records import Outcome
+from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
+from satpoint.reports.html import write_report
+from satpoint.reports.html_data import (
+    build_series,
+    folder_labels,
+    spectrum_points,
+    timeline_offsets,
+    window_latencies_s,
+)
+from satpoint.reports.html_plots import PLOTS
+from satpoint.targets.offline import simulate
+from satpoint.targets.sim_model import SimConfig
+
+T0 = 1_700_000_000.0
+SECRET = "Bearer sk-very-secret"
+
+
+def offline_measure(cfg: SimConfig, t0: float = T0, cooldown_s: float = 2.0) -> Measure:
+    """Segments as ``satpoint find`` records them, on a wall clock that advances with each segment."""
+    clock = [t0]
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        seg = Segment(index, purpose, stages, "constant", index, clock[0], simulate(due, cfg), start_rps=start_rps)
+        seg.generator = {"cpu_s": 0.01 * len(due) / 1000}
+        clock[0] += sum(s.duration_s for s in stages) + cooldown_s
+        return seg
+
+    return measure
+
+
+def make_find(out: Path, cfg: SimConfig, start_rps: float) -> Results:
+    opts = FindOptions(
+        budget_s=1e9, cooldown_s=0, min_requests=400, min_hold_s=3.0, max_hold_s=4.0, ramp_s=1.0, peak_rps=1000.0
+    )
+    config = {"mode": "open_loop", "rules": {}, "find": opts.describe(start_rps, {}), "load": {"procs": 1}}
+    target = {
+        "url": "http://sim.invalid:8080",
+        "model": "sim",
+        "protocol": "rest",
+        "headers": [f"Authorization: {SECRET}", "X-Team: ml"],
+    }
+    results = Results(new_header("find", config, target, T0))
+    results.header["server"] = {"kind": "offline twin", "slots": cfg.slots, "service_ms": cfg.service_ms}
+    measure = offline_measure(cfg)
+    history = run_search(results, out, measure, opts, VerdictRules(), start_rps)  # cooldown_s=0: no waiting
+    assert history
+    sat = build_summary(results)["saturation_rps"]
+    assert sat is not None
+    run_profile(results, out, measure, opts, sat)
+    return results
+
+
+def make_run(out: Path, cfg: SimConfig, stages: list[Stage], timeouts: int = 0) -> Results:
+    config = {"mode": "open_loop", "rules": {"max_error_rate": 0.01}, "load": {"procs": 1, "max_inflight": 64}}
+    target = {"url": "http://sim.invalid:8080", "model": "<b>sim</b>", "protocol": "rest"}
+    results = Results(new_header("run", config, target, T0))
+    rec = simulate(due_times(stages, "constant"), cfg)
+    if timeouts:  # the last requests time out: a second error class
+        idx = np.arange(len(rec) - timeouts, len(rec))
+        rec.outcome[idx] = Outcome.TIMEOUT
+        rec.status[idx] = 0
+        rec.done[idx] = rec.intended[idx] + 0.5
+    append_segment(out, results, Segment(0, "run", stages, "constant", 0, T0, rec))
+    return results
+
+
+@pytest.fixture(scope="module")
+def find_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "find-before"
+    make_find(out, SimConfig(slots=4, service_ms=10.0, dist="exp", seed=3), 100.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def find_after_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "find-after"
+    make_find(out, SimConfig(slots=8, service_ms=10.0, dist="exp", seed=4), 200.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "run-errors"
+    stages = [Stage(50, 1, 4), Stage(150, 1, 4)]
+    make_run(out, SimConfig(slots=2, service_ms=10.0, dist="exp", seed=1, error_rate=0.05), stages, timeouts=20)
+    return out
+
+
+def _plot_ids() -> list[str]:
+    return [p.div_id for p in PLOTS]
+
+
+def _assert_offline(page: str) -> None:
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I), "no external scripts"
+    assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?https?://", page, re.I), "no external stylesheets/fonts"
+    assert not re.search(r"@import|url\(\s*['\"]?https?://", page.split("<script", 1)[0]), "no external CSS"
+    assert page.count('<script type="text/javascript">') == 1
+    assert page.count("Plotly.newPlot(") == len(PLOTS)
+
+
+def test_find_report_has_every_plot_and_table(find_dir: Path) -> None:
+    out = write_report([find_dir], find_dir / "report.html")
+    assert out == find_dir / "report.html" and out.exists()
+    page = out.read_text()
+    _assert_offline(page)
+    for p in PLOTS:
+        assert f'id="{p.div_id}"' in page
+        assert p.title in page
+    for title in (
+        "Achieved throughput vs offered rate",
+        "Latency percentiles vs offered rate",
+        "Latency and throughput over time",
+        "Latency percentile spectrum",
+        "Send lag over time",
+        "Errors per second by class",
+    ):
+        assert title in page
+    summary = build_summary(load_results(find_dir))
+    assert f"{summary['saturation_rps']:,.1f} rps" in page  # the headline
+    assert f"{summary['recommendation']['target_rps_per_replica']:,.1f} rps" in page
+    assert "replicas for peak" in page and "Latency at fractions of the saturation point" in page
+    assert "no errors recorded" in page  # an empty errors plot is still drawn
+    assert "saturation " in page  # the saturation line's label
+    assert SECRET not in page and "Authorization: (hidden)" in page and "X-Team: ml" in page
+    assert "offline twin" in page  # header["server"]
+    assert len(page) < 6_500_000  # plotly.js (~4.8 MB) plus aggregates
+
+
+def test_run_report_shows_errors_escapes_text_and_warns(run_dir: Path, tmp_path: Path) -> None:
+    results = load_results(run_dir)
+    results.segments[0].notes.append("<script>alert(1)</script> a note")
+    from satpoint.metrics.results import write_header
+
+    write_header(run_dir, results)
+    page = write_report([run_dir], tmp_path / "sub" / "r.html").read_text()
+    _assert_offline(page)
+    assert "<b>sim</b>" not in page and "&lt;b&gt;sim&lt;/b&gt;" in page
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; a note" in page
+    assert 'class="warnings"' in page
+    assert "http_500" in page and "timeout" in page
+    assert "no errors recorded" not in page
+    assert "Latency at fractions" not in page  # only for find
+
+
+def test_overlay_of_two_folders_labels_both(
+    find_dir: Path, find_after_dir: Path, run_dir: Path, tmp_path: Path
+) -> None:
+    out = write_report([find_dir, find_after_dir, run_dir], tmp_path / "compare.html")
+    page = out.read_text()
+    _assert_offline(page)
+    for label in ("find-before", "find-after", "run-errors"):
+        assert f'"name":"{label}"' in page  # a trace group per folder in the throughput plot
+        assert f'"{label} · latency p99"' in page
+        assert f"{label}</th>" in page  # a column of the headline table
+    assert "#1f77b4" in page and "#ff7f0e" in page and "#17becf" in page  # distinct colours
+
+
+def test_segments_of_a_find_are_laid_end_to_end(find_dir: Path) -> None:
+    results = load_results(find_dir)
+    offsets = timeline_offsets(results.segments)
+    assert offsets[0] == 0.0
+    ends = [offsets[s.index] + s.spans[-1].end_s for s in results.segments]
+    for seg, prev_end in zip(results.segments[1:], ends, strict=False):
+        assert offsets[seg.index] >= prev_end
+        assert offsets[seg.index] == pytest.approx(seg.started_unix - T0)
+    # equal start times (no wall clock recorded) still never overlap
+    for s in results.segments:
+        s.started_unix = 0.0
+    offsets = timeline_offsets(results.segments)
+    assert all(
+        offsets[b.index] >= offsets[a.index] + a.spans[-1].end_s
+        for a, b in zip(results.segments, results.segments[1:], strict=False)
+    )
+
+
+def test_long_runs_are_downsampled(run_dir: Path) -> None:
+    results = load_results(run_dir)
+    offsets = timeline_offsets(results.segments)
+    fine = build_series(results.segments, offsets)
+    coarse = build_series(results.segments, offsets, max_points=4)
+    assert fine.width_s == 1.0 and coarse.width_s > 1.0
+    assert len(coarse.t) <= 4 < len(fine.t)
+    # rates are per second either way: the mean offered rate is the same
+    assert np.mean([v for v in coarse.offered if v is not None]) == pytest.approx(
+        np.mean([v for v in fine.offered if v is not None]), rel=0.35
+    )
+    total_err = sum(sum(c) for c in fine.errors.values())
+    assert total_err * fine.width_s == pytest.approx(
+        sum(sum(c) for c in coarse.errors.values()) * coarse.width_s, rel=0.01
+    )
+
+
+def test_spectrum_matches_the_summary_percentiles(find_dir: Path) -> None:
+    results = load_results(find_dir)
+    summary = build_summary(results)
+    st = summary["stages"][0]
+    seg = results.segments[st["segment"]]
+    lat = window_latencies_s(seg.records, st["window_start_s"], st["window_end_s"])
+    assert len(lat) == st["requests"] - sum(st["errors"].values())
+    x, y = spectrum_points(lat)
+    assert x[0] == 1.0 and x[-1] == pytest.approx(len(lat), rel=1e-4)
+    assert y[-1] == pytest.approx(st["latency_ms"]["max"], rel=1e-3)
+    assert y == sorted(y)
+    assert spectrum_points(np.array([])) == ([], [])
+
+
+def test_labels_tell_equal_folder_names_apart(tmp_path: Path) -> None:
+    assert folder_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
+    assert folder_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
+
+
+def test_report_rejects_no_folders_and_missing_results(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        write_report([], tmp_path / "r.html")
+    with pytest.raises(FileNotFoundError):
+        write_report([tmp_path / "nothing"], tmp_path / "r.html")
+
+
+def test_summary_json_fields_used_by_the_report_exist(find_dir: Path) -> None:
+    summary = json.loads(json.dumps(build_summary(load_results(find_dir)), default=str))
+    for key in ("saturation_rps", "max_throughput_rps", "latency_at", "recommendation", "search", "warnings"):
+        assert key in summary
+
+
+def test_element_ids_are_unique(find_dir: Path, run_dir: Path, tmp_path: Path) -> None:
+    page = write_report([find_dir, run_dir], tmp_path / "r.html").read_text()
+    body = page.split("</head>", 1)[1]
+    ids = re.findall(r'\bid="([^"]+)"', body)
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+def test_folders_without_complete_stages_still_render(tmp_path: Path) -> None:
+    from satpoint.metrics.records import Records
+    from satpoint.metrics.results import write_header
+
+    empty = tmp_path / "empty"
+    write_header(empty, Results(new_header("find", {}, {"url": "x"}, 0.0)))
+    unsent = tmp_path / "unsent"  # nothing ever left: every row NOT_SENT, no latency at all
+    results = Results(new_header("run", {}, {"url": "x"}, 0.0))
+    stages = [Stage(100, 0, 3)]
+    append_segment(unsent, results, Segment(0, "run", stages, "constant", 0, 0.0, Records.empty(due_times(stages))))
+    page = write_report([empty, unsent], tmp_path / "r.html").read_text()
+    _assert_offline(page)
+    assert "no complete stage was recorded" in page
