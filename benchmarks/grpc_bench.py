@@ -114,9 +114,7 @@ int main(int argc, char** argv) {
 }
 """
 
-IRIS_DOC = {
-    "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]
-}
+IRIS_DOC = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]}
 
 
 def _messages() -> tuple[bytes, bytes]:
@@ -163,13 +161,19 @@ async def _serve_aio(port: int, response: bytes) -> None:
     await server.stop(0.2)
 
 
-def start_server(kind: str, workdir: Path, cpu: int) -> tuple[subprocess.Popen[str], int]:
+def _pin(cpu: int, rt: int) -> list[str]:
+    """taskset to one core; with ``rt`` > 0 also SCHED_FIFO at that priority (root), so other work on a
+    shared machine cannot preempt the measured process (the kernel still keeps 5 % for others)."""
+    return (["chrt", "-f", str(rt)] if rt > 0 else []) + ["taskset", "-c", str(cpu)]
+
+
+def start_server(kind: str, workdir: Path, cpu: int, rt: int = 0) -> tuple[subprocess.Popen[str], int]:
     _, resp = _messages()
     if kind == "cpp":
         cmd = [str(build_cpp(workdir)), "0", resp.hex()]
     else:
         cmd = [sys.executable, __file__, "--serve-aio", "--response-hex", resp.hex()]
-    proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*_pin(cpu, rt), *cmd], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("listening"):
@@ -264,16 +268,14 @@ async def _client(
 def child_main(args: argparse.Namespace) -> None:
     import uvloop
 
-    result = uvloop.run(
-        _client(args.client, args.port, args.rate, args.duration, args.connections, args.inflight)
-    )
+    result = uvloop.run(_client(args.client, args.port, args.rate, args.duration, args.connections, args.inflight))
     print("RESULT " + json.dumps(result), flush=True)
 
 
 # driver ----------------------------------------------------------------------------------------------------
 def run_one(args: argparse.Namespace, client: str, port: int, rate: float, server_pid: int) -> dict[str, Any]:
     cmd = [
-        "taskset", "-c", str(args.client_cpu), sys.executable, __file__, "--child", "--client", client,
+        *_pin(args.client_cpu, args.rt), sys.executable, __file__, "--child", "--client", client,
         "--port", str(port), "--rate", str(rate), "--duration", str(args.duration),
         "--connections", str(args.connections), "--inflight", str(args.inflight),
     ]  # fmt: skip
@@ -290,6 +292,7 @@ def run_one(args: argparse.Namespace, client: str, port: int, rate: float, serve
         raise SystemExit(f"client run failed ({client} @ {rate}):\n{err[-2000:]}")
     result: dict[str, Any] = json.loads(lines[-1][7:])
     result["server_cpu_share"] = (s1 - s0) / (t1 - t0)  # includes client start-up idle time: a lower bound
+    result["loadavg_1m"] = os.getloadavg()[0]  # other work on the machine makes send lag noisy
     return result
 
 
@@ -312,6 +315,7 @@ def main() -> None:
     p.add_argument("--server", choices=["cpp", "aio"], default="cpp")
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--client-cpu", type=int, default=1)
+    p.add_argument("--rt", type=int, default=0, help="SCHED_FIFO priority for server and client (0: off)")
     p.add_argument("--out", default=str(HERE / "grpc_bench_results.json"))
     # internal
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -331,7 +335,7 @@ def main() -> None:
         return
 
     workdir = Path(tempfile.mkdtemp(prefix="satpoint-grpc-bench-"))
-    proc, port = start_server(args.server, workdir, args.server_cpu)
+    proc, port = start_server(args.server, workdir, args.server_cpu, args.rt)
     rows: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []
     try:
@@ -345,7 +349,7 @@ def main() -> None:
                     print(
                         f"  {client:5s} {rate:7.0f} rps: {r['cpu_us_per_req']:6.1f} µs/req, "
                         f"lag p99 {r['lag_p99_ms']:.3f} ms, {r['throughput_rps']:.0f} rps done, "
-                        f"errors {r['errors']}, server cpu {r['server_cpu_share']:.0%}",
+                        f"errors {r['errors']}, server cpu {r['server_cpu_share']:.0%}, load {r['loadavg_1m']:.1f}",
                         flush=True,
                     )
                 rows.append(median_row(runs))
