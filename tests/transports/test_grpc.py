@@ -71,9 +71,7 @@ def test_codec_round_trip_all_datatypes(raw: bool) -> None:
 
 def test_codec_errors() -> None:
     with pytest.raises(PayloadError, match="needs 4 values"):
-        encode_infer_request(
-            {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 4], "data": [1]}]}, "m"
-        )
+        encode_infer_request({"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 4], "data": [1]}]}, "m")
     with pytest.raises(PayloadError, match="grpc-raw"):
         encode_infer_request({"inputs": [{"name": "a", "datatype": "FP16", "shape": [1], "data": [1]}]}, "m")
     fp16 = encode_infer_request(
@@ -213,6 +211,22 @@ def test_pool_batch_ok(sim: int) -> None:
     assert stats["hpack_cache_hits"] > 0  # steady-state response blocks hit the decode cache
 
 
+def test_sim_capacity_over_grpc() -> None:
+    """Overloaded at 1.5x capacity, the gRPC sim completes slots / service_s calls per second."""
+    proc, port = _start_sim("--slots", "4", "--service-ms", "10")
+    try:
+        rec, _ = _run(port, 600.0, 1500, max_inflight=2000, timeout_s=30.0)
+    finally:
+        _stop(proc)
+    assert (rec.outcome == Outcome.OK).all()
+    done = np.sort(rec.done)
+    window = (done >= 0.5) & (done <= 2.5)
+    rate = window.sum() / 2.0
+    assert 0.85 * 400 <= rate <= 1.02 * 400, rate
+    lat = rec.done - rec.intended
+    assert lat[-100:].mean() > lat[:100].mean() + 0.5  # open loop: the queue grows while overloaded
+
+
 def test_pool_grpc_errors(sim_errors: int) -> None:
     rec, _ = _run(sim_errors, 200.0, 40)
     assert (rec.outcome == Outcome.GRPC_ERROR).all()
@@ -297,11 +311,7 @@ async def _aio_server(
 ) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server()
     server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE, {"ModelInfer": grpc.unary_unary_rpc_method_handler(handler)}
-            ),
-        )
+        (grpc.method_handlers_generic_handler(SERVICE, {"ModelInfer": grpc.unary_unary_rpc_method_handler(handler)}),)
     )
     port = server.add_secure_port("127.0.0.1:0", creds) if creds else server.add_insecure_port("127.0.0.1:0")
     await server.start()
