@@ -1,0 +1,535 @@
+"""The embedded default target: a real MLServer 1.7.1 serving the iris demo model on loopback.
+
+``MLServerTarget`` writes a model repository into a temporary directory (``settings.json`` with free
+loopback ports, ``<model>/model-settings.json`` with declared inputs/outputs, ``<model>/model.joblib``),
+starts ``mlserver start`` from *this* interpreter's environment as a :class:`ManagedProcess`, waits for
+``GET /v2/health/ready`` == 200 and stops the whole process tree (parallel workers included) on exit.
+
+MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-sklearn 1.7.1):
+
+- ``python -m mlserver`` does not exist (no ``__main__``); ``-m mlserver.cli.main`` works but warns in
+  every spawned worker, so we run ``python -c "from mlserver.cli.main import main; main()" start <dir>``.
+- ``metrics_dir`` and ``environments_dir`` default to ``$CWD/.metrics`` and ``$CWD/.envs``: both are set
+  inside the temporary directory, which is also the server's cwd, so nothing lands in the user's cwd.
+- Inherited ``MLSERVER_*`` environment variables are removed from the server's environment so the
+  written settings are the ones in force (they are named in :meth:`MLServerTarget.info`).
+- Parallel workers ignore SIGINT/SIGTERM (the main process stops them); if the main process is killed
+  hard they would linger, hence the group SIGKILL and descendant sweep of :class:`ManagedProcess`.
+- The sklearn runtime accepts FP32, FP64 (and integer) tensors of shape ``[n, 4]``; 1-D ``[4]`` fails
+  (HTTP 500, sklearn wants 2-D). REST needs ``Content-Type: application/json`` (else HTTP 422).
+- Readiness = ``/v2/health/ready`` == 200 *and* ``/v2/models/<name>/ready`` == 200: after a failed model
+  load, MLServer briefly answers 200 on the former (no models, all "ready"), then exits.
+- A port taken between choosing and binding does not make MLServer exit: it hangs (uvicorn's
+  ``sys.exit`` happens inside a task). We watch the log for bind errors, fail fast, retry on new ports.
+- Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from satpoint.targets.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_iris_model
+from satpoint.targets.process import ManagedProcess, TargetError, free_ports
+
+__all__ = [
+    "DEFAULT_METRIC_PREFIXES",
+    "MLServerSettings",
+    "MLServerTarget",
+    "parse_prometheus_text",
+    "scrape_metrics",
+]
+
+_HOST = "127.0.0.1"
+_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_INPUT_DATATYPES = ("FP32", "FP64")
+_VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop", "numpy", "joblib")
+_START_ATTEMPTS = 3  # a free port can be taken between choosing it and MLServer binding it
+_BIND_FAILURES = ("address already in use", "failed to bind")  # uvicorn / grpc wording
+_FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
+_MLSERVER_MAIN = "import sys; from mlserver.cli.main import main; sys.argv[0] = 'mlserver'; main()"
+
+DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
+    "model_infer_request_duration",
+    "model_infer_request_success",
+    "model_infer_request_failure",
+    "parallel_request_queue",
+    "batch_request_queue",
+)
+
+
+@dataclass(frozen=True)
+class MLServerSettings:
+    """How the embedded MLServer is configured. ``debug`` defaults to False here (MLServer's own default
+    is True, whose access log costs a lot of throughput)."""
+
+    parallel_workers: int = 1
+    debug: bool = False
+    max_batch_size: int = 1
+    max_batch_time_s: float = 0.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    model_name: str = "iris"
+    cpus: Sequence[int] | None = None
+    input_name: str = "input-0"
+    input_datatype: str = "FP32"
+
+    def __post_init__(self) -> None:
+        if self.parallel_workers < 0:
+            raise ValueError(f"parallel_workers must be >= 0 (0 = in the main process), got {self.parallel_workers}")
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1 (1 = no adaptive batching), got {self.max_batch_size}")
+        if self.max_batch_time_s < 0:
+            raise ValueError(f"max_batch_time_s must be >= 0, got {self.max_batch_time_s}")
+        if not _MODEL_NAME_RE.match(self.model_name):
+            raise ValueError(f"model_name must match {_MODEL_NAME_RE.pattern}, got {self.model_name!r}")
+        if not self.input_name:
+            raise ValueError("input_name must not be empty")
+        if self.input_datatype not in _INPUT_DATATYPES:
+            raise ValueError(f"input_datatype must be one of {_INPUT_DATATYPES}, got {self.input_datatype!r}")
+        env = {str(k): str(v) for k, v in self.env.items()}
+        object.__setattr__(self, "env", env)
+        if self.cpus is not None:
+            cpus = tuple(int(c) for c in self.cpus)
+            if not cpus or len(set(cpus)) != len(cpus) or min(cpus) < 0:
+                raise ValueError(f"cpus must be distinct non-negative CPU ids, got {list(self.cpus)}")
+            object.__setattr__(self, "cpus", cpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parallel_workers": self.parallel_workers,
+            "debug": self.debug,
+            "max_batch_size": self.max_batch_size,
+            "max_batch_time_s": self.max_batch_time_s,
+            "env": dict(self.env),
+            "model_name": self.model_name,
+            "cpus": list(self.cpus) if self.cpus is not None else None,
+            "input_name": self.input_name,
+            "input_datatype": self.input_datatype,
+        }
+
+
+@dataclass(frozen=True)
+class _Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+
+class MLServerTarget:
+    """A real MLServer serving the iris demo model on loopback; use as a context manager."""
+
+    def __init__(
+        self,
+        settings: MLServerSettings | None = None,
+        *,
+        ready_timeout_s: float = 90.0,
+        stop_grace_s: float = 10.0,
+        workdir: Path | None = None,
+        log_path: Path | None = None,
+        keep_workdir: bool = False,
+        kill_with_parent: bool = True,
+    ) -> None:
+        self._settings = settings if settings is not None else MLServerSettings()
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._given_workdir = workdir
+        self._given_log_path = log_path
+        self._keep_workdir = keep_workdir or workdir is not None
+        self._kill_with_parent = kill_with_parent
+        self._workdir: Path | None = None
+        self._ports: _Ports | None = None
+        self._process: ManagedProcess | None = None
+        self._startup_s: float | None = None
+        self._train_s: float | None = None
+        self._removed_env: list[str] = []
+        self._seen_pids: frozenset[int] = frozenset()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> MLServerTarget:
+        if self._process is not None:
+            raise TargetError("MLServer target already started")
+        atexit.register(self.stop)  # removes the temporary model repository too
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        s = self._settings
+        if self._given_workdir is not None:
+            workdir = Path(self._given_workdir)
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="satpoint-mlserver-"))
+        self._workdir = workdir
+        model_dir = workdir / s.model_name
+        t0 = time.monotonic()
+        train_iris_model(model_dir)
+        self._train_s = time.monotonic() - t0
+        _write_json(model_dir / "model-settings.json", self._model_settings())
+        env = self._server_env()
+        log_path = self._given_log_path if self._given_log_path is not None else workdir / "mlserver.log"
+
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            http, grpc, metrics_port = free_ports(3, _HOST)
+            self._ports = _Ports(http=http, grpc=grpc, metrics=metrics_port)
+            _write_json(workdir / "settings.json", self._server_settings(workdir, self._ports))
+            process = ManagedProcess(
+                [sys.executable, "-c", _MLSERVER_MAIN, "start", str(workdir)],
+                log_path=log_path,
+                env=env,
+                cwd=workdir,
+                cpus=s.cpus,
+                name="mlserver",
+                kill_with_parent=self._kill_with_parent,
+            )
+            self._process = process
+            t_start = time.monotonic()
+            process.start()
+            try:
+                process.wait_ready(
+                    self._is_ready,
+                    self._ready_timeout_s,
+                    f"MLServer model {s.model_name!r}",
+                    fail_patterns=_BIND_FAILURES,
+                )
+            except TargetError:
+                self._remember_pids()
+                process.stop(min(self._stop_grace_s, _FAILED_START_GRACE_S))
+                self._remember_pids()
+                log = process.log_text().lower()
+                if attempt < _START_ATTEMPTS and any(p in log for p in _BIND_FAILURES):
+                    continue
+                raise
+            self._startup_s = time.monotonic() - t_start
+            self._remember_pids()
+            return
+
+    def stop(self) -> None:
+        """Stop MLServer and every process it started; verify all pids seen are gone. Idempotent."""
+        process = self._process
+        survivors: list[int] = []
+        try:
+            if process is not None:
+                self._remember_pids()
+                process.stop(self._stop_grace_s)
+                survivors = process.alive_pids()
+                if survivors:
+                    raise TargetError(f"MLServer processes survived stop (pids {survivors}); see {process.log_path}")
+        finally:
+            if self._workdir is not None and not self._keep_workdir and not survivors:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+            atexit.unregister(self.stop)
+
+    def __enter__(self) -> MLServerTarget:
+        if self._process is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- what callers need -----------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> MLServerSettings:
+        return self._settings
+
+    @property
+    def model_name(self) -> str:
+        return self._settings.model_name
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{_HOST}:{self._require_ports().http}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{_HOST}:{self._require_ports().grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_HOST}:{self._require_ports().metrics}/metrics"
+
+    @property
+    def pid(self) -> int:
+        return self._require_process().pid
+
+    @property
+    def log_path(self) -> Path:
+        return self._require_process().log_path
+
+    @property
+    def startup_s(self) -> float | None:
+        """Seconds from process start to ``/v2/health/ready`` == 200 (model training not included)."""
+        return self._startup_s
+
+    @property
+    def seen_pids(self) -> frozenset[int]:
+        """Every pid of the server tree observed so far (main process, workers, resource tracker)."""
+        self._remember_pids()
+        return self._seen_pids
+
+    def pids(self) -> list[int]:
+        """The server's live pids now: main process first, then its descendants."""
+        process = self._require_process()
+        if not process.running:
+            return []
+        pids = [process.pid, *process.descendants()]
+        self._remember_pids()
+        return pids
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self._require_process().log_tail(lines)
+
+    def ready(self) -> bool:
+        return self._process is not None and self._process.running and self._is_ready()
+
+    def info(self) -> dict[str, Any]:
+        """Facts for the results file header: versions, settings, ports, pinning, log path, timings."""
+        ports = self._ports
+        return {
+            "kind": "mlserver",
+            "versions": _package_versions(),
+            "python": sys.version.split()[0],
+            "settings": self._settings.to_dict(),
+            "model": {
+                "name": self._settings.model_name,
+                "estimator": "sklearn.linear_model.LogisticRegression",
+                "dataset": "sklearn.datasets.load_iris",
+                "implementation": "mlserver_sklearn.SKLearnModel",
+                "inputs": self._declared_inputs(),
+                "outputs": self._declared_outputs(),
+            },
+            "host": _HOST,
+            "ports": {"http": ports.http, "grpc": ports.grpc, "metrics": ports.metrics} if ports else None,
+            "rest_url": self.rest_url if ports else None,
+            "grpc_address": self.grpc_address if ports else None,
+            "metrics_url": self.metrics_url if ports else None,
+            "cpus": list(self._settings.cpus) if self._settings.cpus is not None else None,
+            "pid": self._process.pid if self._process is not None else None,
+            "log_path": str(self._process.log_path) if self._process is not None else None,
+            "workdir": str(self._workdir) if self._workdir is not None else None,
+            "workdir_kept": self._keep_workdir,
+            "removed_env": list(self._removed_env),
+            "train_s": self._train_s,
+            "startup_s": self._startup_s,
+        }
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _declared_inputs(self) -> list[dict[str, Any]]:
+        s = self._settings
+        return [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, IRIS_N_FEATURES]}]
+
+    @staticmethod
+    def _declared_outputs() -> list[dict[str, Any]]:
+        return [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}]
+
+    def _model_settings(self) -> dict[str, Any]:
+        s = self._settings
+        return {
+            "name": s.model_name,
+            "implementation": "mlserver_sklearn.SKLearnModel",
+            "parameters": {"uri": f"./{MODEL_FILENAME}"},
+            "max_batch_size": s.max_batch_size,
+            "max_batch_time": s.max_batch_time_s,
+            "inputs": self._declared_inputs(),
+            "outputs": self._declared_outputs(),
+        }
+
+    def _server_settings(self, workdir: Path, ports: _Ports) -> dict[str, Any]:
+        s = self._settings
+        return {
+            "host": _HOST,
+            "http_port": ports.http,
+            "grpc_port": ports.grpc,
+            "metrics_port": ports.metrics,
+            "debug": s.debug,
+            "parallel_workers": s.parallel_workers,
+            "metrics_dir": str(workdir / ".metrics"),
+            "environments_dir": str(workdir / ".envs"),
+            "load_models_at_startup": True,
+        }
+
+    def _server_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        self._removed_env = sorted(k for k in env if k.upper().startswith("MLSERVER_"))
+        for key in self._removed_env:
+            del env[key]
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self._settings.env)
+        return env
+
+    def _is_ready(self) -> bool:
+        # /v2/health/ready alone is not enough: when the model fails to load, MLServer 1.7.1 answers 200
+        # there (no models, so "all" are ready) for a moment before it shuts itself down.
+        return (
+            _http_status(f"{self.rest_url}/v2/health/ready", timeout_s=2.0) == 200
+            and _http_status(f"{self.rest_url}/v2/models/{self.model_name}/ready", timeout_s=2.0) == 200
+        )
+
+    def _remember_pids(self) -> None:
+        if self._process is not None:
+            self._process.descendants()
+            self._seen_pids = self._seen_pids | self._process.seen_pids
+
+    def _require_ports(self) -> _Ports:
+        if self._ports is None:
+            raise TargetError("MLServer target not started")
+        return self._ports
+
+    def _require_process(self) -> ManagedProcess:
+        if self._process is None:
+            raise TargetError("MLServer target not started")
+        return self._process
+
+
+# -- metrics ---------------------------------------------------------------------------------------------
+
+
+def parse_prometheus_text(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples ``(name, labels, value)`` from Prometheus text exposition format (comments skipped,
+    optional timestamps ignored, unparsable lines skipped)."""
+    samples: list[tuple[str, dict[str, str], float]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        labels: dict[str, str] = {}
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+            parsed = _parse_labels(line, brace + 1)
+            if parsed is None:
+                continue
+            labels, end = parsed
+            rest = line[end:].split()
+        else:
+            parts = line.split()
+            name, rest = parts[0], parts[1:]
+        if not rest:
+            continue
+        try:
+            value = float(rest[0])
+        except ValueError:
+            continue
+        samples.append((name, labels, value))
+    return samples
+
+
+def _parse_labels(line: str, pos: int) -> tuple[dict[str, str], int] | None:
+    labels: dict[str, str] = {}
+    n = len(line)
+    while pos < n:
+        while pos < n and line[pos] in " ,":
+            pos += 1
+        if pos < n and line[pos] == "}":
+            return labels, pos + 1
+        eq = line.find("=", pos)
+        if eq == -1 or eq + 1 >= n or line[eq + 1] != '"':
+            return None
+        key = line[pos:eq].strip()
+        pos = eq + 2
+        chars: list[str] = []
+        while pos < n and line[pos] != '"':
+            if line[pos] == "\\" and pos + 1 < n:
+                nxt = line[pos + 1]
+                chars.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, nxt))
+                pos += 2
+            else:
+                chars.append(line[pos])
+                pos += 1
+        if pos >= n:
+            return None
+        labels[key] = "".join(chars)
+        pos += 1
+    return None
+
+
+def scrape_metrics(
+    metrics_url: str,
+    *,
+    prefixes: Sequence[str] = DEFAULT_METRIC_PREFIXES,
+    model: str | None = None,
+    timeout_s: float = 2.0,
+) -> dict[str, float]:
+    """Scrape MLServer's ``/metrics`` and return ``{metric_name: value}`` summed over label sets, for
+    names starting with one of ``prefixes`` (histogram ``_bucket`` and ``_created`` series dropped).
+    With ``model``, series carrying a ``model`` label are kept only for that model. Counters are
+    cumulative since start: diff two scrapes to get a stage's server-side numbers, e.g. mean inference
+    time = Δ``model_infer_request_duration_sum`` / Δ``model_infer_request_duration_count``."""
+    body = _http_get(metrics_url, timeout_s=timeout_s)
+    totals: dict[str, float] = {}
+    for name, labels, value in parse_prometheus_text(body):
+        if name.endswith(("_bucket", "_created")) or not name.startswith(tuple(prefixes)):
+            continue
+        if model is not None and "model" in labels and labels["model"] != model:
+            continue
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+# -- small helpers ---------------------------------------------------------------------------------------
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    # No proxies: an http_proxy in the environment must not capture loopback control calls.
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http_status(url: str, timeout_s: float) -> int:
+    try:
+        with _opener().open(url, timeout=timeout_s) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+
+
+def _http_get(url: str, timeout_s: float) -> str:
+    try:
+        with _opener().open(url, timeout=timeout_s) as resp:
+            data: bytes = resp.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise TargetError(f"GET {url} failed: {exc}") from exc
+    return data.decode("utf-8", errors="replace")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
