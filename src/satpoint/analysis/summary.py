@@ -107,4 +107,12 @@ def build_summary(results: Results) -> dict[str, Any]:
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
 
         summary.update(find_fields(results, stages))
+    if summary["mode"] == "closed_loop":  # label it: its latencies under-report, its verdicts miss queueing
+        from satpoint.engine.closed_loop import summary_fields
+
+        summary["closed_loop"], label = summary_fields(h.get("config", {}))
+        summary["warnings"].insert(0, label)
+    from satpoint.analysis.thresholds import results_thresholds  # SLO gates recorded in the config
+
+    summary["thresholds"] = results_thresholds(h, summary, {s.index: s.purpose for s in results.segments})
     return summary

@@ -13,10 +13,12 @@ from typing import Annotated, Any
 import typer
 
 from satpoint.analysis.capacity import Recommendation
+from satpoint.analysis.thresholds import failed, format_result, parse_thresholds
 from satpoint.analysis.verdicts import VerdictRules
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_THRESHOLD,
     config_dict,
     console,
     default_out,
@@ -109,6 +111,10 @@ def find(
     min_requests: Annotated[int, typer.Option(help="aim for this many requests per hold")] = 2000,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/find-TIMESTAMP)")] = None,
     html: Annotated[bool, typer.Option(help="write report.html")] = True,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(help="SLO gate, e.g. 'saturation_rps>400', 'p99<50ms' (repeatable; exit 3 if one fails)"),
+    ] = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
 
@@ -120,6 +126,7 @@ def find(
         if (url is None) != (model is None) and url is not None:
             raise fail("--url needs --model")
         slo_ms = parse_slo(slo or [])
+        checks = parse_thresholds(threshold or [], "find")
         managed = url is None
         s_cpus, g_cpus = default_cpus() if managed else (None, None)
         if server_cpus is not None:
@@ -189,7 +196,7 @@ def find(
                     if svc
                     else "probe unavailable: first stage 10 rps"
                 )
-            config = config_dict(opts, rules, find=fopts.describe(first, slo_ms))
+            config = config_dict(opts, rules, find=fopts.describe(first, slo_ms), thresholds=[t.expr for t in checks])
             results = Results(new_header("find", config, spec.describe(), time.time()))
             results.header["target"]["metadata"] = prepared.metadata
             results.header["target"]["managed"] = managed
@@ -216,7 +223,11 @@ def find(
         if emit_k8s is not None and rec:
             paths = write_k8s(emit_k8s, target_model or "model", Recommendation(**rec))
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in paths))
-        return EXIT_INTERRUPTED if summary["interrupted"] else EXIT_OK
+        for r in summary.get("thresholds", []):
+            console.print(format_result(r), style="green" if r["passed"] else "bold red")
+        if summary["interrupted"]:
+            return EXIT_INTERRUPTED
+        return EXIT_THRESHOLD if failed(summary.get("thresholds", [])) else EXIT_OK
 
     guarded(body)
 

@@ -6,17 +6,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from satpoint import __version__
+from satpoint.analysis.thresholds import failed, format_result, parse_thresholds
 from satpoint.analysis.verdicts import VerdictRules
 from satpoint.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_THRESHOLD,
     config_dict,
     console,
     default_out,
@@ -27,9 +30,12 @@ from satpoint.cli.common import (
     parse_cpus,
     parse_headers,
 )
+from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
+from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.schedule import Stage, validate_plan
 from satpoint.metrics.results import Results, append_segment, new_header, write_header
+from satpoint.reports.co_demo import ClosedLoopView
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView, print_summary
 from satpoint.session import LoadOptions, run_segment
@@ -40,7 +46,13 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )
-StageOpt = Annotated[list[str], typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")]
+StageOpt = Annotated[
+    list[str] | None, typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")
+]
+ThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%' (repeatable; exit 3 if one fails)"),
+]
 UrlOpt = Annotated[str, typer.Option("--url", "-u", help="server base URL, e.g. http://127.0.0.1:8080")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="model name")]
 
@@ -49,7 +61,7 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="model name")]
 def run(
     url: UrlOpt,
     model: ModelOpt,
-    stage: StageOpt,
+    stage: StageOpt = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: Annotated[str, typer.Option(help="rest or grpc")] = "rest",
     arrival: Annotated[str, typer.Option(help="constant or poisson")] = "constant",
@@ -66,16 +78,25 @@ def run(
     out: Annotated[Path | None, typer.Option(help="results folder (default results/run-TIMESTAMP)")] = None,
     grpc_raw: Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")] = False,
     html: Annotated[bool, typer.Option(help="write report.html")] = True,
+    users: Annotated[
+        int | None, typer.Option(help="CLOSED LOOP instead of --stage: N users that each wait for their answer")
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="closed loop: seconds to run")] = None,
+    think_ms: Annotated[float, typer.Option(help="closed loop: pause between answer and next request")] = 0.0,
+    threshold: ThresholdOpt = None,
 ) -> None:
-    """Run a staged open-loop load test and judge every stage."""
+    """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
 
     def body() -> int:
         if arrival not in ("constant", "poisson"):
             raise fail("--arrival must be constant or poisson")
         if procs < 1 or max_inflight < 1 or timeout <= 0 or batch_size < 1:
             raise fail("--procs, --max-inflight, --batch-size must be >= 1 and --timeout > 0")
-        stages = [Stage.parse(s) for s in stage]
-        validate_plan(stages)
+        checks = parse_thresholds(threshold or [], "run")
+        closed = _closed_loop_options(stage, users, duration, think_ms, procs, timeout, drain)
+        stages = [Stage.parse(s) for s in stage or []]
+        if closed is None:
+            validate_plan(stages)
         spec = TargetSpec(
             url=url,
             model=model,
@@ -96,11 +117,26 @@ def run(
             generator_cpus=parse_cpus(generator_cpus),
         )
         rules = VerdictRules(max_error_rate=max_error_rate)
-        prepared = prepare(spec, max_inflight, seed=seed)
+        prepared = prepare(spec, closed.users if closed else max_inflight, seed=seed)
         out_dir = out or default_out("run")
-        results = Results(new_header("run", config_dict(opts, rules), spec.describe(), time.time()))
+        config = config_dict(opts, rules, thresholds=[t.expr for t in checks])
+        if closed is not None:
+            closed = replace(closed, payload_count=len(prepared.payload_docs))
+            config.update(mode="closed_loop", closed_loop=closed.describe())
+            config["load"]["max_inflight"] = closed.users
+        results = Results(new_header("run", config, spec.describe(), time.time()))
         results.header["target"]["metadata"] = prepared.metadata
         write_header(out_dir, results)
+        if closed is not None:
+            cl = closed
+            return execute(
+                results,
+                out_dir,
+                lambda stop, view: closed_loop_segment(prepared.builder, cl, on_snapshot=view.update, stop_event=stop),
+                [],
+                html,
+                view=ClosedLoopView(console, cl.users, cl.duration_s),
+            )
         return execute(
             results,
             out_dir,
@@ -112,22 +148,55 @@ def run(
     guarded(body)
 
 
+def _closed_loop_options(
+    stage: list[str] | None,
+    users: int | None,
+    duration: float | None,
+    think_ms: float,
+    procs: int,
+    timeout: float,
+    drain: float,
+) -> ClosedLoopOptions | None:
+    """ClosedLoopOptions for ``run --users N --duration S``, None for a staged open-loop run."""
+    if users is None:
+        if not stage:
+            raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
+        if duration is not None or think_ms:
+            raise fail("--duration and --think-ms belong to the closed loop (--users)")
+        return None
+    if stage:
+        raise fail("--stage (open loop) and --users (closed loop) are mutually exclusive")
+    if duration is None:
+        raise fail("--users needs --duration S")
+    if procs != 1:
+        raise fail("a closed loop runs in one generator process (--procs 1)")
+    opts = ClosedLoopOptions(users, duration, think_ms / 1000, timeout_s=timeout, drain_s=min(drain, timeout))
+    opts.validate()
+    return opts
+
+
 def execute(
     results: Results,
     out_dir: Path,
     segment_fn: Callable[[threading.Event, LiveView], Any],
     stages: list[Stage],
     html: bool,
+    view: LiveView | None = None,
 ) -> int:
-    with interruptible() as stop, LiveView(console, stages, results.kind) as view:
-        seg = segment_fn(stop, view)
+    with interruptible() as stop, view or LiveView(console, stages, results.kind) as live:
+        seg = segment_fn(stop, live)
     append_segment(out_dir, results, seg)
     summary = write_all(out_dir, results, html=html)
     print_summary(console, summary, str(out_dir))
-    return EXIT_INTERRUPTED if summary["interrupted"] else EXIT_OK
+    for r in summary.get("thresholds", []):
+        console.print(format_result(r), style="green" if r["passed"] else "bold red")
+    if summary["interrupted"]:
+        return EXIT_INTERRUPTED
+    return EXIT_THRESHOLD if failed(summary.get("thresholds", [])) else EXIT_OK
 
 
 app.command("find")(find)
+app.add_typer(demo_app, name="demo")
 
 
 @app.command()
