@@ -152,7 +152,13 @@ def find(
             margin=margin,
             peak_rps=peak_rps,
             min_rps=min_rps,
+            ramp_s=ramp,
+            min_hold_s=min_hold,
+            max_hold_s=max_hold,
+            min_requests=min_requests,
         )
+        if ramp < 0 or min_hold <= 0 or max_hold < min_hold or min_requests < 1:
+            raise fail("--ramp >= 0, 0 < --min-hold <= --max-hold and --min-requests >= 1 are required")
         rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
         out_dir = out or default_out("find")
         with ExitStack() as stack:

@@ -211,10 +211,16 @@ def sim(
     error_rate: Annotated[float, typer.Option(help="fraction answered with errors")] = 0.0,
     model: Annotated[str, typer.Option(help="model name")] = "sim",
     seed: Annotated[int, typer.Option(help="seed for service-time draws")] = 0,
+    protocol: Annotated[str, typer.Option(help="rest or grpc")] = "rest",
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests."""
     from satpoint.targets.sim import SimConfig
-    from satpoint.targets.sim import run as run_sim
+    from satpoint.targets.sim import run as run_rest
+    from satpoint.targets.sim_grpc import run as run_grpc
+
+    if protocol not in ("rest", "grpc"):
+        raise fail("--protocol must be rest or grpc")
+    run_sim = run_rest if protocol == "rest" else run_grpc
 
     if dist not in ("const", "exp", "lognormal"):
         raise fail("--dist must be const, exp or lognormal")

@@ -1,0 +1,73 @@
+"""Attaching to a server over OIP gRPC: readiness, metadata, payloads and a first request."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from satpoint.errors import PayloadError, TargetUnreachable
+from satpoint.payloads.build import from_file, from_metadata
+from satpoint.targets.remote import PreparedTarget, TargetSpec
+from satpoint.transports import grpc_control
+from satpoint.transports.base import TransportFactory
+from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
+from satpoint.transports.grpc_control import GrpcTarget
+
+
+@dataclass(frozen=True)
+class GrpcFactoryBuilder:
+    """Picklable recipe for the fast gRPC transport, built inside each generator process."""
+
+    target: GrpcTarget
+    messages: tuple[bytes, ...]
+    max_inflight: int
+    metadata: tuple[tuple[str, str], ...]
+    connections: int = 2
+
+    def __call__(self) -> TransportFactory:
+        from satpoint.transports.grpc_wire import grpc_factory
+
+        return grpc_factory(
+            self.target.host,
+            self.target.port,
+            self.messages,
+            self.max_inflight,
+            connections=self.connections,
+            metadata=self.metadata,
+            ssl=self.target.ssl_context(),
+            server_hostname=self.target.server_name,
+        )
+
+    def probe_service_s(self, count: int) -> float | None:
+        """Median of ``count`` sequential ModelInfer calls over one channel."""
+        times = []
+        for _ in range(count):
+            t = time.perf_counter()
+            code, _, _ = grpc_control.infer_once(self.target, self.messages[0], self.metadata)
+            if code == 0:
+                times.append(time.perf_counter() - t)
+        if not times:
+            return None
+        times.sort()
+        return times[len(times) // 2]
+
+
+def prepare_grpc(spec: TargetSpec, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
+    target = grpc_control.parse_target(spec.url)
+    if not grpc_control.server_ready(target, spec.headers):
+        raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")
+    meta = grpc_control.model_metadata(target, spec.model, spec.version, spec.headers)
+    docs = from_file(spec.payload_file) if spec.payload_file is not None else from_metadata(
+        meta, spec.batch_size, payload_count, seed
+    )
+    messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
+    code, status, _ = grpc_control.infer_once(target, messages[0], spec.headers)
+    if code != 0:
+        raise PayloadError(f"a test request to {spec.model} failed before the run: gRPC {status}")
+    return PreparedTarget(
+        spec=spec,
+        metadata=meta,
+        payload_docs=docs,
+        builder=GrpcFactoryBuilder(target, messages, max_inflight, tuple(normalize_metadata(spec.headers))),
+        payload_bytes=len(messages[0]),
+    )
