@@ -111,7 +111,7 @@ def sim_process(*args: str, startup_timeout_s: float = 20.0) -> Iterator[SimProc
 class CoDemoConfig:
     rate_rps: float = 200.0
     duration_s: float = 22.0
-    users: int = 4
+    users: int = 2
     think_ms: float | None = None  # None: chosen so the users reach rate_rps while the server answers
     slots: int = 200
     service_ms: float = 5.0
@@ -280,7 +280,7 @@ def print_co_demo(con: Console, outcome: CoDemoOutcome, out_dir: Path) -> None:
 def co(
     rate: Annotated[float, typer.Option(help="open-loop rate, rps (well below the server's capacity)")] = 200.0,
     duration: Annotated[float, typer.Option(help="seconds per run")] = 22.0,
-    users: Annotated[int, typer.Option(help="closed-loop users")] = 4,
+    users: Annotated[int, typer.Option(help="closed-loop users")] = 2,
     think_ms: Annotated[
         float | None, typer.Option(help="closed-loop think time (default: chosen to reach --rate)")
     ] = None,

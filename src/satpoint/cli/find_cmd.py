@@ -192,36 +192,10 @@ def find(
                 batch_size=batch_size,
                 grpc_raw=grpc_raw,
             )
-            prepared = prepare(spec, max_inflight, seed=seed)
-            first = start_rps
-            svc = probe_service_s(prepared)
-            if first is None:
-                first = start_rate_from_probe(svc) if svc else 10.0
-                console.print(
-                    f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps"
-                    if svc
-                    else "probe unavailable: first stage 10 rps"
-                )
-            config = config_dict(opts, rules, find=fopts.describe(first, slo_ms), thresholds=[t.expr for t in checks])
-            results = Results(new_header("find", config, spec.describe(), time.time()))
-            results.header["target"]["metadata"] = prepared.metadata
-            results.header["target"]["managed"] = managed
-            if server_info is not None:
-                results.header["server"] = server_info
-            write_header(out_dir, results)
-            console.print(f"searching (precision {precision:.0%}, budget {budget_s:g} s); results in {out_dir}")
             with interruptible() as stop:
-                measure = _measure(prepared, opts, stop, results)
-
-                def cooldown(min_s: float) -> None:
-                    waited = wait_until_idle(prepared, min_s, svc)
-                    console.print(f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
-
-                run_search(results, out_dir, measure, fopts, rules, first, stop, log=console.print, cooldown=cooldown)
-                summary = write_all(out_dir, results, html=False)
-                sat = summary.get("saturation_rps")
-                if profile and sat and not stop.is_set():
-                    run_profile(results, out_dir, measure, fopts, sat, stop, log=console.print, cooldown=cooldown)
+                results = search_target(
+                    spec, opts, fopts, rules, out_dir, stop, server_info, thresholds=[t.expr for t in checks]
+                )
         summary = write_all(out_dir, results, html=html)
         print_summary(console, summary, str(out_dir))
         print_find(console, summary)
@@ -236,6 +210,82 @@ def find(
         return EXIT_THRESHOLD if failed(summary.get("thresholds", [])) else EXIT_OK
 
     guarded(body)
+
+
+def search_target(
+    spec: TargetSpec,
+    opts: LoadOptions,
+    fopts: FindOptions,
+    rules: VerdictRules,
+    out_dir: Path,
+    stop: threading.Event,
+    server_info: dict[str, Any] | None = None,
+    thresholds: list[str] | None = None,
+    profile_rps: float | None = None,
+) -> Results:
+    """Prepare a target, run the search (and the profile) into ``out_dir``; returns the results.
+
+    ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
+    compare configurations at equal offered loads)."""
+    prepared = prepare(spec, opts.max_inflight, seed=opts.seed)
+    first = fopts.start_rps
+    svc = probe_service_s(prepared)
+    if first is None:
+        first = start_rate_from_probe(svc) if svc else 10.0
+        console.print(
+            f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps"
+            if svc
+            else "probe unavailable: first stage 10 rps"
+        )
+    config = config_dict(opts, rules, find=fopts.describe(first, rules.slo_ms), thresholds=thresholds or [])
+    results = Results(new_header("find", config, spec.describe(), time.time()))
+    results.header["target"]["metadata"] = prepared.metadata
+    results.header["target"]["managed"] = server_info is not None
+    if server_info is not None:
+        results.header["server"] = server_info
+    write_header(out_dir, results)
+    console.print(f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
+    measure = _measure(prepared, opts, stop, results)
+
+    def cooldown(min_s: float) -> None:
+        waited = wait_until_idle(prepared, min_s, svc)
+        console.print(f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
+
+    run_search(results, out_dir, measure, fopts, rules, first, stop, log=console.print, cooldown=cooldown)
+    summary = write_all(out_dir, results, html=False)
+    sat = profile_rps or summary.get("saturation_rps")
+    if fopts.profile and sat and not stop.is_set():
+        run_profile(results, out_dir, measure, fopts, sat, stop, log=console.print, cooldown=cooldown)
+    return results
+
+
+def profile_target(
+    results: Results,
+    spec: TargetSpec,
+    opts: LoadOptions,
+    fopts: FindOptions,
+    out_dir: Path,
+    stop: threading.Event,
+    rate_rps: float,
+) -> None:
+    """Add a profile sequence at 50/80/90/100 % of ``rate_rps`` to a search's results."""
+    prepared = prepare(spec, opts.max_inflight, seed=opts.seed)
+    svc = probe_service_s(prepared)
+    measure = _measure(prepared, opts, stop, results)
+    run_profile(
+        results,
+        out_dir,
+        measure,
+        fopts,
+        rate_rps,
+        stop,
+        log=console.print,
+        cooldown=lambda min_s: _ignore(wait_until_idle(prepared, min_s, svc)),
+    )
+
+
+def _ignore(_: object) -> None:
+    return None
 
 
 def _measure(prepared: PreparedTarget, opts: LoadOptions, stop: threading.Event, results: Results) -> Measure:

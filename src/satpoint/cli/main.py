@@ -30,6 +30,7 @@ from satpoint.cli.common import (
     parse_cpus,
     parse_headers,
 )
+from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
@@ -196,6 +197,7 @@ def execute(
 
 
 app.command("find")(find)
+app.command("compare")(compare)
 app.add_typer(demo_app, name="demo")
 
 
