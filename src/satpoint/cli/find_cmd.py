@@ -161,7 +161,9 @@ def find(
             raise fail("--ramp >= 0, 0 < --min-hold <= --max-hold and --min-requests >= 1 are required")
         rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
         out_dir = out or default_out("find")
-        with ExitStack() as stack:
+        # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
+        # before it begins, and leaving the block stops the server
+        with interruptible() as stop, ExitStack() as stack:
             server_info: dict[str, Any] | None = None
             target_url, target_model = url, model
             if managed:
@@ -192,10 +194,9 @@ def find(
                 batch_size=batch_size,
                 grpc_raw=grpc_raw,
             )
-            with interruptible() as stop:
-                results = search_target(
-                    spec, opts, fopts, rules, out_dir, stop, server_info, thresholds=[t.expr for t in checks]
-                )
+            results = search_target(
+                spec, opts, fopts, rules, out_dir, stop, server_info, thresholds=[t.expr for t in checks]
+            )
         summary = write_all(out_dir, results, html=html)
         print_summary(console, summary, str(out_dir))
         print_find(console, summary)
