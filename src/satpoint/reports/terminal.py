@@ -61,7 +61,7 @@ class LiveView:
         if self._live is not None:
             self._live.update(text, refresh=True)
         else:
-            self.console.print(text)
+            self.console.print(text, soft_wrap=True)
 
     def render(self, s: LiveSnapshot) -> Text:
         t = s.now_s
@@ -129,7 +129,10 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
     tgt = summary["target"]
     console.print(f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]")
     console.print(stage_table(summary["stages"]))
-    console.print("latency = done − intended send time (coordinated-omission free); svc = done − actual send")
+    if summary.get("mode") == "closed_loop":
+        console.print("closed loop: each user waits for its response, so latency = done − actual send (it hides queueing)")
+    else:
+        console.print("latency = done − intended send time (coordinated-omission free); svc = done − actual send")
     for s in summary["stages"]:
         for r in s.get("reasons", []):
             console.print(f"  stage {summary['stages'].index(s) + 1}: {r}")
