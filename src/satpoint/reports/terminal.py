@@ -130,7 +130,7 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
     console.print(f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]")
     console.print(stage_table(summary["stages"]))
     if summary.get("mode") == "closed_loop":
-        console.print("closed loop: each user waits for its response, so latency = done − actual send (it hides queueing)")
+        console.print("closed loop: each user waits for its response; latency = done − actual send (hides queueing)")
     else:
         console.print("latency = done − intended send time (coordinated-omission free); svc = done − actual send")
     for s in summary["stages"]:
