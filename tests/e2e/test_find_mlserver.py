@@ -1,0 +1,89 @@
+"""End-to-end: `satpoint find` on the embedded MLServer, and no server process outlives satpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+FAST = ["--ramp", "1", "--min-hold", "3", "--max-hold", "4", "--min-requests", "500", "--precision", "0.15"]
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out
+
+
+def wait_for_server_pid(out: Path, proc: subprocess.Popen[str], timeout_s: float = 120) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            header = json.loads((out / "results.json").read_text())
+            pid = header.get("server", {}).get("pid")
+            if pid:
+                return int(pid)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the embedded MLServer did not start")
+
+
+def test_find_on_embedded_mlserver(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "90", "--no-html", *FAST],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid = wait_for_server_pid(tmp_path, proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    assert "saturation point" in out and "recommendation" in out
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["saturation_rps"] and s["saturation_rps"] > 10
+    assert s["server"]["settings"]["parallel_workers"] == 1
+    assert s["server"]["versions"]["mlserver"] == "1.7.1"
+    assert group_members(pid) == []
+
+
+def test_interrupted_find_leaves_no_server_behind(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--no-html", *FAST],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid = wait_for_server_pid(tmp_path, proc)
+        assert group_members(pid)
+        time.sleep(6)  # mid-stage
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 15
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert group_members(pid) == []
+    assert json.loads((tmp_path / "summary.json").read_text())["interrupted"] is True
