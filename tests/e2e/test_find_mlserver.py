@@ -17,15 +17,20 @@ pytestmark = pytest.mark.slow
 FAST = ["--ramp", "1", "--min-hold", "3", "--max-hold", "4", "--min-requests", "500", "--precision", "0.15"]
 
 
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(p.pid) == pgid:
-                out.append(p.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out
+def group_members(pgid: int, settle_s: float = 0.0) -> list[int]:
+    """Live (non-zombie) processes of a process group, after up to ``settle_s`` for SIGKILLs to land."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = []
+        for p in psutil.process_iter(["pid", "status"]):
+            try:
+                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    out.append(p.pid)
+            except (ProcessLookupError, psutil.Error):
+                pass
+        if not out or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.2)
 
 
 def wait_for_server_pid(out: Path, proc: subprocess.Popen[str], timeout_s: float = 120) -> int:
@@ -61,7 +66,7 @@ def test_find_on_embedded_mlserver(tmp_path: Path) -> None:
     assert s["saturation_rps"] and s["saturation_rps"] > 10
     assert s["server"]["settings"]["parallel_workers"] == 1
     assert s["server"]["versions"]["mlserver"] == "1.7.1"
-    assert group_members(pid) == []
+    assert group_members(pid, settle_s=3.0) == []
 
 
 def test_interrupted_find_leaves_no_server_behind(tmp_path: Path) -> None:
@@ -85,5 +90,5 @@ def test_interrupted_find_leaves_no_server_behind(tmp_path: Path) -> None:
     deadline = time.monotonic() + 15
     while group_members(pid) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert group_members(pid) == []
+    assert group_members(pid, settle_s=3.0) == []
     assert json.loads((tmp_path / "summary.json").read_text())["interrupted"] is True
