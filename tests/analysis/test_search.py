@@ -98,3 +98,10 @@ def test_generator_limited_is_retried_once_then_stops_the_search() -> None:
     assert again == Step(200, "staircase", False)
     assert next_step([*h, Measured(200, "stable")], SearchParams()) == Step(400, "staircase", False)
     assert next_step([*h, Measured(200, "generator_limited")], SearchParams()) is None
+
+
+def test_k8s_quantity_is_an_integer_or_millis() -> None:
+    from satpoint.reports.k8s import quantity
+
+    assert quantity(539.644) == "539"
+    assert quantity(2.5) == "2500m"

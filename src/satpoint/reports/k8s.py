@@ -18,6 +18,13 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+def quantity(rps: float) -> str:
+    """A Kubernetes quantity at or just under ``rps``: whole requests from 10 rps up, millis below."""
+    if rps >= 10:
+        return str(math.floor(rps))
+    return f"{math.floor(rps * 1000)}m"
+
+
 def model_yaml(model: str, storage_uri: str, requirements: str, replicas: int, namespace: str) -> str:
     return f"""apiVersion: mlops.seldon.io/v1alpha1
 kind: Model
@@ -35,9 +42,7 @@ spec:
 def hpa_yaml(model: str, rec: Recommendation, namespace: str) -> str:
     max_replicas = rec.replicas or max(rec.min_replicas or 1, 1)
     min_replicas = rec.min_replicas or 1
-    # averageValue is a Kubernetes quantity: millis keep a fractional per-replica target exact
-    milli = math.floor(rec.target_rps_per_replica * 1000)
-    average = f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
+    average = quantity(rec.target_rps_per_replica)
     return f"""apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:
