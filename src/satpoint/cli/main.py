@@ -257,6 +257,10 @@ def report(
             results = load_results(d)
             summary = write_all(d, results, html=len(dirs) == 1 and out is None)
             print_summary(console, summary, str(d))
+            if summary["kind"] == "find":
+                from satpoint.reports.find_terminal import print_find
+
+                print_find(console, summary)
         if len(dirs) > 1 or out is not None:
             from satpoint.reports.html import write_report
 
