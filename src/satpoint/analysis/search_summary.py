@@ -80,10 +80,11 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
         notes.append("no stable stage was found: even the lowest rate tried overloaded the server or failed")
     if b.unstable_rps is None and history and not gen_limited:
         notes.append("no unstable stage was reached: the saturation point is above the highest rate tried")
-    for row in latency_at:
-        if row["verdict"] != STABLE and (row["fraction"] or 0) <= 1.0 + 1e-9:
+    for m in profile:
+        frac = m.target_rps / sat if sat else None
+        if m.verdict != STABLE and frac is not None and frac <= 1.0 + 1e-9:
             notes.append(
-                f"the profile stage at {row['fraction']:.0%} of the saturation point was {row['verdict']}: this "
+                f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
     if not finished:

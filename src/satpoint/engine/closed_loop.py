@@ -142,6 +142,9 @@ class ClosedLoopDispatcher:
         idx = self._n
         if idx >= len(self.rec):
             _grow(self.rec, len(self.rec) + max(self._opts.chunk_rows, len(self.rec) // 2))
+            rebind = getattr(self._transport, "rebind", None)
+            if rebind is not None:
+                rebind()  # the transport's views of the columns must follow the new arrays
         if not self._transport.try_send(idx, idx % self._opts.payload_count):  # type: ignore[union-attr]
             self._waiting.append(user)
             return

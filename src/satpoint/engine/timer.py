@@ -22,12 +22,15 @@ _TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_TIMER_ABSTIME = 1
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
 class _Itimerspec(ctypes.Structure):
-    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+    """``struct itimerspec`` laid flat (interval then value), so arming sets two plain fields."""
+
+    _fields_ = [
+        ("interval_sec", ctypes.c_long),
+        ("interval_nsec", ctypes.c_long),
+        ("value_sec", ctypes.c_long),
+        ("value_nsec", ctypes.c_long),
+    ]
 
 
 class WakeTimer:
@@ -39,7 +42,9 @@ class WakeTimer:
         self._fd = -1
         self._handle: asyncio.TimerHandle | None = None
         self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)
         self._settime: Callable[..., int] | None = None
+        self._armed_in_callback = False
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fd = int(libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
@@ -47,7 +52,10 @@ class WakeTimer:
             fd = -1
         if fd >= 0 and time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)":
             self._fd = fd
-            self._settime = libc.timerfd_settime
+            settime = libc.timerfd_settime
+            settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            settime.restype = ctypes.c_int
+            self._settime = settime
             loop.add_reader(fd, self._on_ready)
         elif fd >= 0:
             os.close(fd)
@@ -58,23 +66,28 @@ class WakeTimer:
 
     def arm(self, at: float) -> None:
         """Wake at ``at`` (a ``perf_counter`` value); replaces any earlier arming."""
-        if self._settime is not None:
+        settime = self._settime
+        if settime is not None:
             spec = self._spec
             sec = int(at)
-            spec.it_value.tv_sec = sec
-            spec.it_value.tv_nsec = max(1, int((at - sec) * 1e9))
-            self._settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+            spec.value_sec = sec
+            spec.value_nsec = int((at - sec) * 1e9) or 1  # all zero would disarm
+            settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None)
+            self._armed_in_callback = True
             return
         if self._handle is not None:
             self._handle.cancel()
         self._handle = self._loop.call_later(max(0.0, at - time.perf_counter()), self._fire)
 
     def _on_ready(self) -> None:
-        try:
-            os.read(self._fd, 8)
-        except BlockingIOError:
-            return
+        # re-arming with timerfd_settime clears the expiry count, so the usual path needs no read();
+        # if the callback did not re-arm, disarm (which also clears it) so epoll stops reporting it
+        self._armed_in_callback = False
         self._callback()
+        if not self._armed_in_callback and self._fd >= 0:
+            spec = self._spec
+            spec.value_sec = spec.value_nsec = 0
+            self._settime(self._fd, 0, self._spec_ref, None)  # type: ignore[misc]
 
     def _fire(self) -> None:
         self._handle = None

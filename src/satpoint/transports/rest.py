@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -20,6 +21,7 @@ import httptools
 from satpoint.metrics.records import Outcome, Records
 
 perf = time.perf_counter
+_OK, _HTTP_ERROR = int(Outcome.OK), int(Outcome.HTTP_ERROR)
 
 
 def infer_path(model: str, version: str | None = None) -> str:
@@ -91,10 +93,17 @@ class _Conn(asyncio.Protocol):
 
     # httptools callbacks --------------------------------------------------------------------------
     def on_message_complete(self) -> None:
-        status = self.parser.get_status_code()
-        keep = self.parser.should_keep_alive()
-        self._finish(Outcome.OK if 200 <= status < 300 else Outcome.HTTP_ERROR, status)
-        if keep:
+        parser = self.parser
+        status = parser.get_status_code()
+        idx = self.busy_idx
+        if idx >= 0:  # the hot path: _finish inlined
+            pool = self.pool
+            self.busy_idx = -1
+            pool._done[idx] = perf()
+            pool._outcome[idx] = _OK if 200 <= status < 300 else _HTTP_ERROR
+            pool._status[idx] = status
+            pool._inflight -= 1
+        if parser.should_keep_alive():
             self.pool._release(self)
         else:
             self._drop()
@@ -105,11 +114,11 @@ class _Conn(asyncio.Protocol):
         if idx < 0:
             return
         self.busy_idx = -1
-        rec = self.pool.rec
-        rec.done[idx] = perf()
-        rec.outcome[idx] = outcome
-        rec.status[idx] = status
-        self.pool._busy.discard(self)
+        pool = self.pool
+        pool._done[idx] = perf()
+        pool._outcome[idx] = int(outcome)
+        pool._status[idx] = status
+        pool._inflight -= 1
 
     def _drop(self) -> None:
         self.pool._forget(self)
@@ -136,8 +145,19 @@ class RestPool:
         self.requests = list(requests)
         self.max_inflight = max_inflight
         self._free: list[_Conn] = []
-        self._busy: set[_Conn] = set()
         self._all: set[_Conn] = set()
+        self._inflight = 0
+        self.rebind()
+
+    def rebind(self) -> None:
+        """(Re)take views of the record columns (after they were replaced by larger arrays).
+
+        memoryviews write straight into the numpy columns at a fraction of numpy's item-set cost."""
+        rec = self.rec
+        self._sent = _view(rec.sent)
+        self._done = _view(rec.done)
+        self._outcome = _view(rec.outcome)
+        self._status = _view(rec.status)
         self._loop = asyncio.get_event_loop()
         self._closing = False
         self.connect_errors = 0
@@ -159,14 +179,14 @@ class RestPool:
 
     def try_send(self, idx: int, payload_idx: int) -> bool:
         free = self._free
-        if free:
+        while free:
             conn = free.pop()
             if not conn.connected:
-                return self.try_send(idx, payload_idx)
+                continue
             conn.busy_idx = idx
-            self._busy.add(conn)
+            self._inflight += 1
             now = perf()
-            self.rec.sent[idx] = now
+            self._sent[idx] = now
             conn.sent_at = now
             conn.transport.write(self.requests[payload_idx])  # type: ignore[union-attr]
             return True
@@ -174,10 +194,10 @@ class RestPool:
             return False
         conn = _Conn(self)
         self._all.add(conn)
-        self._busy.add(conn)
+        self._inflight += 1
         conn.busy_idx = idx
         now = perf()
-        self.rec.sent[idx] = now
+        self._sent[idx] = now
         conn.sent_at = now
         conn.pending = self.requests[payload_idx]
         task = self._loop.create_task(self._open(conn))
@@ -206,24 +226,23 @@ class RestPool:
     def _forget(self, conn: _Conn) -> None:
         was_known = conn in self._all
         self._all.discard(conn)
-        self._busy.discard(conn)
         if conn in self._free:
             self._free.remove(conn)
         if was_known and not self._closing:
             self.on_free()
 
     def inflight(self) -> int:
-        return len(self._busy)
+        return self._inflight
 
     def expire(self, now: float, timeout_s: float) -> None:
         limit = now - timeout_s
-        for conn in [c for c in self._busy if c.sent_at < limit]:
+        for conn in [c for c in self._all if c.busy_idx >= 0 and c.sent_at < limit]:
             conn._finish(Outcome.TIMEOUT, 0)
             conn._drop()
 
     def abort_all(self, outcome: int) -> None:
         self._closing = True
-        for conn in list(self._busy):
+        for conn in [c for c in self._all if c.busy_idx >= 0]:
             conn._finish(outcome, 0)
         for conn in list(self._all):
             if conn.transport is not None:
@@ -238,6 +257,11 @@ class RestPool:
                 conn.transport.close()
         self._all.clear()
         self._free.clear()
+
+
+def _view(column: Any) -> Any:
+    """A writable memoryview of a numpy column (its format follows the dtype: d, b, i)."""
+    return memoryview(column)
 
 
 def _quiet(task: asyncio.Task[None]) -> None:
