@@ -339,10 +339,7 @@ def _infer_req(req_id: str, extra_headers: str = "") -> bytes:
 def test_pipelined_and_partial_requests_answer_in_order(basic: Sim) -> None:
     with socket.create_connection(("127.0.0.1", basic.port), timeout=10) as sock:
         rf = sock.makefile("rb")
-        data = (
-            b"".join(_infer_req(f"p{i}") for i in range(5))
-            + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
-        )
+        data = b"".join(_infer_req(f"p{i}") for i in range(5)) + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
         # split at awkward places, including inside headers and bodies
         for chunk in (data[:7], data[7:60], data[60:61], data[61:200], data[200:]):
             sock.sendall(chunk)

@@ -57,8 +57,10 @@ def prepare_grpc(spec: TargetSpec, max_inflight: int, payload_count: int = 8, se
     if not grpc_control.server_ready(target, spec.headers):
         raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")
     meta = grpc_control.model_metadata(target, spec.model, spec.version, spec.headers)
-    docs = from_file(spec.payload_file) if spec.payload_file is not None else from_metadata(
-        meta, spec.batch_size, payload_count, seed
+    docs = (
+        from_file(spec.payload_file)
+        if spec.payload_file is not None
+        else from_metadata(meta, spec.batch_size, payload_count, seed)
     )
     messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
     code, status, _ = grpc_control.infer_once(target, messages[0], spec.headers)

@@ -82,9 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
     p.add_argument("--port", type=int, default=d.port, help=f"port, 0 picks a free one (default {d.port})")
     p.add_argument("--slots", type=int, default=d.slots, help=f"parallel slots (default {d.slots})")
-    p.add_argument(
-        "--service-ms", type=float, default=d.service_ms, help=f"mean service time (default {d.service_ms})"
-    )
+    p.add_argument("--service-ms", type=float, default=d.service_ms, help=f"mean service time (default {d.service_ms})")
     p.add_argument("--dist", choices=DISTS, default=d.dist, help=f"service-time distribution ({d.dist})")
     p.add_argument("--pause-every", type=float, default=None, metavar="S", help="pause period in seconds")
     p.add_argument("--pause-s", type=float, default=d.pause_s, metavar="S", help="pause length, seconds")

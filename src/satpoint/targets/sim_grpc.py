@@ -148,9 +148,7 @@ async def serve(
     stop_event = stop if stop is not None else asyncio.Event()
     origin_s = perf()
     servicer = _SimServicer(config, origin_s)
-    server = grpc.aio.server(
-        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 256 << 20)]
-    )
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 256 << 20)])
     server.add_generic_rpc_handlers((_handler(servicer),))
     host = f"[{config.host}]" if ":" in config.host else config.host
     if tls is not None:
@@ -211,9 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
     p.add_argument("--port", type=int, default=8081, help="port, 0 picks a free one (default 8081)")
     p.add_argument("--slots", type=int, default=d.slots, help=f"parallel slots (default {d.slots})")
-    p.add_argument(
-        "--service-ms", type=float, default=d.service_ms, help=f"mean service time ({d.service_ms})"
-    )
+    p.add_argument("--service-ms", type=float, default=d.service_ms, help=f"mean service time ({d.service_ms})")
     p.add_argument("--dist", choices=DISTS, default=d.dist, help=f"service-time distribution ({d.dist})")
     p.add_argument("--pause-every", type=float, default=None, metavar="S", help="pause period in seconds")
     p.add_argument("--pause-s", type=float, default=d.pause_s, metavar="S", help="pause length, seconds")

@@ -417,9 +417,7 @@ async def serve(
 
 
 def listening_line(host: str, port: int, config: SimConfig) -> str:
-    return (
-        f"satpoint sim listening on http://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
-    )
+    return f"satpoint sim listening on http://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
 
 
 def run(config: SimConfig) -> None:

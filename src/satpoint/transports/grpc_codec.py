@@ -135,9 +135,7 @@ def _raw_contents(datatype: str, values: list[Any], where: str) -> bytes:
 def _typed_contents(contents: Any, datatype: str, values: list[Any], where: str) -> None:
     field = _TYPED_FIELD.get(datatype)
     if field is None:
-        raise PayloadError(
-            f"{where}: {datatype} has no typed contents in the gRPC protocol; send it raw (--grpc-raw)"
-        )
+        raise PayloadError(f"{where}: {datatype} has no typed contents in the gRPC protocol; send it raw (--grpc-raw)")
     try:
         if datatype == "BYTES":
             contents.bytes_contents.extend(_as_bytes(v, where) for v in values)
@@ -206,9 +204,7 @@ def encode_infer_request(
     request_id: str | None = None,
 ) -> bytes:
     """The serialized ``ModelInferRequest`` (no gRPC prefix) for an OIP REST-style request."""
-    data: bytes = infer_request_message(
-        doc, model, version, raw=raw, request_id=request_id
-    ).SerializeToString()
+    data: bytes = infer_request_message(doc, model, version, raw=raw, request_id=request_id).SerializeToString()
     return data
 
 

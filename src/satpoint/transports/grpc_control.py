@@ -69,9 +69,7 @@ def open_channel(target: GrpcTarget) -> grpc.Channel:
     if target.server_name:
         options.append(("grpc.ssl_target_name_override", target.server_name))
     if target.tls:
-        creds = grpc.ssl_channel_credentials(
-            _read(target.ca_file), _read(target.key_file), _read(target.cert_file)
-        )
+        creds = grpc.ssl_channel_credentials(_read(target.ca_file), _read(target.key_file), _read(target.cert_file))
         return grpc.secure_channel(target.address, creds, options=options)
     return grpc.insecure_channel(target.address, options=options)
 
@@ -103,9 +101,7 @@ def _unreachable(target: GrpcTarget, what: str, e: grpc.RpcError) -> TargetUnrea
 
 def server_live(target: GrpcTarget, headers: Sequence[tuple[str, str]] = ()) -> bool:
     try:
-        return bool(
-            _call(target, "ServerLive", message("ServerLiveRequest")(), "ServerLiveResponse", headers).live
-        )
+        return bool(_call(target, "ServerLive", message("ServerLiveRequest")(), "ServerLiveResponse", headers).live)
     except grpc.RpcError:
         return False
 
@@ -146,9 +142,7 @@ def model_metadata(
 
 def server_metadata(target: GrpcTarget, headers: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     try:
-        resp = _call(
-            target, "ServerMetadata", message("ServerMetadataRequest")(), "ServerMetadataResponse", headers
-        )
+        resp = _call(target, "ServerMetadata", message("ServerMetadataRequest")(), "ServerMetadataResponse", headers)
     except grpc.RpcError as e:
         raise _unreachable(target, "ServerMetadata", e) from None
     return {"name": resp.name, "version": resp.version, "extensions": list(resp.extensions)}

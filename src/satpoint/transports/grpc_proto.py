@@ -124,9 +124,7 @@ def _regenerate() -> None:  # pragma: no cover - developer tool
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "desc.bin"
-        rc = protoc.main(
-            ["protoc", f"-I{here / 'proto'}", f"--descriptor_set_out={out}", "grpc_predict_v2.proto"]
-        )
+        rc = protoc.main(["protoc", f"-I{here / 'proto'}", f"--descriptor_set_out={out}", "grpc_predict_v2.proto"])
         if rc != 0:
             raise SystemExit(f"protoc failed ({rc})")
         from google.protobuf import descriptor_pb2

@@ -48,9 +48,7 @@ from satpoint.transports.grpc_proto import method_path
 perf = time.perf_counter
 
 # HTTP/2 frame types and flags (RFC 9113 §6)
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
-)
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = 0x1
 ACK = 0x1
 END_HEADERS = 0x4
@@ -228,11 +226,7 @@ class _Conn(asyncio.Protocol):
             self.transport.write(data)
 
     def has_room(self) -> bool:
-        return (
-            not (self.dead or self.goaway)
-            and len(self.streams) < self.max_streams
-            and self.next_sid < _RETIRE_SID
-        )
+        return not (self.dead or self.goaway) and len(self.streams) < self.max_streams and self.next_sid < _RETIRE_SID
 
     def send_request(self, sid: int, p: _Payload) -> None:
         sidb = sid.to_bytes(4, "big")
@@ -459,9 +453,7 @@ class _Conn(asyncio.Protocol):
             self.goaway = True
             self.pool.goaways += 1
             return sum(
-                self._finish(s, Outcome.GRPC_ERROR, GRPC_UNAVAILABLE)
-                for s in list(self.streams)
-                if s > last_sid
+                self._finish(s, Outcome.GRPC_ERROR, GRPC_UNAVAILABLE) for s in list(self.streams) if s > last_sid
             )
         # PRIORITY, PUSH_PROMISE (push is disabled) and unknown frame types are ignored
         return 0
@@ -602,9 +594,7 @@ class GrpcPool:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors and len(errors) == len(results):
             err = errors[0]
-            raise ConnectionError(
-                f"cannot open a gRPC (HTTP/2) connection to {self.host}:{self.port}: {err!r}"
-            )
+            raise ConnectionError(f"cannot open a gRPC (HTTP/2) connection to {self.host}:{self.port}: {err!r}")
 
     # HotTransport ------------------------------------------------------------------------------------------
     def try_send(self, idx: int, payload_idx: int) -> bool:
