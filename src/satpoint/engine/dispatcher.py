@@ -46,6 +46,10 @@ class Progress:
     t0: float  # perf_counter() of the run clock's origin (sent/done columns are raw until the end)
 
 
+def _not_started(idx: int, payload_idx: int) -> bool:
+    raise RuntimeError("the dispatcher sends only while it runs")
+
+
 class OpenLoopDispatcher:
     """Drives one shard's schedule through one transport."""
 
@@ -66,6 +70,8 @@ class OpenLoopDispatcher:
         self._backlog: deque[int] = deque()
         self._opts = options
         self._factory = factory
+        self._npay = options.payload_count
+        self._send: Callable[[int, int], bool] = _not_started
         self._on_progress = on_progress
         self._stop_requested = stop_requested or (lambda: False)
         self._timer: WakeTimer | None = None
@@ -84,9 +90,9 @@ class OpenLoopDispatcher:
         if i >= n or due[i] > now:
             return
         backlog = self._backlog
-        send = self._transport.try_send  # type: ignore[union-attr]
+        send = self._send
         waited = self.rec.waited
-        npay = self._opts.payload_count
+        npay = self._npay
         while i < n and due[i] <= now:
             if backlog or not send(i, i % npay):
                 backlog.append(i)
@@ -95,20 +101,24 @@ class OpenLoopDispatcher:
         self._next = i
 
     def _on_free(self) -> None:
+        """A slot freed (called for every response): waiting requests first, then anything now due."""
         backlog = self._backlog
         if backlog:
-            send = self._transport.try_send  # type: ignore[union-attr]
-            npay = self._opts.payload_count
+            send = self._send
+            npay = self._npay
             while backlog:
                 i = backlog[0]
                 if not send(i, i % npay):
                     break
                 backlog.popleft()
-        self._fire_due()
+        i = self._next
+        if i < self._n and self._due[i] <= perf():
+            self._fire_due()
 
     def _tick(self) -> None:
         self._fire_due()
-        self._arm()
+        if self._next < self._n:
+            self._timer.arm(self._due[self._next])  # type: ignore[union-attr]
 
     def _arm(self) -> None:
         if self._next < self._n:
@@ -156,6 +166,7 @@ class OpenLoopDispatcher:
         self._loop = asyncio.get_running_loop()
         self._finished = self._loop.create_future()
         self._transport = self._factory(self.rec, self._on_free)
+        self._send = self._transport.try_send
         await self._transport.prepare(self._opts.warm_connections)
         keeper = self._loop.create_task(self._housekeeping())
         self._timer = WakeTimer(self._loop, self._tick)
