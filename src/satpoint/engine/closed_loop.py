@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import uvloop
 
-from satpoint.engine.dispatcher import Progress
+from satpoint.engine.dispatcher import Progress, housekeeping
 from satpoint.engine.live import LiveSnapshot, snapshot
 from satpoint.engine.runner import FactoryBuilder
 from satpoint.engine.schedule import Stage
@@ -222,15 +222,16 @@ class ClosedLoopDispatcher:
 
     async def _housekeeping(self) -> None:
         assert self._transport is not None
-        while True:
-            await asyncio.sleep(0.25)
-            self._transport.expire(perf(), self._opts.timeout_s)
-            if self._on_progress is not None:
-                self._on_progress(self._progress(), self.rec)
-            if self._stop_requested():
-                self.stopped_early = True
-                if self._finished is not None and not self._finished.done():
-                    self._finished.set_result(None)
+        await housekeeping(self._transport, self._opts.timeout_s, self._report, self._stop_requested, self._stop_early)
+
+    def _report(self) -> None:
+        if self._on_progress is not None:
+            self._on_progress(self._progress(), self.rec)
+
+    def _stop_early(self) -> None:
+        self.stopped_early = True
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_result(None)
 
     async def _wait_done(self) -> None:
         """Until the duration is over and every answer is in, or the drain time after the end ends."""

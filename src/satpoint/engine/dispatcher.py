@@ -46,6 +46,22 @@ class Progress:
     t0: float  # perf_counter() of the run clock's origin (sent/done columns are raw until the end)
 
 
+async def housekeeping(
+    transport: HotTransport,
+    timeout_s: float,
+    report: Callable[[], None],
+    stop_requested: Callable[[], bool],
+    stop: Callable[[], None],
+) -> None:
+    """Four times a second: time out old requests, report progress, honour a stop request."""
+    while True:
+        await asyncio.sleep(0.25)
+        transport.expire(perf(), timeout_s)
+        report()
+        if stop_requested():
+            stop()
+
+
 def _not_started(idx: int, payload_idx: int) -> bool:
     raise RuntimeError("the dispatcher sends only while it runs")
 
@@ -138,15 +154,16 @@ class OpenLoopDispatcher:
 
     async def _housekeeping(self) -> None:
         assert self._transport is not None
-        while True:
-            await asyncio.sleep(0.25)
-            self._transport.expire(perf(), self._opts.timeout_s)
-            if self._on_progress is not None:
-                self._on_progress(self._progress(), self.rec)
-            if self._stop_requested():
-                self.stopped_early = True
-                if self._finished is not None and not self._finished.done():
-                    self._finished.set_result(None)
+        await housekeeping(self._transport, self._opts.timeout_s, self._report, self._stop_requested, self._stop_early)
+
+    def _report(self) -> None:
+        if self._on_progress is not None:
+            self._on_progress(self._progress(), self.rec)
+
+    def _stop_early(self) -> None:
+        self.stopped_early = True
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_result(None)
 
     async def _wait_done(self) -> None:
         """Until every request is due and finished, or the drain time after the last due time ends."""
