@@ -102,18 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        config = SimConfig(
-            host=args.host,
-            port=args.port,
-            slots=args.slots,
-            service_ms=args.service_ms,
-            dist=args.dist,
-            pause_every_s=args.pause_every,
-            pause_s=args.pause_s,
-            error_rate=args.error_rate,
-            model=args.model,
-            seed=args.seed,
-        )
+        config = SimConfig.from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
@@ -66,6 +66,22 @@ class SimConfig:
             raise ConfigError(f"sim: error_rate must be in [0, 1], got {self.error_rate}")
         if not self.model or "/" in self.model:
             raise ConfigError(f"sim: model must be a non-empty name without '/', got {self.model!r}")
+
+    @classmethod
+    def from_args(cls, args: Any) -> SimConfig:
+        """From the sim command line's parsed arguments (shared by the REST and gRPC sims)."""
+        return cls(
+            host=args.host,
+            port=args.port,
+            slots=args.slots,
+            service_ms=args.service_ms,
+            dist=args.dist,
+            pause_every_s=args.pause_every,
+            pause_s=args.pause_s,
+            error_rate=args.error_rate,
+            model=args.model,
+            seed=args.seed,
+        )
 
     @property
     def service_s(self) -> float:
