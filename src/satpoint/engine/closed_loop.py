@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import uvloop
 
-from satpoint.engine.dispatcher import Progress, housekeeping
+from satpoint.engine.dispatcher import Housekeeping, Progress
 from satpoint.engine.live import LiveSnapshot, snapshot
 from satpoint.engine.runner import FactoryBuilder
 from satpoint.engine.schedule import Stage
@@ -105,7 +105,7 @@ def _grow(rec: Records, size: int) -> None:
     rec.waited = np.concatenate([rec.waited, extra.waited])
 
 
-class ClosedLoopDispatcher:
+class ClosedLoopDispatcher(Housekeeping):
     """Drives ``users`` request loops through one transport for ``duration_s`` seconds."""
 
     def __init__(
@@ -220,19 +220,6 @@ class ClosedLoopDispatcher:
             t0=self.t0,
         )
 
-    async def _housekeeping(self) -> None:
-        assert self._transport is not None
-        await housekeeping(self._transport, self._opts.timeout_s, self._report, self._stop_requested, self._stop_early)
-
-    def _report(self) -> None:
-        if self._on_progress is not None:
-            self._on_progress(self._progress(), self.rec)
-
-    def _stop_early(self) -> None:
-        self.stopped_early = True
-        if self._finished is not None and not self._finished.done():
-            self._finished.set_result(None)
-
     async def _wait_done(self) -> None:
         """Until the duration is over and every answer is in, or the drain time after the end ends."""
         while True:
@@ -251,7 +238,7 @@ class ClosedLoopDispatcher:
         self._finished = loop.create_future()
         self._transport = self._factory(self.rec, self._on_free)
         await self._transport.prepare(min(self._opts.warm_connections, self._opts.users))
-        keeper = loop.create_task(self._housekeeping())
+        keeper = loop.create_task(self._housekeeping(self._opts.timeout_s))
         self._timer = WakeTimer(loop, self._tick)
         users = self._opts.users
         stagger = self._opts.think_s / users

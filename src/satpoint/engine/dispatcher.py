@@ -46,27 +46,38 @@ class Progress:
     t0: float  # perf_counter() of the run clock's origin (sent/done columns are raw until the end)
 
 
-async def housekeeping(
-    transport: HotTransport,
-    timeout_s: float,
-    report: Callable[[], None],
-    stop_requested: Callable[[], bool],
-    stop: Callable[[], None],
-) -> None:
-    """Four times a second: time out old requests, report progress, honour a stop request."""
-    while True:
-        await asyncio.sleep(0.25)
-        transport.expire(perf(), timeout_s)
-        report()
-        if stop_requested():
-            stop()
+class Housekeeping:
+    """What the open- and closed-loop dispatchers share: four times a second, time out old requests,
+    report progress and honour a stop request (the run then ends early, keeping its rows)."""
+
+    _transport: HotTransport | None
+    _on_progress: Callable[[Progress, Records], None] | None
+    _stop_requested: Callable[[], bool]
+    _finished: asyncio.Future[None] | None
+    rec: Records
+    stopped_early: bool
+
+    def _progress(self) -> Progress:
+        raise NotImplementedError
+
+    async def _housekeeping(self, timeout_s: float) -> None:
+        assert self._transport is not None
+        while True:
+            await asyncio.sleep(0.25)
+            self._transport.expire(perf(), timeout_s)
+            if self._on_progress is not None:
+                self._on_progress(self._progress(), self.rec)
+            if self._stop_requested():
+                self.stopped_early = True
+                if self._finished is not None and not self._finished.done():
+                    self._finished.set_result(None)
 
 
 def _not_started(idx: int, payload_idx: int) -> bool:
     raise RuntimeError("the dispatcher sends only while it runs")
 
 
-class OpenLoopDispatcher:
+class OpenLoopDispatcher(Housekeeping):
     """Drives one shard's schedule through one transport."""
 
     def __init__(
@@ -152,19 +163,6 @@ class OpenLoopDispatcher:
             t0=self.t0,
         )
 
-    async def _housekeeping(self) -> None:
-        assert self._transport is not None
-        await housekeeping(self._transport, self._opts.timeout_s, self._report, self._stop_requested, self._stop_early)
-
-    def _report(self) -> None:
-        if self._on_progress is not None:
-            self._on_progress(self._progress(), self.rec)
-
-    def _stop_early(self) -> None:
-        self.stopped_early = True
-        if self._finished is not None and not self._finished.done():
-            self._finished.set_result(None)
-
     async def _wait_done(self) -> None:
         """Until every request is due and finished, or the drain time after the last due time ends."""
         last_due = self._due[self._n - 1] if self._n else perf()
@@ -185,7 +183,7 @@ class OpenLoopDispatcher:
         self._transport = self._factory(self.rec, self._on_free)
         self._send = self._transport.try_send
         await self._transport.prepare(self._opts.warm_connections)
-        keeper = self._loop.create_task(self._housekeeping())
+        keeper = self._loop.create_task(self._housekeeping(self._opts.timeout_s))
         self._timer = WakeTimer(self._loop, self._tick)
         try:
             self._arm()
