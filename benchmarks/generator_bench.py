@@ -238,8 +238,8 @@ class Nginx:
 def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cprofile: str | None) -> dict[str, Any]:
     import numpy as np
 
-    from satpoint.engine.schedule import Stage
     from satpoint.metrics.records import Outcome
+    from satpoint.plan import Stage
     from satpoint.session import LoadOptions, run_segment
     from satpoint.targets.remote import TargetSpec, prepare
 

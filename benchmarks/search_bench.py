@@ -58,9 +58,10 @@ from typing import Any
 from satpoint.analysis.search import hold_for
 from satpoint.analysis.summary import build_summary, segment_stage_metrics
 from satpoint.analysis.verdicts import STABLE, VerdictRules
-from satpoint.engine.schedule import Stage, due_times
+from satpoint.engine.schedule import due_times
 from satpoint.find import FindOptions, Measure, overload_rule, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
+from satpoint.plan import Stage
 from satpoint.targets.sim_model import SimConfig
 
 SIM_CORE, GEN_CORE = 0, 1

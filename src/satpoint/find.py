@@ -22,8 +22,8 @@ from satpoint.analysis.search_summary import PROFILE_FRACTIONS
 from satpoint.analysis.summary import segment_stage_metrics
 from satpoint.analysis.verdicts import STABLE, VerdictRules
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
-from satpoint.engine.schedule import Stage
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
+from satpoint.plan import Stage
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import run_schedule
-from satpoint.engine.schedule import Arrival, Stage, due_times
+from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Segment
+from satpoint.plan import Arrival, Stage
 from satpoint.targets.remote import PreparedTarget
 
 

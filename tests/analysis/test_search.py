@@ -8,9 +8,10 @@ import pytest
 from satpoint.analysis.search import Measured, SearchParams, Step, next_step
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.verdicts import VerdictRules
-from satpoint.engine.schedule import Stage, due_times
+from satpoint.engine.schedule import due_times
 from satpoint.find import FindOptions, run_profile, run_search
 from satpoint.metrics.results import Results, Segment, load_results, new_header
+from satpoint.plan import Stage
 from satpoint.targets.offline import simulate
 from satpoint.targets.sim_model import SimConfig
 

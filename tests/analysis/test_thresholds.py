@@ -18,8 +18,9 @@ from satpoint.analysis.thresholds import (
     parse_threshold,
     parse_thresholds,
 )
-from satpoint.engine.schedule import Stage, due_times
+from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, new_header
+from satpoint.plan import Stage
 from satpoint.targets.offline import simulate
 from satpoint.targets.sim_model import SimConfig
 

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from satpoint.analysis.verdicts import VerdictRules, apply
-from satpoint.engine.schedule import Stage, due_times, spans
+from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stats import stage_metrics
+from satpoint.plan import Stage, spans
 from satpoint.targets.offline import simulate
 from satpoint.targets.sim_model import SimConfig
 

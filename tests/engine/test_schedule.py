@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from satpoint.engine.schedule import PlanError, RateCurve, Stage, due_times, spans, validate_plan
+from satpoint.engine.schedule import due_times
+from satpoint.plan import PlanError, RateCurve, Stage, spans, validate_plan
 
 
 def test_constant_hold_spacing_is_exact() -> None:

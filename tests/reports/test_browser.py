@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from satpoint.engine.schedule import Stage
+from satpoint.plan import Stage
 from satpoint.reports.html import write_report
 from satpoint.reports.html_plots import PLOTS
 from satpoint.targets.sim_model import SimConfig

@@ -11,10 +11,11 @@ import pytest
 
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.verdicts import VerdictRules
-from satpoint.engine.schedule import Stage, due_times
+from satpoint.engine.schedule import due_times
 from satpoint.find import FindOptions, Measure, run_profile, run_search
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
+from satpoint.plan import Stage
 from satpoint.reports.html import write_report
 from satpoint.reports.html_data import (
     build_series,

@@ -19,8 +19,8 @@ import typer
 from rich.console import Console
 
 from satpoint.analysis.verdicts import VerdictRules
-from satpoint.engine.schedule import PlanError
 from satpoint.errors import SatpointError
+from satpoint.plan import PlanError
 from satpoint.session import LoadOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

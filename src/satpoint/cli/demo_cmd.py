@@ -34,10 +34,10 @@ from satpoint.analysis.verdicts import VerdictRules
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, config_dict, console, default_out, fail, guarded
 from satpoint.cli.common import interruptible as _interruptible
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment, run_closed_loop
-from satpoint.engine.schedule import Stage
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, append_segment, new_header, write_header
+from satpoint.plan import Stage
 from satpoint.reports.co_demo import ClosedLoopView, comparison, comparison_table, explanation
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView

@@ -28,9 +28,9 @@ from satpoint.cli.common import (
     parse_cpus,
     parse_headers,
 )
-from satpoint.engine.schedule import Stage
 from satpoint.find import FindOptions, Measure, overload_rule, run_profile, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, new_header, write_header
+from satpoint.plan import Stage
 from satpoint.reports.files import write_all
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.k8s import write_k8s

@@ -34,8 +34,8 @@ from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
-from satpoint.engine.schedule import Stage, validate_plan
 from satpoint.metrics.results import Results, append_segment, new_header, write_header
+from satpoint.plan import Stage, validate_plan
 from satpoint.reports.co_demo import ClosedLoopView
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView, print_summary

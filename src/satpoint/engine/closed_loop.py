@@ -45,10 +45,10 @@ import uvloop
 from satpoint.engine.dispatcher import Housekeeping, Progress
 from satpoint.engine.live import LiveSnapshot, snapshot
 from satpoint.engine.runner import FactoryBuilder
-from satpoint.engine.schedule import Stage
 from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Segment
+from satpoint.plan import Stage
 from satpoint.transports.base import HotTransport, TransportFactory
 
 perf = time.perf_counter

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from satpoint import SCHEMA_VERSION, __version__
-from satpoint.engine.schedule import Stage, StageSpan, spans
 from satpoint.metrics.records import Records
+from satpoint.plan import Stage, StageSpan, spans
 
 RESULTS_FILE = "results.json"
 

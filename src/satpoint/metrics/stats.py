@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from satpoint.engine.schedule import StageSpan
 from satpoint.metrics.records import CENSORED, ERROR_NAMES, Outcome, Records
+from satpoint.plan import StageSpan
 
 PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 LATE_S = 0.001  # a request that left more than 1 ms after its due time is "late"

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
-from satpoint.engine.schedule import Stage
+from satpoint.plan import Stage
 from satpoint.reports.terminal import LiveView
 
 PCT_ROWS = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("max", "max"))

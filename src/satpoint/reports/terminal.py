@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
-from satpoint.engine.schedule import RateCurve, Stage, StageSpan, spans
+from satpoint.plan import RateCurve, Stage, StageSpan, spans
 
 VERDICT_STYLE = {
     "stable": "green",
