@@ -5,7 +5,7 @@ A trivial OIP target that is never the bottleneck (Debian's nginx returning a fi
 measurement is a fresh Python process pinned to core 1 (``taskset``) that drives the generator through
 the library, exactly the code path of ``satpoint run`` without the live view:
 
-    prepared = satpoint.targets.remote.prepare(TargetSpec(url, "bench"), max_inflight)
+    prepared = satpoint.endpoints.prepare.prepare(Target(url, "bench"), max_inflight)
     seg = satpoint.session.run_segment(prepared, [Stage(rate, ramp, hold)], LoadOptions(...))
 
 Reported per run:
@@ -238,12 +238,13 @@ class Nginx:
 def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cprofile: str | None) -> dict[str, Any]:
     import numpy as np
 
+    from satpoint.endpoints.prepare import prepare
+    from satpoint.endpoints.spec import Target
     from satpoint.metrics.records import Outcome
     from satpoint.plan import Stage
     from satpoint.session import LoadOptions, run_segment
-    from satpoint.targets.remote import TargetSpec, prepare
 
-    prepared = prepare(TargetSpec(url=url, model=MODEL), max_inflight)
+    prepared = prepare(Target(url=url, model=MODEL), max_inflight)
     samples: list[tuple[float, float]] = []  # (run clock, process CPU)
 
     def on_snapshot(s: Any) -> None:

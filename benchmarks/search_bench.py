@@ -14,18 +14,18 @@ same stage lengths (``FindOptions.ramp_s`` and ``analysis.search.hold_for``), th
 (``VerdictRules()``, with the low-load p50 baseline taken from the first stable stage, as ``satpoint
 find`` does) and the same start rate.
 
-``--mode real`` (default): each method gets a fresh ``python -m satpoint.targets.sim`` subprocess pinned
+``--mode real`` (default): each method gets a fresh ``python -m satpoint.servers.sim`` subprocess pinned
 to core 0; the generator runs in this process pinned to core 1, through the same code as ``satpoint
 find`` without the live view::
 
-    prepared = prepare(TargetSpec(url=..., model="sim"), 256)
+    prepared = prepare(Target(url=..., model="sim"), 256)
     run_segment(prepared, stages, LoadOptions(max_inflight=256, drain_s=5), index=index, purpose=purpose,
                 seed_offset=index, start_rps=start_rps, abort_when=overload_rule(baseline))
 
 (``abort_when`` is ``satpoint find``'s early stop of clearly overloaded stages; ``--no-early-stop``
 turns it off.)  The start rate comes from ``probe_service_s`` + ``start_rate_from_probe``, as in find.
 
-``--mode offline``: the same searches on ``satpoint.targets.offline.simulate`` (the sim's queueing
+``--mode offline``: the same searches on ``satpoint.servers.offline.simulate`` (the sim's queueing
 model without a network: simulated seconds, no early stop), over ``--seeds`` seeds; start rate
 ``start_rate_from_probe(S)``.
 
@@ -62,7 +62,7 @@ from satpoint.engine.schedule import due_times
 from satpoint.find import FindOptions, Measure, overload_rule, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
 from satpoint.plan import Stage
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.sim_model import SimConfig
 
 SIM_CORE, GEN_CORE = 0, 1
 
@@ -121,7 +121,7 @@ def wait_quiet(limit: float, max_wait_s: float, idle_busy: float = 0.10) -> floa
 # the sim server
 # --------------------------------------------------------------------------------------------------
 class Sim:
-    """``python -m satpoint.targets.sim`` pinned to one core, stopped by its PID."""
+    """``python -m satpoint.servers.sim`` pinned to one core, stopped by its PID."""
 
     def __init__(self, spec: SimSpec, seed: int) -> None:
         self.spec, self.seed = spec, seed
@@ -135,7 +135,7 @@ class Sim:
             str(SIM_CORE),
             sys.executable,
             "-m",
-            "satpoint.targets.sim",
+            "satpoint.servers.sim",
             "--port",
             "0",
             "--slots",
@@ -191,7 +191,7 @@ def real_measure(prepared: Any, results: Results, early_stop: bool) -> Measure:
 
 
 def offline_measure(cfg: SimConfig) -> Measure:
-    from satpoint.targets.offline import simulate
+    from satpoint.servers.offline import simulate
 
     def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
@@ -307,7 +307,8 @@ def linear_staircase(
 # drivers
 # --------------------------------------------------------------------------------------------------
 def run_real(spec: SimSpec, args: argparse.Namespace, fopts: FindOptions, seed: int) -> dict[str, Any]:
-    from satpoint.targets.remote import TargetSpec, prepare, probe_service_s
+    from satpoint.endpoints.prepare import prepare, probe_service_s
+    from satpoint.endpoints.spec import Target
 
     out: dict[str, Any] = {"sim": spec.label(), "capacity": spec.capacity, "seed": seed}
     delta = args.precision * spec.capacity
@@ -315,7 +316,7 @@ def run_real(spec: SimSpec, args: argparse.Namespace, fopts: FindOptions, seed: 
         la = wait_quiet(args.load_limit, args.max_wait)
         with Sim(spec, seed) as sim, tempfile.TemporaryDirectory(prefix="satpoint-search-") as tmp_dir:
             tmp = _keep_dir(args, f"real-{spec.slots}-{spec.service_ms:g}-{spec.dist}-s{seed}-{method}") or tmp_dir
-            prepared = prepare(TargetSpec(url=sim.url, model="sim"), 256)
+            prepared = prepare(Target(url=sim.url, model="sim"), 256)
             svc = probe_service_s(prepared)
             start = start_rate_from_probe(svc) if svc else 10.0
             early = not args.no_early_stop

@@ -15,7 +15,7 @@ _LINE = re.compile(r"listening on (http://[\d.]+:\d+)")
 
 @contextmanager
 def sim_server(*args: str, cpus: str | None = None) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "satpoint.targets.sim", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--port", "0", *args]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

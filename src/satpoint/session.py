@@ -6,13 +6,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from satpoint.endpoints.spec import PreparedTarget
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Segment
 from satpoint.plan import Arrival, Stage
-from satpoint.targets.remote import PreparedTarget
 
 
 @dataclass(frozen=True)

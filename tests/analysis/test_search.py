@@ -12,8 +12,8 @@ from satpoint.engine.schedule import due_times
 from satpoint.find import FindOptions, run_profile, run_search
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.targets.offline import simulate
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.offline import simulate
+from satpoint.servers.sim_model import SimConfig
 
 
 def offline_measure(cfg: SimConfig, arrival: str = "constant"):  # type: ignore[no-untyped-def]

@@ -21,8 +21,8 @@ from satpoint.analysis.thresholds import (
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, new_header
 from satpoint.plan import Stage
-from satpoint.targets.offline import simulate
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.offline import simulate
+from satpoint.servers.sim_model import SimConfig
 
 
 # parsing -------------------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stats import stage_metrics
 from satpoint.plan import Stage, spans
-from satpoint.targets.offline import simulate
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.offline import simulate
+from satpoint.servers.sim_model import SimConfig
 
 RULES = VerdictRules()
 

@@ -21,7 +21,7 @@ def sim_children() -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if "satpoint.targets.sim" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+        if "satpoint.servers.sim" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
     ]
 
 

@@ -150,7 +150,7 @@ def test_grpc_errors_are_classified(tmp_path: Path) -> None:
 
 
 def test_grpc_run_on_embedded_mlserver(tmp_path: Path) -> None:
-    from satpoint.targets.mlserver import MLServerSettings, MLServerTarget
+    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
     with MLServerTarget(MLServerSettings()) as server:
         r = run_cli(

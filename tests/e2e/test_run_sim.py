@@ -135,7 +135,7 @@ def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:
 
 
 def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "satpoint.targets.sim", "--port", "0", "--slots", "50", "--service-ms", "2"]
+    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--port", "0", "--slots", "50", "--service-ms", "2"]
     sim = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert sim.stdout is not None

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from satpoint.analysis.summary import build_summary
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment, run_closed_loop
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, new_header
-from satpoint.targets.remote import TargetSpec, prepare
 from satpoint.transports.base import TransportFactory
 from tests.simserver import sim_server
 
@@ -156,7 +157,7 @@ def sim_url() -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("users", "think_ms"), [(4, 0.0), (2, 20.0)])
 def test_closed_loop_against_sim_reaches_users_over_cycle_time(sim_url: str, users: int, think_ms: float) -> None:
-    target = prepare(TargetSpec(url=sim_url, model="sim"), users)
+    target = prepare(Target(url=sim_url, model="sim"), users)
     opts = ClosedLoopOptions(
         users=users, duration_s=3.0, think_s=think_ms / 1000, payload_count=len(target.payload_docs)
     )
@@ -179,7 +180,7 @@ def test_closed_loop_against_sim_reaches_users_over_cycle_time(sim_url: str, use
 
 @pytest.mark.slow
 def test_closed_loop_summary_is_labelled(sim_url: str) -> None:
-    target = prepare(TargetSpec(url=sim_url, model="sim"), 2)
+    target = prepare(Target(url=sim_url, model="sim"), 2)
     opts = ClosedLoopOptions(users=2, duration_s=2.0, payload_count=len(target.payload_docs))
     seg = closed_loop_segment(target.builder, opts)
     config = {"mode": "closed_loop", "closed_loop": opts.describe(), "thresholds": ["p99<1s", "throughput_rps>1"]}

@@ -26,7 +26,7 @@ import pytest
 from satpoint.plan import Stage
 from satpoint.reports.html import write_report
 from satpoint.reports.html_plots import PLOTS
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.sim_model import SimConfig
 from tests.reports.test_html import make_find, make_run
 
 TIMEOUT_S = 90.0

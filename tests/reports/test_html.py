@@ -25,8 +25,8 @@ from satpoint.reports.html_data import (
     window_latencies_s,
 )
 from satpoint.reports.html_plots import PLOTS
-from satpoint.targets.offline import simulate
-from satpoint.targets.sim_model import SimConfig
+from satpoint.servers.offline import simulate
+from satpoint.servers.sim_model import SimConfig
 
 T0 = 1_700_000_000.0
 SECRET = "Bearer sk-very-secret"

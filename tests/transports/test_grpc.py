@@ -104,7 +104,7 @@ def test_parse_target() -> None:
 # the gRPC sim as a subprocess ----------------------------------------------------------------------
 def _start_sim(*args: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint.targets.sim_grpc", "--port", "0", *args],
+        [sys.executable, "-m", "satpoint.servers.sim_grpc", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -408,7 +408,7 @@ def test_tls(tmp_path: Path) -> None:
 # a real MLServer -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_mlserver_iris_over_grpc() -> None:
-    mlserver = pytest.importorskip("satpoint.targets.mlserver")
+    mlserver = pytest.importorskip("satpoint.servers.mlserver")
     with mlserver.MLServerTarget() as target:
         t = ctl.parse_target(target.grpc_address)
         deadline = time.monotonic() + 30

@@ -24,11 +24,11 @@ from satpoint.cli.common import (
     parse_headers,
 )
 from satpoint.cli.find_cmd import default_cpus, profile_target, search_target
+from satpoint.endpoints.spec import Target
 from satpoint.find import FindOptions
 from satpoint.metrics.results import Results
 from satpoint.reports.files import write_all
 from satpoint.session import LoadOptions
-from satpoint.targets.remote import TargetSpec
 
 COMPARE_FILE = "compare.json"
 
@@ -130,7 +130,7 @@ def compare(
             addr = {"rest": url, "grpc": grpc_url}
             name = model
             if managed:
-                from satpoint.targets.mlserver import MLServerSettings, MLServerTarget
+                from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
                 console.print(f"starting the embedded MLServer (parallel_workers={workers})")
                 server = stack.enter_context(MLServerTarget(MLServerSettings(parallel_workers=workers, cpus=s_cpus)))
@@ -139,7 +139,7 @@ def compare(
                 name = server.model_name
             assert name is not None
             specs = {
-                p: TargetSpec(
+                p: Target(
                     url=str(addr[p]), model=name, protocol=p, headers=headers, payload_file=payload, grpc_raw=grpc_raw
                 )
                 for p in protos

@@ -33,6 +33,8 @@ from rich.console import Console
 from satpoint.analysis.verdicts import VerdictRules
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, config_dict, console, default_out, fail, guarded
 from satpoint.cli.common import interruptible as _interruptible
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment, run_closed_loop
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.records import Outcome
@@ -42,7 +44,6 @@ from satpoint.reports.co_demo import ClosedLoopView, comparison, comparison_tabl
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView
 from satpoint.session import LoadOptions, run_segment
-from satpoint.targets.remote import TargetSpec, prepare
 
 demo_app = typer.Typer(no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
 
@@ -77,11 +78,11 @@ class SimProcess:
 
 @contextmanager
 def sim_process(*args: str, startup_timeout_s: float = 20.0) -> Iterator[SimProcess]:
-    """Start ``python -m satpoint.targets.sim --port 0 ARGS`` on loopback; stopped by PID on exit.
+    """Start ``python -m satpoint.servers.sim --port 0 ARGS`` on loopback; stopped by PID on exit.
 
     It runs in its own session, so a Ctrl-C in the terminal reaches satpoint only (which stops it).
     """
-    cmd = [sys.executable, "-m", "satpoint.targets.sim", "--host", "127.0.0.1", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--host", "127.0.0.1", "--port", "0", *args]
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         sim = SimProcess(proc, "")
@@ -176,7 +177,7 @@ def run_co_demo(
             f"(capacity {cfg.slots / cfg.service_ms * 1000:,.0f} rps), frozen {cfg.pause_s:g} s every "
             f"{cfg.pause_every_s:g} s"
         )
-        spec = TargetSpec(url=sim.url, model="sim")
+        spec = Target(url=sim.url, model="sim")
 
         # 1. open loop: a fixed schedule, latency from the intended send time
         opts = LoadOptions(arrival="constant", max_inflight=1024, timeout_s=30.0, drain_s=5.0, warm_connections=16)

@@ -28,6 +28,8 @@ from satpoint.cli.common import (
     parse_cpus,
     parse_headers,
 )
+from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
+from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.find import FindOptions, Measure, overload_rule, run_profile, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, new_header, write_header
 from satpoint.plan import Stage
@@ -36,7 +38,6 @@ from satpoint.reports.find_terminal import print_find
 from satpoint.reports.k8s import write_k8s
 from satpoint.reports.terminal import LiveView, print_summary
 from satpoint.session import LoadOptions, run_segment
-from satpoint.targets.remote import PreparedTarget, TargetSpec, prepare, probe_service_s, wait_until_idle
 
 _SLO = re.compile(r"^(p\d+(?:\.\d+)?)\s*[=<]\s*([\d.]+)\s*(ms|s)?$")
 
@@ -167,7 +168,7 @@ def find(
             server_info: dict[str, Any] | None = None
             target_url, target_model = url, model
             if managed:
-                from satpoint.targets.mlserver import MLServerSettings, MLServerTarget
+                from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
                 settings = MLServerSettings(
                     parallel_workers=workers,
@@ -184,7 +185,7 @@ def find(
                 target_model = server.model_name
                 console.print(f"MLServer ready at {target_url} (pid {server.pid})")
             assert target_url is not None and target_model is not None
-            spec = TargetSpec(
+            spec = Target(
                 url=target_url,
                 model=target_model,
                 version=version,
@@ -214,7 +215,7 @@ def find(
 
 
 def search_target(
-    spec: TargetSpec,
+    spec: Target,
     opts: LoadOptions,
     fopts: FindOptions,
     rules: VerdictRules,
@@ -262,7 +263,7 @@ def search_target(
 
 def profile_target(
     results: Results,
-    spec: TargetSpec,
+    spec: Target,
     opts: LoadOptions,
     fopts: FindOptions,
     out_dir: Path,

@@ -33,6 +33,8 @@ from satpoint.cli.common import (
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
 from satpoint.metrics.results import Results, append_segment, new_header, write_header
 from satpoint.plan import Stage, validate_plan
@@ -40,7 +42,6 @@ from satpoint.reports.co_demo import ClosedLoopView
 from satpoint.reports.files import write_all
 from satpoint.reports.terminal import LiveView, print_summary
 from satpoint.session import LoadOptions, run_segment
-from satpoint.targets.remote import TargetSpec, prepare
 
 app = typer.Typer(
     add_completion=False,
@@ -98,7 +99,7 @@ def run(
         stages = [Stage.parse(s) for s in stage or []]
         if closed is None:
             validate_plan(stages)
-        spec = TargetSpec(
+        spec = Target(
             url=url,
             model=model,
             version=version,
@@ -216,9 +217,9 @@ def sim(
     protocol: Annotated[str, typer.Option(help="rest or grpc")] = "rest",
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests."""
-    from satpoint.targets.sim import SimConfig
-    from satpoint.targets.sim import run as run_rest
-    from satpoint.targets.sim_grpc import run as run_grpc
+    from satpoint.servers.sim import SimConfig
+    from satpoint.servers.sim import run as run_rest
+    from satpoint.servers.sim_grpc import run as run_grpc
 
     if protocol not in ("rest", "grpc"):
         raise fail("--protocol must be rest or grpc")

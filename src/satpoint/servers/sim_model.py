@@ -1,7 +1,7 @@
 """The simulated server's queueing model, free of I/O: configuration, pauses, slots and service draws.
 
 Everything here works in *virtual time*: plain floats in seconds on the ``time.perf_counter`` clock.
-Nothing sleeps and nothing reads the clock, so the rules in ``satpoint.targets.sim`` can be tested
+Nothing sleeps and nothing reads the clock, so the rules in ``satpoint.servers.sim`` can be tested
 exactly, without a network or a timer.
 """
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
-from satpoint.targets.remote import PreparedTarget, TargetSpec
 from satpoint.transports import grpc_control
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
@@ -52,7 +52,7 @@ class GrpcFactoryBuilder:
         return times[len(times) // 2]
 
 
-def prepare_grpc(spec: TargetSpec, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
+def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
     target = grpc_control.parse_target(spec.url)
     if not grpc_control.server_ready(target, spec.headers):
         raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")

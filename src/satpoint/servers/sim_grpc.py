@@ -1,6 +1,6 @@
-"""The synthetic OIP server over gRPC: the same capacity model as the REST sim (``satpoint.targets.sim``).
+"""The synthetic OIP server over gRPC: the same capacity model as the REST sim (``satpoint.servers.sim``).
 
-Run it with ``python -m satpoint.targets.sim_grpc --port 0 --slots 2 --service-ms 20``.  Once listening
+Run it with ``python -m satpoint.servers.sim_grpc --port 0 --slots 2 --service-ms 20``.  Once listening
 it prints exactly one line to stdout and flushes it::
 
     satpoint sim listening on grpc://127.0.0.1:PORT (capacity X rps)
@@ -40,7 +40,7 @@ from typing import Any
 
 import grpc
 
-from satpoint.targets.sim_model import DISTS, SimConfig, SlotScheduler
+from satpoint.servers.sim_model import DISTS, SimConfig, SlotScheduler
 from satpoint.transports.grpc_proto import SERVICE, message
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
@@ -202,7 +202,7 @@ def run(config: SimConfig, *, tls: tuple[bytes, bytes] | None = None) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m satpoint.targets.sim_grpc",
+        prog="python -m satpoint.servers.sim_grpc",
         description="Synthetic OIP gRPC server with capacity slots / service time.",
     )
     d = SimConfig()

@@ -1,4 +1,4 @@
-"""satpoint.targets.mlserver: a real MLServer 1.7.1 serving the iris model starts on free loopback ports,
+"""satpoint.servers.mlserver: a real MLServer 1.7.1 serving the iris model starts on free loopback ports,
 lists its declared inputs, answers inference, and leaves no process behind (workers included), also
 when its owner gets SIGINT."""
 
@@ -20,14 +20,14 @@ from typing import Any
 import psutil
 import pytest
 
-from satpoint.targets.demo_model import IRIS_EXAMPLE_ROW, train_iris_model
-from satpoint.targets.mlserver import (
+from satpoint.servers.demo_model import IRIS_EXAMPLE_ROW, train_iris_model
+from satpoint.servers.mlserver import (
     MLServerSettings,
     MLServerTarget,
     parse_prometheus_text,
     scrape_metrics,
 )
-from satpoint.targets.process import TargetError, pids_alive
+from satpoint.servers.process import TargetError, pids_alive
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -170,7 +170,7 @@ def test_real_mlserver_serves_and_stops_without_leftovers(workers: int) -> None:
 _OWNER = textwrap.dedent(
     """
     import json, sys, time
-    from satpoint.targets.mlserver import MLServerSettings, MLServerTarget
+    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
     # kill_with_parent=False: prove the KeyboardInterrupt path alone cleans up
     with MLServerTarget(MLServerSettings(parallel_workers=2), kill_with_parent=False) as target:
         print(json.dumps({"pids": target.pids(), "url": target.rest_url}), flush=True)

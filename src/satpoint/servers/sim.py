@@ -3,7 +3,7 @@
 ``slots`` parallel servers (slots) each take a service time with mean ``service_ms``; the capacity is
 ``slots / service_s`` requests per second. satpoint's end-to-end tests validate against it.
 
-Run it with ``python -m satpoint.targets.sim --port 0 --slots 2 --service-ms 20`` or
+Run it with ``python -m satpoint.servers.sim --port 0 --slots 2 --service-ms 20`` or
 ``run(SimConfig(...))``. Once listening it prints exactly one line to stdout and flushes it::
 
     satpoint sim listening on http://127.0.0.1:PORT (capacity X rps)
@@ -67,15 +67,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from satpoint.targets.sim_http import listening_line, run, serve
-from satpoint.targets.sim_model import DISTS, SimConfig
+from satpoint.servers.sim_http import listening_line, run, serve
+from satpoint.servers.sim_model import DISTS, SimConfig
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m satpoint.targets.sim",
+        prog="python -m satpoint.servers.sim",
         description="Synthetic OIP REST server with capacity slots / service time.",
     )
     d = SimConfig()

@@ -43,8 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from satpoint.targets.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_iris_model
-from satpoint.targets.process import ManagedProcess, TargetError, free_ports
+from satpoint.servers.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_iris_model
+from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = [
     "DEFAULT_METRIC_PREFIXES",

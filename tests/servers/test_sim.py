@@ -1,4 +1,4 @@
-"""satpoint.targets.sim: the queueing model exactly (no I/O), then the real server as a subprocess."""
+"""satpoint.servers.sim: the queueing model exactly (no I/O), then the real server as a subprocess."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from satpoint.errors import ConfigError
-from satpoint.targets.sim import SimConfig, serve
-from satpoint.targets.sim_model import (
+from satpoint.servers.sim import SimConfig, serve
+from satpoint.servers.sim_model import (
     LOGNORMAL_SIGMA,
     ErrorDraws,
     PauseCalendar,
@@ -176,7 +176,7 @@ def test_draws_are_seeded_and_error_rate_is_a_fraction() -> None:
 
 def test_import_has_no_side_effects() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", "import satpoint.targets.sim as s; print(sorted(s.__all__))"],
+        [sys.executable, "-c", "import satpoint.servers.sim as s; print(sorted(s.__all__))"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -219,7 +219,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
 
 @contextlib.contextmanager
 def sim(*args: str) -> Iterator[Sim]:
-    cmd = [sys.executable, "-m", "satpoint.targets.sim", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--port", "0", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         lines: queue.Queue[bytes] = queue.Queue()
@@ -504,7 +504,7 @@ def test_signals_stop_it_cleanly(sig: int) -> None:
 
 def test_bad_arguments_exit_2() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "satpoint.targets.sim", "--slots", "0"],
+        [sys.executable, "-m", "satpoint.servers.sim", "--slots", "0"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -516,7 +516,7 @@ def test_bad_arguments_exit_2() -> None:
 def test_port_in_use_is_a_clear_error() -> None:
     with sim() as s:
         out = subprocess.run(
-            [sys.executable, "-m", "satpoint.targets.sim", "--port", str(s.port)],
+            [sys.executable, "-m", "satpoint.servers.sim", "--port", str(s.port)],
             capture_output=True,
             text=True,
             timeout=30,

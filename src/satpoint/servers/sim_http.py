@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import httptools
 
 from satpoint.errors import SatpointError
-from satpoint.targets.sim_model import SimConfig, SlotScheduler
+from satpoint.servers.sim_model import SimConfig, SlotScheduler
 
 SERVER_NAME = "satpoint-sim"
 SERVER_VERSION = "0.1.0"

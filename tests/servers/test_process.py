@@ -1,4 +1,4 @@
-"""satpoint.targets.process: managed subprocesses start, report readiness failures clearly and leave
+"""satpoint.servers.process: managed subprocesses start, report readiness failures clearly and leave
 nothing behind (grandchildren, SIGTERM-ignoring orphans, escapees into another session)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from satpoint.errors import SatpointError
-from satpoint.targets.process import (
+from satpoint.servers.process import (
     ManagedProcess,
     TargetError,
     free_port,
@@ -291,7 +291,7 @@ _OWNER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from satpoint.targets.process import ManagedProcess, sigterm_as_exit
+    from satpoint.servers.process import ManagedProcess, sigterm_as_exit
     mode, log = sys.argv[1], Path(sys.argv[2])
     proc = ManagedProcess(["sleep", "60"], log_path=log, kill_with_parent=(mode == "killed"))
     if mode == "atexit":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from satpoint.metrics.records import Outcome, Records
-from satpoint.targets.sim_model import SimConfig, SlotScheduler
+from satpoint.servers.sim_model import SimConfig, SlotScheduler
 
 
 def simulate(due_s: np.ndarray, config: SimConfig, origin_s: float = 0.0) -> Records:

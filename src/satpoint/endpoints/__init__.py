@@ -1,0 +1,1 @@
+"""Endpoints satpoint attaches to: target descriptions, pre-flight checks, payload preparation, probes."""

@@ -1,0 +1,65 @@
+"""Attaching to a server over OIP REST: readiness, metadata, payloads and a first request."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from satpoint.endpoints.spec import PreparedTarget, Target
+from satpoint.errors import PayloadError, TargetUnreachable
+from satpoint.payloads.build import from_file, from_metadata
+from satpoint.transports import rest_control
+from satpoint.transports.base import TransportFactory
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, split_url
+
+
+@dataclass(frozen=True)
+class RestFactoryBuilder:
+    """Picklable recipe for the REST transport, built inside each generator process."""
+
+    host: str
+    port: int
+    requests: tuple[bytes, ...]
+    max_inflight: int
+
+    def __call__(self) -> TransportFactory:
+        return functools.partial(
+            RestPool, host=self.host, port=self.port, requests=self.requests, max_inflight=self.max_inflight
+        )
+
+
+def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
+    """Check a REST target, build and encode the requests once, and try one before the test."""
+    base = spec.url.rstrip("/")
+    try:
+        host, port = split_url(base)
+    except ValueError as e:
+        raise TargetUnreachable(str(e)) from None
+    if not rest_control.server_ready(base, spec.headers):
+        raise TargetUnreachable(f"{base} answered but is not ready (GET /v2/health/ready != 200)")
+    meta = rest_control.model_metadata(base, spec.model, spec.version, spec.headers)
+    if spec.payload_file is not None:
+        docs = from_file(spec.payload_file)
+    else:
+        docs = from_metadata(meta, spec.batch_size, payload_count, seed)
+    bodies = [encode_json_body(d) for d in docs]
+    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, spec.headers)
+    if status != 200:
+        raise PayloadError(
+            f"a test request to {spec.model} failed before the run: HTTP {status}: "
+            f"{body[:300].decode(errors='replace')}"
+        )
+    try:
+        json.loads(body)
+    except ValueError:
+        raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
+    path = infer_path(spec.model, spec.version)
+    reqs = tuple(encode_request(host, port, path, b, spec.headers) for b in bodies)
+    return PreparedTarget(
+        spec=spec,
+        metadata=meta,
+        payload_docs=docs,
+        builder=RestFactoryBuilder(host, port, reqs, max_inflight),
+        payload_bytes=len(bodies[0]),
+    )
