@@ -238,11 +238,12 @@ class Nginx:
 def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cprofile: str | None) -> dict[str, Any]:
     import numpy as np
 
+    from satpoint.config import LoadOptions
     from satpoint.endpoints.prepare import prepare
     from satpoint.endpoints.spec import Target
     from satpoint.metrics.records import Outcome
     from satpoint.plan import Stage
-    from satpoint.session import LoadOptions, run_segment
+    from satpoint.session import run_segment
 
     prepared = prepare(Target(url=url, model=MODEL), max_inflight)
     samples: list[tuple[float, float]] = []  # (run clock, process CPU)

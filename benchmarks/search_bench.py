@@ -36,7 +36,8 @@ offline: load seconds + cool-downs), number of stages, the estimate and its rati
     python benchmarks/search_bench.py --mode real --sims 4:10:const,2:5:exp,50:20:lognormal
     python benchmarks/search_bench.py --mode offline --seeds 5
 
-Loopback only; every stage is bounded in time; every sim process is stopped by its PID.
+Loopback only; every stage is bounded in time; every sim process (``satpoint.servers.sim_process.SimServer``)
+is stopped with its whole process group.
 """
 
 from __future__ import annotations
@@ -44,9 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,12 +56,14 @@ from typing import Any
 
 from satpoint.analysis.search import hold_for
 from satpoint.analysis.summary import build_summary, segment_stage_metrics
-from satpoint.analysis.verdicts import STABLE, VerdictRules
+from satpoint.analysis.verdicts import Verdict
+from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import FindOptions, Measure, overload_rule, run_search, start_rate_from_probe
+from satpoint.find import Measure, overload_rule, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
 from satpoint.plan import Stage
 from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim_process import SimServer
 
 SIM_CORE, GEN_CORE = 0, 1
 
@@ -120,57 +121,17 @@ def wait_quiet(limit: float, max_wait_s: float, idle_busy: float = 0.10) -> floa
 # --------------------------------------------------------------------------------------------------
 # the sim server
 # --------------------------------------------------------------------------------------------------
-class Sim:
-    """``python -m satpoint.servers.sim`` pinned to one core, stopped by its PID."""
-
-    def __init__(self, spec: SimSpec, seed: int) -> None:
-        self.spec, self.seed = spec, seed
-        self.proc: subprocess.Popen[str] | None = None
-        self.url = ""
-
-    def __enter__(self) -> Sim:
-        cmd = [
-            "taskset",
-            "-c",
-            str(SIM_CORE),
-            sys.executable,
-            "-m",
-            "satpoint.servers.sim",
-            "--port",
-            "0",
-            "--slots",
-            str(self.spec.slots),
-            "--service-ms",
-            str(self.spec.service_ms),
-            "--dist",
-            self.spec.dist,
-            "--seed",
-            str(self.seed),
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # "satpoint sim listening on http://HOST:PORT (capacity X rps)"
-        if "listening on" not in line:
-            self.__exit__()
-            raise RuntimeError(f"sim did not start: {line!r}")
-        self.url = line.split("listening on", 1)[1].split()[0]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def sim_server(spec: SimSpec, seed: int) -> SimServer:
+    """``python -m satpoint.servers.sim`` pinned to one core (started on enter, its group stopped on exit)."""
+    return SimServer(spec.slots, spec.service_ms, dist=spec.dist, seed=seed, cpus=[SIM_CORE])
 
 
 # --------------------------------------------------------------------------------------------------
 # measures
 # --------------------------------------------------------------------------------------------------
 def real_measure(prepared: Any, results: Results, early_stop: bool) -> Measure:
-    from satpoint.session import LoadOptions, run_segment
+    from satpoint.config import LoadOptions
+    from satpoint.session import run_segment
 
     opts = LoadOptions(max_inflight=256, drain_s=5)
 
@@ -228,7 +189,7 @@ def stage_details(results: Results) -> list[dict[str, Any]]:
 
 
 def new_results(kind: str, fopts: FindOptions, start: float, target: str) -> Results:
-    return Results(new_header(kind, {"rules": {}, "find": fopts.describe(start, {})}, {"url": target}, time.time()))
+    return Results(new_header(RunConfig(kind=kind, find=fopts.describe(start, {})), {"url": target}, time.time()))
 
 
 MeasureFor = Callable[[Results], Measure]  # a measure that may read the results being written
@@ -279,7 +240,7 @@ def linear_staircase(
         judged = segment_stage_metrics(seg, rules)
         verdict = judged[0].verdict if judged else "no_window"
         steps.append((round(rate, 1), verdict))
-        if verdict != STABLE:
+        if verdict != Verdict.STABLE:
             break
         if rules.baseline_p50_ms is None and judged[0].latency_ms.get("p50") is not None:
             # same latency-knee baseline as run_search: the first stable stage's p50
@@ -291,7 +252,7 @@ def linear_staircase(
     wall = time.monotonic() - t0
     return {
         "estimate": last_stable,
-        "unstable": steps[-1][0] if steps and steps[-1][1] != STABLE else None,
+        "unstable": steps[-1][0] if steps and steps[-1][1] != Verdict.STABLE else None,
         "stages": len(steps),
         "steps": steps,
         "load_s": sum(load_seconds(s) for s in results.segments),
@@ -314,7 +275,7 @@ def run_real(spec: SimSpec, args: argparse.Namespace, fopts: FindOptions, seed: 
     delta = args.precision * spec.capacity
     for method in args.methods:
         la = wait_quiet(args.load_limit, args.max_wait)
-        with Sim(spec, seed) as sim, tempfile.TemporaryDirectory(prefix="satpoint-search-") as tmp_dir:
+        with sim_server(spec, seed) as sim, tempfile.TemporaryDirectory(prefix="satpoint-search-") as tmp_dir:
             tmp = _keep_dir(args, f"real-{spec.slots}-{spec.service_ms:g}-{spec.dist}-s{seed}-{method}") or tmp_dir
             prepared = prepare(Target(url=sim.url, model="sim"), 256)
             svc = probe_service_s(prepared)

@@ -1,6 +1,145 @@
-"""satpoint: open-loop load testing and saturation search for Open Inference Protocol servers."""
+"""satpoint: open-loop load testing and saturation search for Open Inference Protocol servers.
+
+The public API (see the README's "Python API")::
+
+    import satpoint
+
+    with satpoint.SimServer(slots=4, service_ms=10) as sim:          # capacity 400 rps
+        result = satpoint.run(sim.target(), ["200:1:4"], out="results/demo")
+        print(result.summary.stages[0].verdict)                       # "stable"
+
+Names are imported on first use, so ``import satpoint`` stays cheap and has no side effects.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 SCHEMA_VERSION = 1
 
-__all__ = ["SCHEMA_VERSION", "__version__"]
+#: public name -> module that defines it
+_EXPORTS = {
+    # targets
+    "Target": "satpoint.endpoints.spec",
+    "SimServer": "satpoint.servers.sim_process",
+    "EmbeddedMLServer": "satpoint.api",
+    "MLServerSettings": "satpoint.servers.mlserver",
+    # plans and options
+    "Stage": "satpoint.plan",
+    "LoadOptions": "satpoint.config",
+    "FindOptions": "satpoint.config",
+    "VerdictRules": "satpoint.config",
+    "RunConfig": "satpoint.config",
+    # entry points
+    "run": "satpoint.api",
+    "run_closed_loop": "satpoint.api",
+    "find": "satpoint.api",
+    "load": "satpoint.api",
+    "report": "satpoint.api",
+    "compare": "satpoint.experiments.compare",
+    "CompareConfig": "satpoint.experiments.compare",
+    "co_demo": "satpoint.experiments.co_demo",
+    "CoDemoConfig": "satpoint.experiments.co_demo",
+    # results
+    "RunResult": "satpoint.api",
+    "FindResult": "satpoint.api",
+    "LoadedResults": "satpoint.api",
+    "RunSummary": "satpoint.analysis.summary_model",
+    "FindSummary": "satpoint.analysis.summary_model",
+    "StageResult": "satpoint.analysis.summary_model",
+    "Verdict": "satpoint.analysis.verdicts",
+    # progress events
+    "Event": "satpoint.progress",
+    "SegmentStarted": "satpoint.progress",
+    "Snapshot": "satpoint.progress",
+    "SegmentFinished": "satpoint.progress",
+    "Message": "satpoint.progress",
+    # errors
+    "SatpointError": "satpoint.errors",
+    "TargetUnreachable": "satpoint.errors",
+    "PayloadError": "satpoint.errors",
+    "PlanError": "satpoint.plan",
+}
+#: names whose attribute in the defining module differs from the public name
+_RENAMED = {"compare": "run_compare", "co_demo": "run_co_demo"}
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CoDemoConfig",
+    "CompareConfig",
+    "EmbeddedMLServer",
+    "Event",
+    "FindOptions",
+    "FindResult",
+    "FindSummary",
+    "LoadOptions",
+    "LoadedResults",
+    "MLServerSettings",
+    "Message",
+    "PayloadError",
+    "PlanError",
+    "RunConfig",
+    "RunResult",
+    "RunSummary",
+    "SatpointError",
+    "SegmentFinished",
+    "SegmentStarted",
+    "SimServer",
+    "Snapshot",
+    "Stage",
+    "StageResult",
+    "Target",
+    "TargetUnreachable",
+    "Verdict",
+    "VerdictRules",
+    "__version__",
+    "co_demo",
+    "compare",
+    "find",
+    "load",
+    "report",
+    "run",
+    "run_closed_loop",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'satpoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from satpoint.analysis.summary_model import FindSummary, RunSummary, StageResult
+    from satpoint.analysis.verdicts import Verdict
+    from satpoint.api import (
+        EmbeddedMLServer,
+        FindResult,
+        LoadedResults,
+        RunResult,
+        find,
+        load,
+        report,
+        run,
+        run_closed_loop,
+    )
+    from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
+    from satpoint.endpoints.spec import Target
+    from satpoint.errors import PayloadError, SatpointError, TargetUnreachable
+    from satpoint.experiments.co_demo import CoDemoConfig
+    from satpoint.experiments.co_demo import run_co_demo as co_demo
+    from satpoint.experiments.compare import CompareConfig
+    from satpoint.experiments.compare import run_compare as compare
+    from satpoint.plan import PlanError, Stage
+    from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
+    from satpoint.servers.mlserver import MLServerSettings
+    from satpoint.servers.sim_process import SimServer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,51 +19,23 @@ import numpy as np
 
 from satpoint.analysis.search import Measured, SearchParams, Step, bracket, hold_for, next_step
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS
-from satpoint.analysis.summary import segment_stage_metrics
-from satpoint.analysis.verdicts import STABLE, VerdictRules
+from satpoint.analysis.summary import build_summary, segment_stage_metrics
+from satpoint.analysis.verdicts import Verdict
+from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
+from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
+from satpoint.endpoints.spec import Target
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.plan import Stage
+from satpoint.progress import OnEvent, say
+from satpoint.session import Session
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]
 
 
-@dataclass(frozen=True)
-class FindOptions:
-    precision: float = 0.05
-    growth: float = 2.0
-    start_rps: float | None = None  # None: from a probe of the service time
-    max_rps: float = 50_000.0
-    budget_s: float = 270.0
-    ramp_s: float = 2.0
-    min_hold_s: float = 6.0
-    max_hold_s: float = 15.0
-    min_requests: int = 2000
-    cooldown_s: float = 2.0
-    profile: bool = True
-    margin: float = 0.15
-    peak_rps: float | None = None
-    min_rps: float | None = None
-
-    def params(self, start_rps: float) -> SearchParams:
-        return SearchParams(start_rps=start_rps, growth=self.growth, precision=self.precision, max_rps=self.max_rps)
-
-    def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "growth": self.growth,
-            "start_rps": start_rps,
-            "max_rps": self.max_rps,
-            "budget_s": self.budget_s,
-            "ramp_s": self.ramp_s,
-            "hold_s": [self.min_hold_s, self.max_hold_s],
-            "min_requests": self.min_requests,
-            "margin": self.margin,
-            "peak_rps": self.peak_rps,
-            "min_rps": self.min_rps,
-            "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,
-        }
+def search_params(opts: FindOptions, start_rps: float) -> SearchParams:
+    return SearchParams(start_rps=start_rps, growth=opts.growth, precision=opts.precision, max_rps=opts.max_rps)
 
 
 def overload_rule(baseline_p50_ms: float | None) -> Callable[[LiveSnapshot], bool]:
@@ -101,7 +73,7 @@ def run_search(
 ) -> list[Measured]:
     """Measure stages until the search is done, the budget is spent or ``stop`` is set."""
     stop = stop or threading.Event()
-    params = opts.params(start_rps)
+    params = search_params(opts, start_rps)
     history: list[Measured] = []
     t_start = clock()
     prev_rate = 0.0
@@ -127,10 +99,10 @@ def run_search(
         if not judged:
             break
         m = judged[0]
-        if rules.baseline_p50_ms is None and m.verdict == STABLE and m.latency_ms.get("p50") is not None:
+        if rules.baseline_p50_ms is None and m.verdict == Verdict.STABLE and m.latency_ms.get("p50") is not None:
             # the first stable stage's p50 is the low-load baseline for the latency-knee rule
             rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
-            results.header.setdefault("config", {}).setdefault("rules", {})["baseline_p50_ms"] = rules.baseline_p50_ms
+            results.config = results.config.with_rules(rules)
             write_header(out_dir, results)
         history.append(Measured(step.rate_rps, m.verdict))
         log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
@@ -165,3 +137,86 @@ def run_profile(
     cooldown(opts.cooldown_s)
     seg = measure(stages, 0.0, len(results.segments), "profile")
     append_segment(out_dir, results, seg)
+
+
+def search_target(
+    spec: Target,
+    load: LoadOptions,
+    fopts: FindOptions,
+    rules: VerdictRules,
+    out_dir: Path,
+    *,
+    stop: threading.Event | None = None,
+    on_event: OnEvent | None = None,
+    server_info: dict[str, Any] | None = None,
+    thresholds: tuple[str, ...] = (),
+    profile_rps: float | None = None,
+) -> Session:
+    """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
+
+    ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
+    compare configurations at equal offered loads)."""
+    stop = stop or threading.Event()
+    prepared = prepare(spec, load.max_inflight, seed=load.seed)
+    first = fopts.start_rps
+    svc = probe_service_s(prepared)
+    if first is None:
+        first = start_rate_from_probe(svc) if svc else 10.0
+        say(
+            on_event,
+            f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps"
+            if svc
+            else "probe unavailable: first stage 10 rps",
+        )
+    config = RunConfig(
+        kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
+    )
+    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info)
+    say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
+
+    def cooldown(min_s: float) -> None:
+        waited = wait_until_idle(prepared, min_s, svc)
+        say(on_event, f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
+
+    def log(text: str) -> None:
+        say(on_event, text)
+
+    measure = _measure(session)
+    run_search(session.results, session.out_dir, measure, fopts, rules, first, stop, log=log, cooldown=cooldown)
+    sat = profile_rps or build_summary(session.results).get("saturation_rps")
+    if fopts.profile and sat and not stop.is_set():
+        run_profile(session.results, session.out_dir, measure, fopts, sat, stop, log=log, cooldown=cooldown)
+    return session
+
+
+def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> None:
+    """Add a profile sequence at 50/80/90/100 % of ``rate_rps`` to a search's results."""
+    svc = probe_service_s(session.prepared)
+
+    def cooldown(min_s: float) -> None:
+        wait_until_idle(session.prepared, min_s, svc)
+
+    run_profile(
+        session.results,
+        session.out_dir,
+        _measure(session),
+        fopts,
+        rate_rps,
+        session.stop,
+        log=lambda text: say(session.on_event, text),
+        cooldown=cooldown,
+    )
+
+
+def _measure(session: Session) -> Measure:
+    def measure(stages: list[Stage], start: float, index: int, purpose: str) -> Segment:
+        baseline = session.config.rules.baseline_p50_ms
+        return session.measure(
+            stages,
+            purpose=purpose,
+            start_rps=start,
+            abort_when=overload_rule(baseline) if purpose != "profile" else None,
+            append=False,  # run_search and run_profile append what they measure
+        )
+
+    return measure

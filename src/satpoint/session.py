@@ -1,41 +1,29 @@
-"""Runs a load plan against a prepared target and turns it into a results segment."""
+"""A measuring session: one prepared target, one results folder, segments written as they end.
+
+``run_segment`` runs a load plan against a prepared target and returns a results segment.
+``Session`` owns a results folder: it writes the header when it opens, measures segments (open loop
+or closed loop), reports progress as events, and appends each segment to the folder the moment it
+ends, so an error or an interruption later keeps everything measured before it.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from satpoint.config import LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.spec import PreparedTarget
+from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
-from satpoint.metrics.results import Segment
-from satpoint.plan import Arrival, Stage
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    arrival: Arrival = "constant"
-    seed: int = 0
-    max_inflight: int = 1024
-    timeout_s: float = 30.0
-    drain_s: float = 10.0
-    procs: int = 1
-    generator_cpus: tuple[int, ...] | None = None
-    warm_connections: int = 16
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "arrival": self.arrival,
-            "seed": self.seed,
-            "max_inflight": self.max_inflight,
-            "timeout_s": self.timeout_s,
-            "drain_s": self.drain_s,
-            "procs": self.procs,
-            "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
-        }
+from satpoint.metrics.results import Results, Segment, append_segment, new_header, write_header
+from satpoint.plan import Stage
+from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
 
 
 def run_segment(
@@ -50,6 +38,7 @@ def run_segment(
     start_rps: float = 0.0,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
 ) -> Segment:
+    """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows."""
     seed = opts.seed + seed_offset
     due = due_times(stages, opts.arrival, seed, start_rps)
     dopts = DispatchOptions(
@@ -89,3 +78,98 @@ def run_segment(
         notes=out.notes,
         start_rps=start_rps,
     )
+
+
+class Session:
+    """A results folder being written for one prepared target."""
+
+    def __init__(
+        self,
+        prepared: PreparedTarget,
+        config: RunConfig,
+        out_dir: Path,
+        *,
+        on_event: OnEvent | None = None,
+        stop: threading.Event | None = None,
+        server_info: dict[str, Any] | None = None,
+    ) -> None:
+        self.prepared = prepared
+        self.out_dir = Path(out_dir)
+        self.on_event = on_event
+        self.stop = stop or threading.Event()
+        self.results = Results(new_header(config, prepared.spec.describe(), time.time()))
+        self.results.header["target"]["metadata"] = prepared.metadata
+        self.results.header["target"]["managed"] = server_info is not None
+        if server_info is not None:
+            self.results.header["server"] = server_info
+        write_header(self.out_dir, self.results)
+
+    @property
+    def config(self) -> RunConfig:
+        return self.results.config
+
+    def set_rules(self, rules: VerdictRules) -> None:
+        """Record rules learnt during the run (``find``'s low-load baseline) in the header."""
+        self.results.config = self.config.with_rules(rules)
+        write_header(self.out_dir, self.results)
+
+    def _snap(self) -> Callable[[LiveSnapshot], None] | None:
+        on_event = self.on_event
+        if on_event is None:
+            return None
+        return lambda s: on_event(Snapshot(s))
+
+    def _started(self, seg_index: int, purpose: str, stages: list[Stage], title: str, **kw: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(SegmentStarted(seg_index, purpose, tuple(stages), title, **kw))
+
+    def _finish(self, seg: Segment, append: bool = True) -> Segment:
+        if append:
+            append_segment(self.out_dir, self.results, seg)
+        if self.on_event is not None:
+            self.on_event(SegmentFinished(seg.index, seg.purpose, seg.interrupted, len(seg.records)))
+        return seg
+
+    def measure(
+        self,
+        stages: list[Stage],
+        *,
+        purpose: str = "run",
+        start_rps: float = 0.0,
+        abort_when: Callable[[LiveSnapshot], bool] | None = None,
+        title: str | None = None,
+        append: bool = True,
+    ) -> Segment:
+        """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
+        does) and return it."""
+        index = len(self.results.segments)
+        self._started(index, purpose, stages, title or purpose)
+        seg = run_segment(
+            self.prepared,
+            stages,
+            self.config.load,
+            index=index,
+            purpose=purpose,
+            on_snapshot=self._snap(),
+            stop_event=self.stop,
+            seed_offset=index,
+            start_rps=start_rps,
+            abort_when=abort_when,
+        )
+        return self._finish(seg, append)
+
+    def measure_closed(self, options: ClosedLoopOptions, title: str = "closed loop") -> Segment:
+        """Run a closed loop (users that wait for their answers), append it and return it."""
+        index = len(self.results.segments)
+        self._started(
+            index,
+            "closed_loop",
+            [Stage(1.0, 0.0, options.duration_s)],
+            title,
+            users=options.users,
+            duration_s=options.duration_s,
+        )
+        seg = closed_loop_segment(
+            self.prepared.builder, options, index=index, on_snapshot=self._snap(), stop_event=self.stop
+        )
+        return self._finish(seg)

@@ -7,9 +7,9 @@ import pytest
 
 from satpoint.analysis.search import Measured, SearchParams, Step, next_step
 from satpoint.analysis.summary import build_summary
-from satpoint.analysis.verdicts import VerdictRules
+from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import FindOptions, run_profile, run_search
+from satpoint.find import run_profile, run_search
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
 from satpoint.servers.offline import simulate
@@ -26,7 +26,7 @@ def offline_measure(cfg: SimConfig, arrival: str = "constant"):  # type: ignore[
 
 def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "constant") -> Results:
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
-    results = Results(new_header("find", {"rules": {}, "find": opts.describe(start, {})}, {"url": "offline"}, 0.0))
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(start, {})), {"url": "offline"}, 0.0))
     history = run_search(
         results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s: None
     )

@@ -18,6 +18,7 @@ from satpoint.analysis.thresholds import (
     parse_threshold,
     parse_thresholds,
 )
+from satpoint.config import RunConfig
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, new_header
 from satpoint.plan import Stage
@@ -212,7 +213,7 @@ def results_with(thresholds: list[str]) -> Results:
     stages = [Stage(100, 1, 8), Stage(300, 1, 8)]
     cfg = SimConfig(slots=4, service_ms=10)  # capacity 400 rps: no queueing, latency = 10 ms
     rec = simulate(due_times(stages), cfg)
-    header = new_header("run", {"mode": "open_loop", "thresholds": thresholds}, {"url": "x"}, time.time())
+    header = new_header(RunConfig(thresholds=tuple(thresholds)), {"url": "x"}, time.time())
     seg = Segment(0, "run", stages, "constant", 0, time.time(), rec)
     return Results(header, [seg])
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from satpoint.analysis.verdicts import VerdictRules, apply
+from satpoint.analysis.verdicts import apply
+from satpoint.config import VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stats import stage_metrics

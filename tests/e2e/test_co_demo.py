@@ -12,7 +12,9 @@ import psutil
 import pytest
 from rich.console import Console
 
-from satpoint.cli.demo_cmd import CoDemoConfig, print_co_demo, run_co_demo
+from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
+from satpoint.reports.co_demo import print_co_demo
+from satpoint.reports.progress import EventPrinter
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +33,7 @@ def test_closed_loop_hides_the_pauses_the_open_loop_shows(tmp_path: Path) -> Non
     out = io.StringIO()
     con = Console(file=out, width=140)
     t = time.perf_counter()
-    outcome = run_co_demo(cfg, tmp_path, threading.Event(), con)
+    outcome = run_co_demo(cfg, tmp_path, stop=threading.Event(), on_event=EventPrinter(con))
     assert time.perf_counter() - t < 30
     assert not sim_children()  # the server was stopped by its PID
 
@@ -60,7 +62,7 @@ def test_closed_loop_hides_the_pauses_the_open_loop_shows(tmp_path: Path) -> Non
     else:
         assert any("report.html skipped" in n for n in outcome.notes)
 
-    print_co_demo(con, outcome, tmp_path)
+    print_co_demo(con, outcome.comparison, str(tmp_path / COMPARISON_FILE))
     text = out.getvalue()
     for word in ("p99", "p99.9", "throughput", "closed loop", "coordinated omission"):
         assert word in text

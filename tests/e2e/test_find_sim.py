@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.simserver import sim_server
+from satpoint.servers.sim_process import SimServer
 
 pytestmark = pytest.mark.slow
 FAST = ["--ramp", "1", "--min-hold", "2.5", "--max-hold", "3", "--min-requests", "500", "--no-html"]
@@ -17,11 +17,11 @@ FAST = ["--ramp", "1", "--min-hold", "2.5", "--max-hold", "3", "--min-requests",
 
 @pytest.mark.parametrize(
     "slots, service_ms, dist, profile",
-    [("4", "10", "const", True), ("8", "10", "exp", False), ("20", "40", "lognormal", False)],
+    [(4, 10.0, "const", True), (8, 10.0, "exp", False), (20, 40.0, "lognormal", False)],
 )
-def test_find_estimates_capacity(tmp_path: Path, slots: str, service_ms: str, dist: str, profile: bool) -> None:
-    capacity = int(slots) / (float(service_ms) / 1000)
-    with sim_server("--slots", slots, "--service-ms", service_ms, "--dist", dist, "--seed", "3") as url:
+def test_find_estimates_capacity(tmp_path: Path, slots: int, service_ms: float, dist: str, profile: bool) -> None:
+    with SimServer(slots=slots, service_ms=service_ms, dist=dist, seed=3) as sim:
+        capacity = sim.capacity_rps
         r = subprocess.run(
             [
                 sys.executable,
@@ -29,7 +29,7 @@ def test_find_estimates_capacity(tmp_path: Path, slots: str, service_ms: str, di
                 "satpoint",
                 "find",
                 "--url",
-                url,
+                sim.url,
                 "--model",
                 "sim",
                 "--start-rps",
@@ -67,7 +67,7 @@ def test_find_estimates_capacity(tmp_path: Path, slots: str, service_ms: str, di
 
 def test_find_with_latency_slo(tmp_path: Path) -> None:
     # 16 slots x 20 ms exponential: p99 grows well before capacity (800 rps); a tight SLO binds first
-    with sim_server("--slots", "16", "--service-ms", "20", "--dist", "exp") as url:
+    with SimServer(slots=16, service_ms=20, dist="exp") as sim:
         r = subprocess.run(
             [
                 sys.executable,
@@ -75,7 +75,7 @@ def test_find_with_latency_slo(tmp_path: Path) -> None:
                 "satpoint",
                 "find",
                 "--url",
-                url,
+                sim.url,
                 "--model",
                 "sim",
                 "--start-rps",

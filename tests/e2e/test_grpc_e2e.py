@@ -3,42 +3,24 @@
 from __future__ import annotations
 
 import json
-import re
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from satpoint.servers.process import ManagedProcess
+from satpoint.servers.sim_process import SimServer
+from satpoint.transports import grpc_control as ctl
+
 pytestmark = pytest.mark.slow
 
 
-@contextmanager
-def grpc_sim(*args: str) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint", "sim", "--protocol", "grpc", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        m = re.search(r"grpc://([\d.]+:\d+)", line)
-        assert m, line
-        yield m.group(1)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def grpc_sim(slots: int, service_ms: float, **kwargs: Any) -> SimServer:
+    """The gRPC sim; its ``url`` is ``127.0.0.1:PORT``, what ``--protocol grpc --url`` takes."""
+    return SimServer(slots=slots, service_ms=service_ms, protocol="grpc", **kwargs)
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -50,13 +32,13 @@ def summary(out: Path) -> dict[str, Any]:
 
 
 def test_grpc_run_verdicts_against_sim(tmp_path: Path) -> None:
-    with grpc_sim("--slots", "4", "--service-ms", "10") as addr:  # capacity 400 rps
+    with grpc_sim(4, 10) as sim:  # capacity 400 rps
         ok = run_cli(
             "run",
             "--protocol",
             "grpc",
             "--url",
-            addr,
+            sim.url,
             "--model",
             "sim",
             "--stage",
@@ -72,7 +54,7 @@ def test_grpc_run_verdicts_against_sim(tmp_path: Path) -> None:
             "--protocol",
             "grpc",
             "--url",
-            addr,
+            sim.url,
             "--model",
             "sim",
             "--stage",
@@ -96,13 +78,13 @@ def test_grpc_run_verdicts_against_sim(tmp_path: Path) -> None:
 
 
 def test_grpc_find_estimates_capacity(tmp_path: Path) -> None:
-    with grpc_sim("--slots", "8", "--service-ms", "10") as addr:  # capacity 800 rps
+    with grpc_sim(8, 10) as sim:  # capacity 800 rps
         r = run_cli(
             "find",
             "--protocol",
             "grpc",
             "--url",
-            addr,
+            sim.url,
             "--model",
             "sim",
             "--start-rps",
@@ -126,13 +108,13 @@ def test_grpc_find_estimates_capacity(tmp_path: Path) -> None:
 
 
 def test_grpc_errors_are_classified(tmp_path: Path) -> None:
-    with grpc_sim("--slots", "8", "--service-ms", "1", "--error-rate", "0.2", "--seed", "1") as addr:
+    with grpc_sim(8, 1, error_rate=0.2, seed=1) as sim:
         r = run_cli(
             "run",
             "--protocol",
             "grpc",
             "--url",
-            addr,
+            sim.url,
             "--model",
             "sim",
             "--stage",
@@ -173,3 +155,15 @@ def test_grpc_run_on_embedded_mlserver(tmp_path: Path) -> None:
     assert st["error_rate"] == 0
     assert st["throughput_rps"] == pytest.approx(100, rel=0.02)
     assert st["latency_ms"]["p50"] is not None and st["latency_ms"]["p99"] is not None
+
+
+def test_sim_command_serves_grpc(tmp_path: Path) -> None:
+    """``satpoint sim --protocol grpc`` (the CLI, not the module SimServer runs) serves the gRPC sim."""
+    argv = [sys.executable, "-m", "satpoint", "sim", "--protocol", "grpc", "--port", "0", "--slots", "2"]
+    with ManagedProcess(argv, log_path=tmp_path / "sim.log", name="satpoint sim") as proc:
+        proc.wait_ready(lambda: "listening on grpc://" in proc.log_text(), 30, "the gRPC sim")
+        line = next(ln for ln in proc.log_text().splitlines() if "listening on grpc://" in ln)
+        assert "(capacity 200 rps)" in line
+        target = ctl.parse_target(line.split("listening on ", 1)[1].split()[0])
+        assert ctl.server_ready(target) and ctl.model_ready(target, "sim")
+    assert proc.returncode == 0

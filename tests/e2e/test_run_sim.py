@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from satpoint.metrics.results import load_results
-from tests.simserver import sim_server
+from satpoint.servers.sim_process import SimServer
 
 pytestmark = pytest.mark.slow
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
@@ -29,7 +29,8 @@ def summary_of(out: Path) -> dict[str, Any]:
 
 
 def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
-    with sim_server("--slots", "200", "--service-ms", "5", cpus="0" if TWO_CPUS else None) as url:
+    with SimServer(slots=200, service_ms=5, cpus=[0] if TWO_CPUS else None) as sim:
+        url = sim.url
         gen = ["--generator-cpus", "1"] if TWO_CPUS else []
         r = satpoint(
             "run", "--url", url, "--model", "sim", "--stage", "1500:2:8", "--out", str(tmp_path), "--no-html", *gen
@@ -56,8 +57,10 @@ def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
 
 
 def test_pauses_show_in_intended_time_latency(tmp_path: Path) -> None:
-    with sim_server("--slots", "200", "--service-ms", "5", "--pause-every", "4", "--pause-s", "1") as url:
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "200:0:20", "--out", str(tmp_path), "--no-html")
+    with SimServer(slots=200, service_ms=5, pause_every_s=4, pause_s=1) as sim:
+        r = satpoint(
+            "run", "--url", sim.url, "--model", "sim", "--stage", "200:0:20", "--out", str(tmp_path), "--no-html"
+        )
     assert r.returncode == 0, r.stderr + r.stdout
     (st,) = summary_of(tmp_path)["stages"]
     assert 700 <= st["latency_ms"]["p99"] <= 1100  # about a quarter of requests wait up to 1 s
@@ -71,11 +74,11 @@ def test_pauses_show_in_intended_time_latency(tmp_path: Path) -> None:
 
 def test_overload_is_saturated_at_capacity(tmp_path: Path) -> None:
     # capacity 4 / 10 ms = 400 rps, offered 600 rps (1.5x)
-    with sim_server("--slots", "4", "--service-ms", "10") as url:
+    with SimServer(slots=4, service_ms=10) as sim:
         r = satpoint(
             "run",
             "--url",
-            url,
+            sim.url,
             "--model",
             "sim",
             "--stage",
@@ -95,11 +98,11 @@ def test_overload_is_saturated_at_capacity(tmp_path: Path) -> None:
 
 
 def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
-    with sim_server("--slots", "100", "--service-ms", "2") as url:
+    with SimServer(slots=100, service_ms=2) as sim:
         r = satpoint(
             "run",
             "--url",
-            url,
+            sim.url,
             "--model",
             "sim",
             "--stage",
@@ -121,8 +124,10 @@ def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
 
 
 def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:
-    with sim_server("--slots", "20", "--service-ms", "2", "--error-rate", "0.1") as url:
-        r = satpoint("run", "--url", url, "--model", "sim", "--stage", "100:0:4", "--out", str(tmp_path), "--no-html")
+    with SimServer(slots=20, service_ms=2, error_rate=0.1) as sim:
+        r = satpoint(
+            "run", "--url", sim.url, "--model", "sim", "--stage", "100:0:4", "--out", str(tmp_path), "--no-html"
+        )
     # the first test request may hit an error: then the pre-run check fails with a clear message
     if r.returncode == 2:
         assert "failed before the run" in r.stderr
@@ -135,11 +140,7 @@ def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:
 
 
 def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--port", "0", "--slots", "50", "--service-ms", "2"]
-    sim = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        assert sim.stdout is not None
-        url = sim.stdout.readline().split("listening on ")[1].split()[0]
+    with SimServer(slots=50, service_ms=2) as sim:
         run = subprocess.Popen(
             [
                 sys.executable,
@@ -147,7 +148,7 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
                 "satpoint",
                 "run",
                 "--url",
-                url,
+                sim.url,
                 "--model",
                 "sim",
                 "--stage",
@@ -163,11 +164,8 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
             text=True,
         )
         time.sleep(3.0)
-        sim.kill()
+        os.kill(sim.pid, signal.SIGKILL)  # the server dies mid-run (SimServer still cleans up after it)
         _, err = run.communicate(timeout=60)
-    finally:
-        sim.kill()
-        sim.wait()
     assert run.returncode == 0, err
     s = summary_of(tmp_path)
     (st,) = s["stages"]
@@ -178,7 +176,7 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
-    with sim_server("--slots", "50", "--service-ms", "2") as url:
+    with SimServer(slots=50, service_ms=2) as sim:
         run = subprocess.Popen(
             [
                 sys.executable,
@@ -186,7 +184,7 @@ def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
                 "satpoint",
                 "run",
                 "--url",
-                url,
+                sim.url,
                 "--model",
                 "sim",
                 "--stage",
@@ -221,8 +219,8 @@ def test_ctrl_c_stops_cleanly_and_writes_results(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_gets_a_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
-    with sim_server("--slots", "2", "--service-ms", "1") as url:
-        r = satpoint("run", *[a.replace("{sim}", url) for a in args], "--out", str(tmp_path / "o"))
+    with SimServer(slots=2, service_ms=1) as sim:
+        r = satpoint("run", *[a.replace("{sim}", sim.url) for a in args], "--out", str(tmp_path / "o"))
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     assert "Traceback" not in r.stderr
@@ -236,11 +234,11 @@ def test_user_payload_file_is_sent(tmp_path: Path) -> None:
         + json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]})
         + "\n"
     )
-    with sim_server("--slots", "10", "--service-ms", "1") as url:
+    with SimServer(slots=10, service_ms=1) as sim:
         r = satpoint(
             "run",
             "--url",
-            url,
+            sim.url,
             "--model",
             "sim",
             "--stage",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.simserver import sim_server
+from satpoint.servers.sim_process import SimServer
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,8 @@ def summary_of(out: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with sim_server("--slots", "4", "--service-ms", "5") as u:  # capacity 800 rps, latency 5 ms
-        yield u
+    with SimServer(slots=4, service_ms=5) as sim:  # capacity 800 rps, latency 5 ms
+        yield sim.url
 
 
 def test_passing_thresholds_exit_0(url: str, tmp_path: Path) -> None:

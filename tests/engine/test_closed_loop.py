@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from satpoint.analysis.summary import build_summary
+from satpoint.config import RunConfig
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment, run_closed_loop
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, new_header
+from satpoint.servers.sim_process import SimServer
 from satpoint.transports.base import TransportFactory
-from tests.simserver import sim_server
 
 perf = time.perf_counter
 
@@ -150,8 +151,8 @@ def test_options_are_validated(kwargs: dict[str, float]) -> None:
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
     # 8 slots x 20 ms: a user never waits for a slot, so each answer takes S = 20 ms (+ timer jitter)
-    with sim_server("--slots", "8", "--service-ms", "20") as url:
-        yield url
+    with SimServer(slots=8, service_ms=20) as sim:
+        yield sim.url
 
 
 @pytest.mark.slow
@@ -184,7 +185,13 @@ def test_closed_loop_summary_is_labelled(sim_url: str) -> None:
     opts = ClosedLoopOptions(users=2, duration_s=2.0, payload_count=len(target.payload_docs))
     seg = closed_loop_segment(target.builder, opts)
     config = {"mode": "closed_loop", "closed_loop": opts.describe(), "thresholds": ["p99<1s", "throughput_rps>1"]}
-    results = Results(new_header("run", config, {"url": sim_url, "model": "sim", "protocol": "rest"}, time.time()))
+    results = Results(
+        new_header(
+            RunConfig.from_header({"kind": "run", "config": config}),
+            {"url": sim_url, "model": "sim", "protocol": "rest"},
+            time.time(),
+        )
+    )
     results.segments.append(seg)
     s = build_summary(results)
     assert s["mode"] == "closed_loop"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from satpoint.analysis.summary import build_summary
-from satpoint.analysis.verdicts import VerdictRules
+from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import FindOptions, Measure, run_profile, run_search
+from satpoint.find import Measure, run_profile, run_search
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
 from satpoint.plan import Stage
@@ -57,7 +57,7 @@ def make_find(out: Path, cfg: SimConfig, start_rps: float) -> Results:
         "protocol": "rest",
         "headers": [f"Authorization: {SECRET}", "X-Team: ml"],
     }
-    results = Results(new_header("find", config, target, T0))
+    results = Results(new_header(RunConfig.from_header({"kind": "find", "config": config}), target, T0))
     results.header["server"] = {"kind": "offline twin", "slots": cfg.slots, "service_ms": cfg.service_ms}
     measure = offline_measure(cfg)
     history = run_search(results, out, measure, opts, VerdictRules(), start_rps)  # cooldown_s=0: no waiting
@@ -71,7 +71,7 @@ def make_find(out: Path, cfg: SimConfig, start_rps: float) -> Results:
 def make_run(out: Path, cfg: SimConfig, stages: list[Stage], timeouts: int = 0) -> Results:
     config = {"mode": "open_loop", "rules": {"max_error_rate": 0.01}, "load": {"procs": 1, "max_inflight": 64}}
     target = {"url": "http://sim.invalid:8080", "model": "<b>sim</b>", "protocol": "rest"}
-    results = Results(new_header("run", config, target, T0))
+    results = Results(new_header(RunConfig.from_header({"kind": "run", "config": config}), target, T0))
     rec = simulate(due_times(stages, "constant"), cfg)
     if timeouts:  # the last requests time out: a second error class
         idx = np.arange(len(rec) - timeouts, len(rec))
@@ -252,9 +252,9 @@ def test_folders_without_complete_stages_still_render(tmp_path: Path) -> None:
     from satpoint.metrics.results import write_header
 
     empty = tmp_path / "empty"
-    write_header(empty, Results(new_header("find", {}, {"url": "x"}, 0.0)))
+    write_header(empty, Results(new_header(RunConfig(kind="find"), {"url": "x"}, 0.0)))
     unsent = tmp_path / "unsent"  # nothing ever left: every row NOT_SENT, no latency at all
-    results = Results(new_header("run", {}, {"url": "x"}, 0.0))
+    results = Results(new_header(RunConfig(), {"url": "x"}, 0.0))
     stages = [Stage(100, 0, 3)]
     append_segment(unsent, results, Segment(0, "run", stages, "constant", 0, 0.0, Records.empty(due_times(stages))))
     page = write_report([empty, unsent], tmp_path / "r.html").read_text()

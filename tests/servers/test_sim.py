@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import json
 import math
-import queue
+import os
 import re
 import signal
 import socket
@@ -16,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
@@ -31,6 +29,7 @@ from satpoint.servers.sim_model import (
     ServiceDraws,
     SlotScheduler,
 )
+from satpoint.servers.sim_process import SimServer
 
 LINE_RE = re.compile(r"^satpoint sim listening on http://127\.0\.0\.1:(\d+) \(capacity ([0-9.e+]+) rps\)$")
 INFER = "/v2/models/sim/infer"
@@ -191,61 +190,18 @@ def test_import_has_no_side_effects() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Sim:
-    proc: subprocess.Popen[bytes]
-    port: int
-    capacity_rps: float
-    line_at_s: float  # perf_counter when the listening line was read (server start is just before)
-
-    def conn(self, timeout_s: float = 10.0) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-    rc = proc.returncode
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return rc
-
-
-@contextlib.contextmanager
-def sim(*args: str) -> Iterator[Sim]:
-    cmd = [sys.executable, "-m", "satpoint.servers.sim", "--port", "0", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        lines: queue.Queue[bytes] = queue.Queue()
-        assert proc.stdout is not None
-        stdout = proc.stdout
-        threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=20).decode().rstrip("\n")
-        except queue.Empty:
-            pytest.fail("sim did not print its listening line within 20 s")
-        line_at_s = time.perf_counter()
-        m = LINE_RE.match(line)
-        assert m, f"unexpected listening line {line!r}"
-        yield Sim(proc, int(m.group(1)), float(m.group(2)), line_at_s)
-    finally:
-        _stop(proc)
+def _conn(s: SimServer, timeout_s: float = 10.0) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout_s)
 
 
 @pytest.fixture(scope="module")
-def basic() -> Iterator[Sim]:
-    with sim("--slots", "4", "--service-ms", "5") as s:
+def basic() -> Iterator[SimServer]:
+    with SimServer(slots=4, service_ms=5) as s:
         yield s
 
 
-def _get(s: Sim, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes, float]:
-    c = s.conn()
+def _get(s: SimServer, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes, float]:
+    c = _conn(s)
     try:
         t = time.perf_counter()
         c.request(method, path, body=body, headers={"Content-Type": "application/json"})
@@ -256,12 +212,15 @@ def _get(s: Sim, method: str, path: str, body: bytes | None = None) -> tuple[int
         c.close()
 
 
-def test_listening_line_and_port_zero(basic: Sim) -> None:
-    assert basic.port > 0
-    assert basic.capacity_rps == pytest.approx(800.0)
+def test_listening_line_and_port_zero(basic: SimServer) -> None:
+    first_line = basic.log_text().splitlines()[0]
+    m = LINE_RE.match(first_line)
+    assert m, f"unexpected listening line {first_line!r}"
+    assert int(m.group(1)) == basic.port > 0
+    assert float(m.group(2)) == pytest.approx(800.0) == basic.capacity_rps
 
 
-def test_health_and_metadata(basic: Sim) -> None:
+def test_health_and_metadata(basic: SimServer) -> None:
     for path in (
         "/v2/health/live",
         "/v2/health/ready",
@@ -284,7 +243,7 @@ def test_health_and_metadata(basic: Sim) -> None:
     }
 
 
-def test_infer_answers_an_oip_response(basic: Sim) -> None:
+def test_infer_answers_an_oip_response(basic: SimServer) -> None:
     for path in (INFER, "/v2/models/sim/versions/7/infer"):
         status, data, _ = _get(basic, "POST", path, b'{"id": "req-42", "inputs": []}')
         assert status == 200
@@ -297,7 +256,7 @@ def test_infer_answers_an_oip_response(basic: Sim) -> None:
     assert status == 200 and isinstance(json.loads(data)["id"], str)
 
 
-def test_not_found(basic: Sim) -> None:
+def test_not_found(basic: SimServer) -> None:
     for method, path in (
         ("GET", "/v2/models/nope"),
         ("GET", "/v2/models/nope/ready"),
@@ -336,7 +295,7 @@ def _infer_req(req_id: str, extra_headers: str = "") -> bytes:
     return head.encode() + body
 
 
-def test_pipelined_and_partial_requests_answer_in_order(basic: Sim) -> None:
+def test_pipelined_and_partial_requests_answer_in_order(basic: SimServer) -> None:
     with socket.create_connection(("127.0.0.1", basic.port), timeout=10) as sock:
         rf = sock.makefile("rb")
         data = b"".join(_infer_req(f"p{i}") for i in range(5)) + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -357,7 +316,7 @@ def test_pipelined_and_partial_requests_answer_in_order(basic: Sim) -> None:
         assert json.loads(_read_response(rf)[2])["id"] == "slow"
 
 
-def test_connection_close_and_http10_are_honoured(basic: Sim) -> None:
+def test_connection_close_and_http10_are_honoured(basic: SimServer) -> None:
     with socket.create_connection(("127.0.0.1", basic.port), timeout=10) as sock:
         rf = sock.makefile("rb")
         sock.sendall(_infer_req("a") + _infer_req("b", "Connection: close\r\n") + _infer_req("ignored"))
@@ -372,7 +331,7 @@ def test_connection_close_and_http10_are_honoured(basic: Sim) -> None:
         assert rf.read() == b""
 
 
-def test_malformed_request_gets_400_and_close(basic: Sim) -> None:
+def test_malformed_request_gets_400_and_close(basic: SimServer) -> None:
     with socket.create_connection(("127.0.0.1", basic.port), timeout=10) as sock:
         rf = sock.makefile("rb")
         sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
@@ -381,8 +340,8 @@ def test_malformed_request_gets_400_and_close(basic: Sim) -> None:
 
 
 def test_single_request_takes_the_service_time() -> None:
-    with sim("--slots", "1", "--service-ms", "20") as s:
-        c = s.conn()
+    with SimServer(slots=1, service_ms=20) as s:
+        c = _conn(s)
         c.request("GET", "/v2/health/ready")
         c.getresponse().read()  # warm the connection
         elapsed = []
@@ -400,9 +359,9 @@ def test_single_request_takes_the_service_time() -> None:
     assert float(np.median(elapsed)) <= 0.030
 
 
-def _burst(s: Sim, n: int, path: str = INFER) -> tuple[list[float], list[int]]:
+def _burst(s: SimServer, n: int, path: str = INFER) -> tuple[list[float], list[int]]:
     """n requests at once over n connections; returns completion times since the first send, statuses."""
-    conns = [s.conn() for _ in range(n)]
+    conns = [_conn(s) for _ in range(n)]
     for c in conns:
         c.connect()
     barrier = threading.Barrier(n)
@@ -432,7 +391,7 @@ def _burst(s: Sim, n: int, path: str = INFER) -> tuple[list[float], list[int]]:
 
 def test_capacity_is_slots_over_service_time() -> None:
     n, slots, service_s = 100, 2, 0.020
-    with sim("--slots", str(slots), "--service-ms", "20") as s:
+    with SimServer(slots=slots, service_ms=20) as s:
         completions, statuses = _burst(s, n)
     assert statuses == [200] * n
     expected_s = n * service_s / slots
@@ -445,8 +404,9 @@ def test_capacity_is_slots_over_service_time() -> None:
 def test_a_request_sent_during_a_pause_waits_for_its_end() -> None:
     # Pauses are [t0 + 0.6, t0 + 1.0), [t0 + 1.6, t0 + 2.0), ... with t0 the server's start. Rather than
     # trust when we read the listening line, find the end of the first pause from the server itself.
-    with sim("--slots", "2", "--service-ms", "5", "--pause-every", "1.0", "--pause-s", "0.4") as s:
-        c = s.conn()
+    with SimServer(slots=2, service_ms=5, pause_every_s=1.0, pause_s=0.4) as s:
+        line_at_s = time.perf_counter()  # the listening line was just read (server start is just before)
+        c = _conn(s)
 
         def infer() -> tuple[float, float]:
             t = time.perf_counter()
@@ -465,7 +425,7 @@ def test_a_request_sent_during_a_pause_waits_for_its_end() -> None:
                 break
             time.sleep(0.02)
         assert not math.isnan(pause_end_s), "no request was held by a pause"
-        assert pause_end_s - s.line_at_s < 1.5
+        assert pause_end_s - line_at_s < 1.5
 
         def infer_at(offset_s: float) -> tuple[float, float]:
             time.sleep(max(0.0, pause_end_s + offset_s - time.perf_counter()))
@@ -482,7 +442,7 @@ def test_a_request_sent_during_a_pause_waits_for_its_end() -> None:
 
 
 def test_error_rate_one_answers_500_after_the_service_time() -> None:
-    with sim("--service-ms", "10", "--error-rate", "1.0") as s:
+    with SimServer(service_ms=10, error_rate=1.0) as s:
         status, data, elapsed_s = _get(s, "POST", INFER, BODY)
         assert status == 500
         assert "error" in json.loads(data)
@@ -492,12 +452,15 @@ def test_error_rate_one_answers_500_after_the_service_time() -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_stop_it_cleanly(sig: int) -> None:
-    with sim() as s:
+    with SimServer() as s:
         _get(s, "GET", "/v2/health/live")
-        keep = s.conn()
+        keep = _conn(s)
         keep.connect()  # an idle keep-alive connection must not hold the exit up
         t = time.perf_counter()
-        assert _stop(s.proc, sig) == 0
+        os.kill(s.pid, sig)
+        while s.returncode is None and time.perf_counter() - t < 5.0:
+            time.sleep(0.01)
+        assert s.returncode == 0
         assert time.perf_counter() - t < 3.0
         keep.close()
 
@@ -514,7 +477,7 @@ def test_bad_arguments_exit_2() -> None:
 
 
 def test_port_in_use_is_a_clear_error() -> None:
-    with sim() as s:
+    with SimServer() as s:
         out = subprocess.run(
             [sys.executable, "-m", "satpoint.servers.sim", "--port", str(s.port)],
             capture_output=True,

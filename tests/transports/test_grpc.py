@@ -1,5 +1,5 @@
 """OIP over gRPC: codec (pure), control calls and the raw HTTP/2 hot path against the gRPC sim (a
-subprocess, stopped by PID), in-process grpc.aio servers (metadata, flow control, TLS), and MLServer."""
+subprocess, a SimServer), in-process grpc.aio servers (metadata, flow control, TLS), and MLServer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ import uvloop
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
 from satpoint.errors import ConfigError, ModelNotFound, PayloadError
 from satpoint.metrics.records import Outcome, Records
+from satpoint.servers.sim_process import SimServer
 from satpoint.transports import grpc_control as ctl
 from satpoint.transports.grpc_codec import (
     decode_infer_request,
@@ -101,49 +101,22 @@ def test_parse_target() -> None:
         ctl.parse_target("ftp://h:1")
 
 
-# the gRPC sim as a subprocess ----------------------------------------------------------------------
-def _start_sim(*args: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint.servers.sim_grpc", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    m = LINE_RE.match(line)
-    if not m:
-        _stop(proc)
-        raise AssertionError(f"sim did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, int(m.group(1))
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+# the gRPC sim as a subprocess (SimServer) -------------------------------------------------------------
+def _grpc_sim(slots: int, service_ms: float, **kwargs: Any) -> SimServer:
+    return SimServer(slots=slots, service_ms=service_ms, protocol="grpc", **kwargs)
 
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[int]:
-    proc, port = _start_sim("--slots", "4", "--service-ms", "5")
-    try:
-        yield port
-    finally:
-        _stop(proc)
+    with _grpc_sim(4, 5) as server:
+        assert LINE_RE.match(server.log_text().splitlines()[0])  # the gRPC sim's listening line
+        yield server.port
 
 
 @pytest.fixture(scope="module")
 def sim_errors() -> Iterator[int]:
-    proc, port = _start_sim("--slots", "8", "--service-ms", "2", "--error-rate", "1.0")
-    try:
-        yield port
-    finally:
-        _stop(proc)
+    with _grpc_sim(8, 2, error_rate=1.0) as server:
+        yield server.port
 
 
 def _run(
@@ -213,11 +186,8 @@ def test_pool_batch_ok(sim: int) -> None:
 
 def test_sim_capacity_over_grpc() -> None:
     """Overloaded at 1.5x capacity, the gRPC sim completes slots / service_s calls per second."""
-    proc, port = _start_sim("--slots", "4", "--service-ms", "10")
-    try:
-        rec, _ = _run(port, 600.0, 1500, max_inflight=2000, timeout_s=30.0)
-    finally:
-        _stop(proc)
+    with _grpc_sim(4, 10) as server:
+        rec, _ = _run(server.port, 600.0, 1500, max_inflight=2000, timeout_s=30.0)
     assert (rec.outcome == Outcome.OK).all()
     done = np.sort(rec.done)
     window = (done >= 0.5) & (done <= 2.5)
@@ -267,8 +237,8 @@ def test_refused_connection() -> None:
 
 
 def test_timeouts_cancel_streams_and_connection_survives() -> None:
-    proc, port = _start_sim("--slots", "1", "--service-ms", "300")
-    try:
+    with _grpc_sim(1, 300) as server:
+        port = server.port
 
         async def main() -> tuple[Records, int]:
             rec = Records.empty(np.zeros(4))
@@ -301,8 +271,6 @@ def test_timeouts_cancel_streams_and_connection_survives() -> None:
         assert list(rec.outcome[:3]) == [Outcome.TIMEOUT] * 3
         assert rec.outcome[3] == Outcome.OK  # the sim's slot frees: cancelled calls still took their turn
         assert conns == 1
-    finally:
-        _stop(proc)
 
 
 # in-process grpc.aio servers: metadata, flow control, TLS ------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from satpoint.analysis.verdicts import GENERATOR_LIMITED, STABLE
+from satpoint.analysis.verdicts import Verdict
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ class Bracket:
 
 def bracket(history: list[Measured]) -> Bracket:
     """Highest stable and lowest unstable rate; generator-limited stages tell nothing either way."""
-    bad = [m.rate_rps for m in history if m.verdict not in (STABLE, GENERATOR_LIMITED)]
+    bad = [m.rate_rps for m in history if m.verdict not in (Verdict.STABLE, Verdict.GENERATOR_LIMITED)]
     unstable = min(bad) if bad else None
-    good = [m.rate_rps for m in history if m.verdict == STABLE and (unstable is None or m.rate_rps < unstable)]
+    good = [m.rate_rps for m in history if m.verdict == Verdict.STABLE and (unstable is None or m.rate_rps < unstable)]
     return Bracket(max(good) if good else None, unstable)
 
 
@@ -72,8 +72,8 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if not history:
         return Step(_clip(params.start_rps, params), "staircase", fresh=True)
     last = history[-1].rate_rps
-    if history[-1].verdict == GENERATOR_LIMITED:
-        tries = sum(1 for m in history if m.verdict == GENERATOR_LIMITED and m.rate_rps == last)
+    if history[-1].verdict == Verdict.GENERATOR_LIMITED:
+        tries = sum(1 for m in history if m.verdict == Verdict.GENERATOR_LIMITED and m.rate_rps == last)
         return Step(last, _phase(history), fresh=False) if tries < 2 else None
     b = bracket(history)
     if b.unstable_rps is None:  # still climbing
@@ -91,11 +91,13 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if ratio <= params.precision:
         return None
     mid = math.sqrt(b.stable_rps * b.unstable_rps)
-    return Step(mid, "refine", fresh=mid < last or history[-1].verdict != STABLE)
+    return Step(mid, "refine", fresh=mid < last or history[-1].verdict != Verdict.STABLE)
 
 
 def _phase(history: list[Measured]) -> str:
-    return "refine" if any(m.verdict not in (STABLE, GENERATOR_LIMITED) for m in history) else "staircase"
+    return (
+        "refine" if any(m.verdict not in (Verdict.STABLE, Verdict.GENERATOR_LIMITED) for m in history) else "staircase"
+    )
 
 
 def _clip(rate: float, params: SearchParams) -> float:

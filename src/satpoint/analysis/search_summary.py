@@ -6,7 +6,7 @@ from typing import Any
 
 from satpoint.analysis.capacity import recommend
 from satpoint.analysis.search import Measured, SearchParams, Step, bracket, replay
-from satpoint.analysis.verdicts import GENERATOR_LIMITED, STABLE
+from satpoint.analysis.verdicts import Verdict
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import StageMetrics
 
@@ -46,10 +46,12 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
         for a, h in zip(asked, history, strict=True)
     )
     finished = decisions[-1] is None if decisions else False
-    gen_limited = bool(history) and history[-1].verdict == GENERATOR_LIMITED and decisions[-1] is None
+    gen_limited = bool(history) and history[-1].verdict == Verdict.GENERATOR_LIMITED and decisions[-1] is None
     sat = b.stable_rps
     overloaded = [
-        m for _, m in stages if m.verdict != STABLE and m.verdict != GENERATOR_LIMITED and m.verdict != "failing"
+        m
+        for _, m in stages
+        if m.verdict != Verdict.STABLE and m.verdict != Verdict.GENERATOR_LIMITED and m.verdict != Verdict.FAILING
     ]
     max_tp = max((m.throughput_rps for m in overloaded), default=None)
     purpose = {s.index: s.purpose for s in results.segments}
@@ -82,7 +84,7 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
         notes.append("no unstable stage was reached: the saturation point is above the highest rate tried")
     for m in profile:
         frac = m.target_rps / sat if sat else None
-        if m.verdict != STABLE and frac is not None and frac <= 1.0 + 1e-9:
+        if m.verdict != Verdict.STABLE and frac is not None and frac <= 1.0 + 1e-9:
             notes.append(
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"

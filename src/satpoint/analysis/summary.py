@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from satpoint.analysis.verdicts import GENERATOR_LIMITED, VerdictRules, apply
+from satpoint.analysis.verdicts import Verdict, apply
+from satpoint.config import VerdictRules
 from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, stage_metrics
 
 
 def rules_from(results: Results) -> VerdictRules:
-    raw = dict(results.header.get("config", {}).get("rules", {}))
-    return VerdictRules(**raw)
+    return results.config.rules
 
 
 def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> list[tuple[int, StageMetrics]]:
@@ -64,7 +64,7 @@ def build_summary(results: Results) -> dict[str, Any]:
     h = results.header
     target = h.get("target", {})
     warnings: list[str] = []
-    if any(m.verdict == GENERATOR_LIMITED for _, m in stages):
+    if any(m.verdict == Verdict.GENERATOR_LIMITED for _, m in stages):
         warnings.append(
             "GENERATOR LIMITED: in some stages the load generator fell behind its own schedule; "
             "those numbers describe the generator, not the server (give it more CPU: --procs, "
@@ -108,11 +108,24 @@ def build_summary(results: Results) -> dict[str, Any]:
 
         summary.update(find_fields(results, stages))
     if summary["mode"] == "closed_loop":  # label it: its latencies under-report, its verdicts miss queueing
-        from satpoint.engine.closed_loop import summary_fields
-
-        summary["closed_loop"], label = summary_fields(h.get("config", {}))
+        summary["closed_loop"], label = closed_loop_fields(h.get("config", {}))
         summary["warnings"].insert(0, label)
     from satpoint.analysis.thresholds import results_thresholds  # SLO gates recorded in the config
 
     summary["thresholds"] = results_thresholds(h, summary, {s.index: s.purpose for s in results.segments})
     return summary
+
+
+def closed_loop_fields(config: dict[str, object]) -> tuple[dict[str, object], str]:
+    """summary.json's ``closed_loop`` block and the warning that labels a closed-loop run."""
+    cl = config.get("closed_loop")
+    block: dict[str, object] = dict(cl) if isinstance(cl, dict) else {}
+    users = block.get("users", "?")
+    warning = (
+        f"CLOSED LOOP ({users} users): each user waits for its answer before sending again, so latency is "
+        "measured from the actual send (intended == sent). When the server stalls the users stop sending, "
+        "so the stall only delays the requests in flight: these latencies UNDER-REPORT what an open system's "
+        "users see, and verdicts cannot see queueing (the load drops as the server slows). Use --stage "
+        "(open loop) for numbers you can trust; `satpoint demo co` shows the difference."
+    )
+    return block, warning

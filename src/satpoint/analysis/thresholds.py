@@ -49,6 +49,7 @@ __all__ = [
     "evaluate",
     "failed",
     "format_result",
+    "parse_slo",
     "parse_threshold",
     "parse_thresholds",
     "results_thresholds",
@@ -144,6 +145,29 @@ def parse_threshold(text: str, kind: str = "run") -> Threshold:
 
 def parse_thresholds(texts: Sequence[str], kind: str = "run") -> list[Threshold]:
     return [parse_threshold(t, kind) for t in texts]
+
+
+_SLO_PERCENTILES = ("p50", "p90", "p95", "p99", "p999")
+_SLO_EQ = re.compile(r"^\s*([a-z0-9_.]+)\s*=\s*(.*)$")
+
+
+def parse_slo(texts: Sequence[str]) -> dict[str, float]:
+    """Latency objectives for ``find --slo`` in the threshold grammar: ``p99<50ms`` (``p99=50ms`` is the
+    same objective, kept for older command lines).  Returns ``{percentile: limit_ms}``."""
+    out: dict[str, float] = {}
+    for text in texts:
+        eq = _SLO_EQ.match(text.strip().lower())
+        expr = f"{eq.group(1)}<={eq.group(2)}" if eq else text
+        try:
+            t = parse_threshold(expr, "find")
+        except ThresholdError:
+            raise ThresholdError(f"--slo {text!r}: expected a latency percentile limit, e.g. p99<50ms") from None
+        if t.metric not in _SLO_PERCENTILES or t.op not in ("<", "<="):
+            raise ThresholdError(
+                f"--slo {text!r}: an objective is an upper limit on p50, p90, p95, p99 or p99.9, e.g. p99<50ms"
+            )
+        out[t.metric] = t.limit
+    return out
 
 
 # evaluation ---------------------------------------------------------------------------------------------

@@ -7,52 +7,33 @@ a generator that fell behind produces numbers that are not the server's), then t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from enum import StrEnum
 
+from satpoint.config import VerdictRules
 from satpoint.metrics.stats import StageMetrics
 
-STABLE = "stable"
-SATURATED = "saturated"
-GENERATOR_LIMITED = "generator_limited"
-FAILING = "failing"
-SLO_VIOLATED = "slo_violated"
-VERDICTS = (STABLE, SATURATED, GENERATOR_LIMITED, FAILING, SLO_VIOLATED)
+
+class Verdict(StrEnum):
+    """A stage's verdict (a ``str``, so it compares and serialises as its value)."""
+
+    STABLE = "stable"
+    SATURATED = "saturated"
+    GENERATOR_LIMITED = "generator_limited"
+    FAILING = "failing"
+    SLO_VIOLATED = "slo_violated"
 
 
-@dataclass(frozen=True)
-class VerdictRules:
-    max_error_rate: float = 0.01
-    #: the outstanding-request count may grow by at most this fraction of the offered rate
-    queue_growth_frac: float = 0.01
-    #: ... and by at least this many requests over the window before it counts as growth
-    queue_growth_min: float = 5.0
-    #: completions (any outcome) per second must keep up with due requests within this fraction
-    completion_frac: float = 0.95
-    #: share of requests that may wait for a free slot (in-flight cap full of unanswered requests)
-    waited_frac: float = 0.01
-    #: p99 send lag of requests that had a free slot: above this the generator fell behind
-    generator_lag_p99_ms: float = 10.0
-    #: latency objectives, e.g. {"p99": 50.0} (ms)
-    slo_ms: dict[str, float] = field(default_factory=dict)
-    #: p50 latency at low load (``find`` measures it in its first stage); when set, a stage whose p50
-    #: exceeds ``knee_factor`` x baseline + ``knee_floor_ms`` is saturated: queueing has degraded latency
-    #: even if the queue did not visibly grow within the window
-    baseline_p50_ms: float | None = None
-    knee_factor: float = 4.0
-    knee_floor_ms: float = 2.0
-
-
-def judge(m: StageMetrics, rules: VerdictRules) -> tuple[str, list[str]]:
+def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
     reasons: list[str] = []
     window = m.window_end_s - m.window_start_s
     if m.requests == 0:
-        return FAILING, ["no requests fell in the steady window"]
+        return Verdict.FAILING, ["no requests fell in the steady window"]
     if m.error_rate > rules.max_error_rate:
         top = ", ".join(f"{k}={v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:3])
-        return FAILING, [f"error rate {m.error_rate:.1%} > {rules.max_error_rate:.1%} ({top})"]
+        return Verdict.FAILING, [f"error rate {m.error_rate:.1%} > {rules.max_error_rate:.1%} ({top})"]
     glag = m.generator_lag_ms.get("p99")
     if glag is not None and glag > rules.generator_lag_p99_ms:
-        return GENERATOR_LIMITED, [
+        return Verdict.GENERATOR_LIMITED, [
             f"the generator fell behind its schedule: p99 send lag {glag:.1f} ms with free connections "
             f"(limit {rules.generator_lag_p99_ms:g} ms); these numbers are not the server's"
         ]
@@ -78,14 +59,14 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[str, list[str]]:
                 f"{rules.baseline_p50_ms:.2f} ms + {rules.knee_floor_ms:g} ms): queueing has set in"
             )
     if reasons:
-        return SATURATED, reasons
+        return Verdict.SATURATED, reasons
     for key, limit in rules.slo_ms.items():
         got = m.latency_ms.get(key)
         if got is None or got > limit:
             reasons.append(f"latency {key} {got} ms > SLO {limit:g} ms")
     if reasons:
-        return SLO_VIOLATED, reasons
-    return STABLE, []
+        return Verdict.SLO_VIOLATED, reasons
+    return Verdict.STABLE, []
 
 
 def apply(m: StageMetrics, rules: VerdictRules) -> StageMetrics:

@@ -1,4 +1,4 @@
-"""What every command shares: console, exit codes, argument parsing, error and signal handling.
+"""What every command shares: console, exit codes, option types, argument parsing, errors and signals.
 
 Exit codes: 0 success; 1 the run itself failed; 2 bad input (invalid plan, unreachable target, model
 not found, unreadable payload); 3 an SLO threshold failed; 130 interrupted (results so far written).
@@ -10,23 +10,37 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from satpoint.analysis.verdicts import VerdictRules
+from satpoint.analysis.summary_model import RunSummary
+from satpoint.analysis.thresholds import format_result
 from satpoint.errors import SatpointError
-from satpoint.plan import PlanError
-from satpoint.session import LoadOptions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 console = Console(width=None if Console().is_terminal else 160)
 err_console = Console(stderr=True)
+
+# options several commands share -------------------------------------------------------------------------
+HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
+PayloadOpt = Annotated[Path | None, typer.Option(help="OIP request JSON or JSONL file")]
+ProtocolOpt = Annotated[str, typer.Option(help="rest or grpc")]
+ArrivalOpt = Annotated[str, typer.Option(help="constant or poisson")]
+GrpcRawOpt = Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")]
+HtmlOpt = Annotated[bool, typer.Option(help="write report.html")]
+BatchOpt = Annotated[int, typer.Option(help="replaces -1 in input shapes")]
+ErrRateOpt = Annotated[float, typer.Option(help="error rate above which a stage is failing")]
+TimeoutOpt = Annotated[float, typer.Option(help="per-request timeout, seconds")]
+CpusOpt = Annotated[str | None, typer.Option(help="pin the generator, e.g. 1 or 2-3")]
+ThresholdOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),
+]
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
@@ -34,9 +48,9 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def parse_headers(values: list[str]) -> tuple[tuple[str, str], ...]:
+def parse_headers(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     out = []
-    for v in values:
+    for v in values or []:
         if ":" not in v:
             raise fail(f"--header {v!r}: expected KEY:VALUE")
         k, _, val = v.partition(":")
@@ -58,10 +72,6 @@ def parse_cpus(text: str | None) -> tuple[int, ...] | None:
     except ValueError:
         raise fail(f"cannot parse CPU list {text!r} (e.g. 0 or 0,1 or 0-3)") from None
     return tuple(cpus)
-
-
-def default_out(kind: str) -> Path:
-    return Path("results") / f"{kind}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 @contextmanager
@@ -89,21 +99,17 @@ def guarded(fn: Callable[[], int]) -> None:
     """Run a command body; user-facing errors become one line and exit code 2, never a traceback."""
     try:
         code = fn()
-    except (SatpointError, PlanError, FileNotFoundError, ValueError) as e:
+    except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
 
 
-def config_dict(opts: LoadOptions, rules: VerdictRules, **extra: Any) -> dict[str, Any]:
-    return {
-        "mode": "open_loop",
-        "load": opts.describe(),
-        "rules": {
-            "max_error_rate": rules.max_error_rate,
-            "generator_lag_p99_ms": rules.generator_lag_p99_ms,
-            "slo_ms": rules.slo_ms,
-        },
-        **extra,
-    }
+def exit_code(summary: RunSummary) -> int:
+    """Print the threshold lines; 130 if interrupted, 3 if a threshold failed, else 0."""
+    for t in summary.thresholds:
+        console.print(format_result(t.model_dump()), style="green" if t.passed else "bold red")
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD

@@ -355,18 +355,3 @@ def closed_loop_segment(
         stopped="interrupted" if out.interrupted else None,
         notes=notes,
     )
-
-
-def summary_fields(config: dict[str, object]) -> tuple[dict[str, object], str]:
-    """summary.json's ``closed_loop`` block and the warning that labels a closed-loop run."""
-    cl = config.get("closed_loop")
-    block: dict[str, object] = dict(cl) if isinstance(cl, dict) else {}
-    users = block.get("users", "?")
-    warning = (
-        f"CLOSED LOOP ({users} users): each user waits for its answer before sending again, so latency is "
-        "measured from the actual send (intended == sent). When the server stalls the users stop sending, "
-        "so the stall only delays the requests in flight: these latencies UNDER-REPORT what an open system's "
-        "users see, and verdicts cannot see queueing (the load drops as the server slows). Use --stage "
-        "(open loop) for numbers you can trust; `satpoint demo co` shows the difference."
-    )
-    return block, warning

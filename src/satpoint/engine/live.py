@@ -53,7 +53,7 @@ def snapshot(p: Progress, rec: Records) -> LiveSnapshot:
         backlog=p.backlog,
         total=p.total,
         due_recent=hi - lo,
-        ok_recent=int(np.count_nonzero(rec.outcome[lo:hi] == Outcome.OK)),
+        ok_recent=int(np.count_nonzero(rec.select(slice(lo, hi)).ok_mask())),
         errors=errors,
         latency_sample_s=lat,
         lag_sample_s=lag,

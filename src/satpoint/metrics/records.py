@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,8 @@ class Outcome(IntEnum):
 
 #: outcomes whose latency is only known to be at least (end - intended): censored observations
 CENSORED = (Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.NOT_SENT)
+#: outcomes of requests that never got an answer or a failure before the run ended: neither finished nor errors
+_UNANSWERED = (Outcome.UNFINISHED, Outcome.NOT_SENT)
 ERROR_NAMES = {o: o.name.lower() for o in Outcome}
 
 F64 = npt.NDArray[np.float64]
@@ -84,14 +87,15 @@ class Records:
             waited=np.asarray(cols["waited"], dtype=np.bool_),
         )
 
-    def select(self, mask: npt.NDArray[np.bool_]) -> Records:
+    def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.integer[Any]] | slice) -> Records:
+        """The rows picked by a boolean mask, an index array (copies) or a slice (views, no copy)."""
         return Records(
-            self.intended[mask],
-            self.sent[mask],
-            self.done[mask],
-            self.outcome[mask],
-            self.status[mask],
-            self.waited[mask],
+            self.intended[rows],
+            self.sent[rows],
+            self.done[rows],
+            self.outcome[rows],
+            self.status[rows],
+            self.waited[rows],
         )
 
     def shifted(self, offset_s: float) -> Records:
@@ -119,7 +123,7 @@ class Records:
             np.concatenate([p.waited for p in parts]),
         )
         order = np.argsort(cat.intended, kind="stable")
-        return cat.select(order)  # type: ignore[arg-type]
+        return cat.select(order)
 
     # derived columns ---------------------------------------------------------------------------
     def latency_s(self) -> F64:
@@ -131,3 +135,41 @@ class Records:
 
     def send_lag_s(self) -> F64:
         return self.sent - self.intended
+
+    # masks: what counts as OK, censored, finished, an error -----------------------------------
+    def ok_mask(self) -> B1:
+        """Rows answered successfully (``Outcome.OK``)."""
+        ok: B1 = self.outcome == Outcome.OK
+        return ok
+
+    def censored_mask(self) -> B1:
+        """Rows whose latency is only a lower bound (``CENSORED``: timed out, unfinished, never sent).
+
+        Their ``done`` column holds the time they had waited until (the timeout, the abort or the
+        end of the run), so ``latency_s()`` gives how long they had waited so far.
+        """
+        return np.isin(self.outcome, CENSORED)
+
+    def finished_mask(self) -> B1:
+        """Rows that finished, successfully or not: ``done`` is set and the outcome is neither
+        ``UNFINISHED`` nor ``NOT_SENT`` (whose ``done`` only marks when the run gave up on them).
+
+        Timeouts count as finished at the time the timeout fired.
+        """
+        return ~np.isnan(self.done) & ~np.isin(self.outcome, _UNANSWERED)
+
+    def error_mask(self) -> B1:
+        """Rows that count as errors: any outcome but ``OK``, ``UNFINISHED`` and ``NOT_SENT``.
+
+        Timeouts are errors (and also censored in latency); requests the run ended before answering
+        (unfinished, never sent) are not.
+        """
+        err: B1 = (self.outcome != Outcome.OK) & ~np.isin(self.outcome, _UNANSWERED)
+        return err
+
+    def latency_mask(self) -> B1:
+        """Rows that count in latency percentiles: OK plus censored (``ok_mask() | censored_mask()``).
+
+        Answered errors are left out: they are counted in the error rate and by class instead.
+        """
+        return self.ok_mask() | self.censored_mask()

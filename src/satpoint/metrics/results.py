@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from satpoint import SCHEMA_VERSION, __version__
+from satpoint.config import RunConfig
 from satpoint.metrics.records import Records
 from satpoint.plan import Stage, StageSpan, spans
 
@@ -76,6 +77,15 @@ class Results:
     def kind(self) -> str:
         return str(self.header.get("kind", "run"))
 
+    @property
+    def config(self) -> RunConfig:
+        """The run's configuration as its header records it."""
+        return RunConfig.from_header(self.header)
+
+    @config.setter
+    def config(self, cfg: RunConfig) -> None:
+        self.header["config"] = cfg.to_header()
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -96,14 +106,14 @@ def environment() -> dict[str, Any]:
     }
 
 
-def new_header(kind: str, config: dict[str, Any], target: dict[str, Any], created_unix: float) -> dict[str, Any]:
+def new_header(config: RunConfig, target: dict[str, Any], created_unix: float) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
-        "kind": kind,
+        "kind": config.kind,
         "created_unix": created_unix,
         "host": environment(),
-        "config": config,
+        "config": config.to_header(),
         "target": target,
     }
 

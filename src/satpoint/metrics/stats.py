@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from satpoint.metrics.records import CENSORED, ERROR_NAMES, Outcome, Records
+from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
 from satpoint.plan import StageSpan
 
 PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
@@ -80,8 +80,7 @@ def _slope(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
 
 def queue_growth_rps(rec: Records, t_start: float, t_end: float, points: int = 24) -> float:
     """Least-squares slope of the outstanding count Q(t) = #due(<=t) - #finished(<=t) in the window."""
-    finished_mask = ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT]) & ~np.isnan(rec.done)
-    finished = np.sort(rec.done[finished_mask])
+    finished = np.sort(rec.done[rec.finished_mask()])
     ts = np.linspace(t_start, t_end, points)
     q = np.searchsorted(rec.intended, ts, side="right") - np.searchsorted(finished, ts, side="right")
     return _slope(ts, q.astype(np.float64))
@@ -103,9 +102,9 @@ def stage_metrics(
     part = rec.select(np.arange(lo, hi))
     n = len(part)
     oc = part.outcome
-    ok = oc == Outcome.OK
-    censored = np.isin(oc, list(CENSORED))
-    err_mask = ~ok & (oc != Outcome.UNFINISHED) & (oc != Outcome.NOT_SENT)
+    ok = part.ok_mask()
+    censored = part.censored_mask()
+    err_mask = part.error_mask()
     errors: dict[str, int] = {}
     for code in np.unique(oc[err_mask]):
         o = Outcome(int(code))
@@ -119,10 +118,10 @@ def stage_metrics(
     # completions inside the window, by completion time (all rows, not just those due in the window)
     done_all = rec.done
     in_win = (done_all >= w0) & (done_all < w1)
-    ok_done = int(np.count_nonzero(in_win & (rec.outcome == Outcome.OK)))
-    fin_done = int(np.count_nonzero(in_win & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])))
+    ok_done = int(np.count_nonzero(in_win & rec.ok_mask()))
+    fin_done = int(np.count_nonzero(in_win & rec.finished_mask()))  # in_win is False where done is NaN
     lat = part.latency_s()
-    lat_sel = lat[ok | censored]
+    lat_sel = lat[part.latency_mask()]
     lag = part.send_lag_s()
     free = ~part.waited & ~np.isnan(lag)
     sent = ~np.isnan(lag)
@@ -174,15 +173,13 @@ def intervals(rec: Records, spans: list[StageSpan]) -> list[Interval]:
     seconds = math.ceil(end)
     bounds = np.arange(seconds + 1, dtype=np.float64)
     due_idx = np.searchsorted(rec.intended, bounds)
-    ok = rec.outcome == Outcome.OK
-    ok_done = np.sort(rec.done[ok])
+    ok_done = np.sort(rec.done[rec.ok_mask()])
     ok_counts = np.diff(np.searchsorted(ok_done, bounds))
-    errm = ~ok & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])
-    err_counts = np.diff(np.searchsorted(np.sort(rec.done[errm]), bounds))
-    fin = np.sort(rec.done[~np.isnan(rec.done) & ~np.isin(rec.outcome, [Outcome.UNFINISHED, Outcome.NOT_SENT])])
+    err_counts = np.diff(np.searchsorted(np.sort(rec.done[rec.error_mask()]), bounds))
+    fin = np.sort(rec.done[rec.finished_mask()])
     lat = rec.latency_s()
     lag = rec.send_lag_s()
-    keep = ok | np.isin(rec.outcome, list(CENSORED))
+    keep = rec.latency_mask()
     out = []
     for s in range(seconds):
         a, b = int(due_idx[s]), int(due_idx[s + 1])

@@ -145,3 +145,25 @@ def explanation(cmp: dict[str, Any]) -> list[str]:
         "satpoint's default open loop does not."
     )
     return lines
+
+
+def print_co_demo(con: Console, cmp: dict[str, Any], comparison_file: str) -> None:
+    """The demo's table, what it means, and where everything was written."""
+    con.print()
+    con.print(comparison_table(cmp, title="coordinated omission: the same pausing server, measured two ways"))
+    o, c = cmp["open_loop"], cmp["closed_loop"]
+    con.print(
+        f"steady windows: {o['window_s'][0]:g}-{o['window_s'][1]:g} s of each run; open-loop latency = done − "
+        "intended send time, closed-loop latency = done − actual send (they coincide in a closed loop)"
+    )
+    con.print()
+    for line in explanation(cmp):
+        con.print(line)
+    con.print()
+    for note in cmp.get("notes", []):
+        con.print(f"[yellow]note[/] {note}")
+    con.print(f"results: {cmp['open_dir']} and {cmp['closed_dir']}; table: {comparison_file}")
+    if cmp.get("report"):
+        con.print(f"report (both runs overlaid, latency percentile spectra): {cmp['report']}")
+    if c.get("latency_ms", {}).get("p99") is None or o.get("latency_ms", {}).get("p99") is None:
+        con.print("[bold red]WARNING[/] a run measured nothing in its steady window")

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from satpoint.analysis.summary import build_summary
-from satpoint.metrics.records import CENSORED, ERROR_NAMES, Outcome, Records
+from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
 from satpoint.metrics.results import Results, Segment, load_results
 
 F64 = npt.NDArray[np.float64]
@@ -135,7 +135,7 @@ def bucket_width(segments: list[Segment], max_points: int = MAX_POINTS) -> float
 def error_classes(rec: Records) -> tuple[npt.NDArray[np.bool_], list[str], npt.NDArray[np.int64]]:
     """Error rows (answered or timed out, not OK) and their class, named as in the summary."""
     oc = rec.outcome
-    mask = (oc != Outcome.OK) & (oc != Outcome.UNFINISHED) & (oc != Outcome.NOT_SENT)
+    mask = rec.error_mask()
     names: list[str] = []
     codes = np.zeros(int(np.count_nonzero(mask)), dtype=np.int64)
     if not len(codes):
@@ -167,9 +167,8 @@ def segment_series(seg: Segment, offset: float, width: float, out: Series) -> No
     n_b = max(1, math.ceil(_data_end(seg) / width))
     edges = np.arange(n_b + 1, dtype=np.float64) * width
     due_idx = np.searchsorted(rec.intended, edges)
-    ok = rec.outcome == Outcome.OK
-    ok_counts = np.diff(np.searchsorted(np.sort(rec.done[ok]), edges))
-    keep = ok | np.isin(rec.outcome, list(CENSORED))
+    ok_counts = np.diff(np.searchsorted(np.sort(rec.done[rec.ok_mask()]), edges))
+    keep = rec.latency_mask()
     lat = rec.latency_s()
     lag = rec.send_lag_s()
     err_mask, names, codes = error_classes(rec)
@@ -240,8 +239,7 @@ def window_latencies_s(rec: Records, start_s: float, end_s: float) -> F64:
     """Latencies of the rows due in [start_s, end_s): OK plus censored, as the stage metrics count them."""
     lo, hi = np.searchsorted(rec.intended, [start_s, end_s], side="left")
     part = rec.select(np.arange(lo, hi))
-    keep = (part.outcome == Outcome.OK) | np.isin(part.outcome, list(CENSORED))
-    lat = part.latency_s()[keep]
+    lat = part.latency_s()[part.latency_mask()]
     return np.sort(lat[~np.isnan(lat)])
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from satpoint.endpoints.spec import Target
 from satpoint.servers.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_iris_model
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
@@ -268,6 +269,12 @@ class MLServerTarget:
     @property
     def grpc_address(self) -> str:
         return f"{_HOST}:{self._require_ports().grpc}"
+
+    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
+        """The running server as a load-test target (``protocol`` rest or grpc; other ``Target`` fields
+        by keyword, e.g. ``headers``)."""
+        url = self.grpc_address if protocol == "grpc" else self.rest_url
+        return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
 
     @property
     def metrics_url(self) -> str:

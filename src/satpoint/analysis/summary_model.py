@@ -1,0 +1,186 @@
+"""Typed mirrors of ``summary.json``: what ``satpoint.run``/``satpoint.find`` return and ``load`` reads.
+
+Field for field the same names as the JSON (an interface users script against: fields are added,
+never renamed).  The models accept fields they do not know (a folder written by a newer satpoint
+still loads); a test checks that this version's summaries have none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+_CONFIG = ConfigDict(frozen=True, extra="allow")
+
+
+class Percentiles(BaseModel):
+    """Latency percentiles in milliseconds (None: no request in the window)."""
+
+    model_config = _CONFIG
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    max: float | None = None
+
+
+class LagPercentiles(BaseModel):
+    model_config = _CONFIG
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class StageResult(BaseModel):
+    """One stage's steady-window figures and verdict (``summary.json`` ``stages[]``)."""
+
+    model_config = _CONFIG
+    index: int
+    segment: int
+    target_rps: float
+    ramp_s: float
+    hold_s: float
+    window_start_s: float
+    window_end_s: float
+    requests: int
+    offered_rps: float
+    throughput_rps: float
+    completed_rps: float
+    error_rate: float
+    errors: dict[str, int]
+    latency_ms: Percentiles
+    service_ms: Percentiles
+    send_lag_ms: LagPercentiles
+    generator_lag_ms: LagPercentiles
+    late_fraction: float
+    waited_fraction: float
+    censored: int
+    queue_growth_rps: float
+    latency_trend_ms_per_s: float
+    verdict: str
+    reasons: list[str]
+
+
+class TargetInfo(BaseModel):
+    model_config = _CONFIG
+    url: str | None = None
+    model: str | None = None
+    protocol: str | None = None
+
+
+class GeneratorInfo(BaseModel):
+    model_config = _CONFIG
+    procs: int | None = None
+    requests: int
+    cpu_s: float
+    cpu_us_per_request: float | None = None
+
+
+class Rules(BaseModel):
+    model_config = _CONFIG
+    max_error_rate: float
+    generator_lag_p99_ms: float
+    slo_ms: dict[str, float]
+
+
+class ThresholdOutcome(BaseModel):
+    """One ``--threshold`` gate and whether it held."""
+
+    model_config = _CONFIG
+    expr: str
+    metric: str
+    op: str
+    limit: float
+    unit: str
+    actual: float | None = None
+    passed: bool
+    stage: int | None = None
+    note: str | None = None
+
+
+class RunSummary(BaseModel):
+    """``summary.json`` of any run (``kind`` ``run``, or ``find`` with the fields of ``FindSummary``)."""
+
+    model_config = _CONFIG
+    schema_version: int
+    tool_version: str
+    kind: str
+    mode: str
+    created_unix: float | None = None
+    target: TargetInfo
+    server: dict[str, Any] | None = None
+    generator: GeneratorInfo
+    rules: Rules
+    stages: list[StageResult]
+    interrupted: bool
+    warnings: list[str]
+    thresholds: list[ThresholdOutcome] = []
+    closed_loop: dict[str, Any] | None = None
+
+    @property
+    def thresholds_passed(self) -> bool:
+        """True when every ``--threshold`` gate held (or there were none)."""
+        return all(t.passed for t in self.thresholds)
+
+
+class LatencyAt(BaseModel):
+    """Latency at a fraction of the saturation point (``find``'s profile)."""
+
+    model_config = _CONFIG
+    fraction: float | None = None
+    offered_rps: float
+    throughput_rps: float
+    latency_ms: Percentiles
+    verdict: str
+
+
+class Recommendation(BaseModel):
+    """The per-replica autoscaling target and replica counts."""
+
+    model_config = _CONFIG
+    margin: float
+    saturation_rps: float
+    target_rps_per_replica: float
+    peak_rps: float | None = None
+    replicas: int | None = None
+    min_rps: float | None = None
+    min_replicas: int | None = None
+
+
+class SearchStep(BaseModel):
+    model_config = _CONFIG
+    rate_rps: float
+    verdict: str
+
+
+class SearchInfo(BaseModel):
+    model_config = _CONFIG
+    params: dict[str, float]
+    steps: list[SearchStep]
+    finished: bool
+    replay_matches: bool
+    next: dict[str, Any] | None = None
+
+
+class FindSummary(RunSummary):
+    """``summary.json`` of ``satpoint find``: the stages plus the saturation point and recommendation."""
+
+    saturation_rps: float | None = None
+    unstable_rps: float | None = None
+    max_throughput_rps: float | None = None
+    precision: float
+    precision_achieved: float | None = None
+    slo: dict[str, str] | None = None
+    search: SearchInfo
+    latency_at: list[LatencyAt]
+    recommendation: Recommendation | None = None
+    find_notes: list[str]
+
+
+def parse_summary(doc: dict[str, Any]) -> RunSummary:
+    """The typed summary for a ``summary.json`` document (``FindSummary`` when ``kind`` is ``find``)."""
+    if doc.get("kind") == "find":
+        return FindSummary.model_validate(doc)
+    return RunSummary.model_validate(doc)

@@ -1,0 +1,276 @@
+"""The public Python API: run, find, load and report, as functions that return typed results.
+
+Everything the command line does goes through here (``cli/`` only parses options and renders).  The
+library never writes to the terminal: pass ``on_event`` to see progress (see ``satpoint.progress``)
+and ``stop`` (a ``threading.Event``) to end a run early with its results kept.  Every call writes a
+results folder (``summary.json``, ``results.json``, the recorded rows, ``intervals.csv`` and, unless
+``html=False``, ``report.html``) and returns its typed summary together with the folder.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from satpoint.analysis.capacity import Recommendation
+from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
+from satpoint.analysis.thresholds import parse_slo, parse_thresholds
+from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
+from satpoint.engine.closed_loop import ClosedLoopOptions
+from satpoint.find import search_target
+from satpoint.metrics.results import Segment, load_results
+from satpoint.plan import Stage, validate_plan
+from satpoint.progress import OnEvent, say
+from satpoint.reports.files import write_all
+from satpoint.reports.k8s import write_k8s
+from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+from satpoint.session import Session
+
+#: the embedded default server (a real MLServer with the iris model) as a context manager
+EmbeddedMLServer = MLServerTarget
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished (or interrupted) run: its ``summary.json`` as a typed object, and its folder."""
+
+    summary: RunSummary
+    out_dir: Path
+
+    @property
+    def interrupted(self) -> bool:
+        return self.summary.interrupted
+
+    @property
+    def thresholds_passed(self) -> bool:
+        return self.summary.thresholds_passed
+
+
+@dataclass(frozen=True)
+class FindResult(RunResult):
+    """A saturation search: ``summary.saturation_rps``, ``summary.recommendation``, ``summary.latency_at``."""
+
+    summary: FindSummary
+    k8s_files: tuple[Path, ...] = ()
+
+    @property
+    def saturation_rps(self) -> float | None:
+        return self.summary.saturation_rps
+
+
+@dataclass(frozen=True)
+class LoadedResults:
+    """An existing results folder: configuration, recorded segments and the summary recomputed from them."""
+
+    out_dir: Path
+    header: dict[str, Any]
+    config: RunConfig
+    segments: tuple[Segment, ...]
+    summary: RunSummary
+
+    def rows(self) -> dict[str, npt.NDArray[np.generic]]:
+        """Every recorded request as numpy columns (intended, sent, done, outcome, status, waited on the
+        segment's run clock, seconds) plus ``segment``: the segment each row belongs to."""
+        cols: dict[str, list[npt.NDArray[np.generic]]] = {}
+        for seg in self.segments:
+            for k, v in seg.records.columns().items():
+                cols.setdefault(k, []).append(v)
+            cols.setdefault("segment", []).append(np.full(len(seg.records), seg.index, dtype=np.int32))
+        return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def default_out(kind: str) -> Path:
+    """``results/KIND-YYYYmmdd-HHMMSS`` in the current directory."""
+    return Path("results") / f"{kind}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def split_cpus() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(server CPUs, generator CPUs) for a server satpoint starts: the server on all but the last CPU,
+    the generator on the last one (no pinning with a single CPU)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return tuple(cpus[:-1]), (cpus[-1],)
+
+
+def _stages(stages: Sequence[Stage | str]) -> list[Stage]:
+    out = [s if isinstance(s, Stage) else Stage.parse(s) for s in stages]
+    validate_plan(out)
+    return out
+
+
+def _finish_run(session: Session, html: bool) -> RunResult:
+    summary = write_all(session.out_dir, session.results, html=html)
+    return RunResult(parse_summary(summary), session.out_dir)
+
+
+def run(
+    target: Target,
+    stages: Sequence[Stage | str],
+    *,
+    load: LoadOptions | None = None,
+    max_error_rate: float = 0.01,
+    thresholds: Sequence[str] = (),
+    out: Path | str | None = None,
+    html: bool = True,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """A staged open-loop load test: every stage ramps to its target rate and holds it; each is judged.
+
+    ``stages`` are ``Stage(target_rps, ramp_s, hold_s)`` or ``"RPS:RAMP_S:HOLD_S"`` strings with rising
+    targets.  ``thresholds`` are SLO gates (``"p99<50ms"``, ``"error_rate<1%"``) evaluated into
+    ``summary.thresholds``.  Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
+    before any load is sent."""
+    plan = _stages(stages)
+    load = (load or LoadOptions()).validate()
+    checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    prepared = prepare(target, load.max_inflight, seed=load.seed)
+    config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
+    out_dir = Path(out) if out is not None else default_out("run")
+    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
+    session.measure(plan, title="run")
+    return _finish_run(session, html)
+
+
+def run_closed_loop(
+    target: Target,
+    users: int,
+    duration_s: float,
+    *,
+    think_ms: float = 0.0,
+    timeout_s: float = 30.0,
+    drain_s: float = 10.0,
+    seed: int = 0,
+    max_error_rate: float = 0.01,
+    thresholds: Sequence[str] = (),
+    out: Path | str | None = None,
+    html: bool = True,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """A closed loop: ``users`` that each wait for their answer (plus ``think_ms``) before sending again.
+
+    Kept to show how closed loops under-report: the summary is labelled ``mode: closed_loop`` and warns."""
+    options = ClosedLoopOptions(
+        users, duration_s, think_ms / 1000, timeout_s=timeout_s, drain_s=min(drain_s, timeout_s)
+    )
+    options.validate()
+    checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    prepared = prepare(target, users, seed=seed)
+    options = replace(options, payload_count=len(prepared.payload_docs))
+    load = LoadOptions(seed=seed, max_inflight=users, timeout_s=timeout_s, drain_s=drain_s)
+    config = RunConfig(
+        mode="closed_loop",
+        load=load,
+        rules=VerdictRules(max_error_rate=max_error_rate),
+        thresholds=checks,
+        closed_loop=options.describe(),
+    )
+    out_dir = Path(out) if out is not None else default_out("run")
+    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
+    session.measure_closed(options)
+    return _finish_run(session, html)
+
+
+def find(
+    target: Target | None = None,
+    *,
+    options: FindOptions | None = None,
+    load: LoadOptions | None = None,
+    slo: Sequence[str] | Mapping[str, float] = (),
+    max_error_rate: float = 0.01,
+    thresholds: Sequence[str] = (),
+    server: MLServerSettings | None = None,
+    protocol: str = "rest",
+    target_options: Mapping[str, Any] | None = None,
+    emit_k8s: Path | str | None = None,
+    out: Path | str | None = None,
+    html: bool = True,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> FindResult:
+    """The saturation search: the highest rate one replica sustains before queueing sets in.
+
+    With ``target=None`` an embedded MLServer (``server`` settings; default: the iris model, one worker,
+    on all CPUs but the last, the generator on the last) is started and always stopped, and tested over
+    ``protocol`` with ``target_options`` (other ``Target`` fields, e.g. ``headers``).  ``slo`` adds
+    latency objectives (``["p99<50ms"]`` or ``{"p99": 50.0}``): the answer is then the highest stable
+    rate that meets them.  ``emit_k8s`` writes a Seldon Core 2 ``Model`` and an HPA for the
+    recommendation into that folder."""
+    opts = (options or FindOptions()).validate()
+    slo_ms = dict(slo) if isinstance(slo, Mapping) else parse_slo(list(slo))
+    checks = tuple(t.expr for t in parse_thresholds(thresholds, "find"))
+    rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
+    out_dir = Path(out) if out is not None else default_out("find")
+    stop = stop or threading.Event()
+    with ExitStack() as stack:
+        server_info: dict[str, Any] | None = None
+        if target is None:
+            s_cpus, g_cpus = split_cpus()
+            settings = server or MLServerSettings(cpus=s_cpus)
+            if load is None or load.generator_cpus is None:
+                load = replace(load or LoadOptions(max_inflight=256, drain_s=5.0), generator_cpus=g_cpus)
+            where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
+            say(
+                on_event,
+                f"starting the embedded MLServer ({settings.model_name} model, "
+                f"parallel_workers={settings.parallel_workers}, {where})",
+            )
+            embedded = stack.enter_context(MLServerTarget(settings))
+            server_info = embedded.info()
+            target = embedded.target(protocol, **(target_options or {}))
+            say(on_event, f"MLServer ready at {target.url} (pid {embedded.pid})")
+        load = (load or LoadOptions(max_inflight=256, drain_s=5.0)).validate()
+        session = search_target(
+            target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info, thresholds=checks
+        )
+    summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
+    files: tuple[Path, ...] = ()
+    if emit_k8s is not None and summary.recommendation is not None:
+        rec = Recommendation(**summary.recommendation.model_dump())
+        files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
+    return FindResult(summary, out_dir, files)
+
+
+def _cpu_list(cpus: Sequence[int] | None) -> str:
+    return ",".join(map(str, cpus)) if cpus else "any"
+
+
+def load(out_dir: Path | str) -> LoadedResults:
+    """Open an existing results folder (also one whose run was cut off); recomputes its summary."""
+    path = Path(out_dir)
+    results = load_results(path)
+    return LoadedResults(
+        out_dir=path,
+        header=results.header,
+        config=results.config,
+        segments=tuple(results.segments),
+        summary=parse_summary(build_summary(results)),
+    )
+
+
+def report(dirs: Sequence[Path | str], out: Path | str | None = None) -> Path:
+    """Rewrite ``summary.json`` and ``intervals.csv`` of each folder and write one ``report.html``
+    (several folders overlay, e.g. before/after); returns the report's path."""
+    from satpoint.reports.html import write_report
+
+    paths = [Path(d) for d in dirs]
+    if not paths:
+        raise ValueError("report needs at least one results folder")
+    for d in paths:
+        write_all(d, load_results(d), html=False)
+    target = Path(out) if out is not None else paths[0] / "report.html"
+    return write_report(paths, target)

@@ -1,0 +1,184 @@
+"""Run configuration: frozen, validated data that every layer reads and the results header records.
+
+``RunConfig`` is the one place that turns a run's settings into the ``config`` block of
+``results.json`` (``to_header``) and back (``from_header``), so ``report`` and ``analyze`` judge an old
+folder by the rules it was run with.  Like ``plan``, this module is on the ground floor: it imports
+nothing else of satpoint but the plan types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+from satpoint.plan import Arrival
+
+Mode = Literal["open_loop", "closed_loop"]
+Kind = Literal["run", "find"]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How the generator sends: arrival process, connections, timeouts, processes."""
+
+    arrival: Arrival = "constant"
+    seed: int = 0
+    max_inflight: int = 1024
+    timeout_s: float = 30.0
+    drain_s: float = 10.0
+    procs: int = 1
+    generator_cpus: tuple[int, ...] | None = None
+    warm_connections: int = 16
+
+    def validate(self) -> LoadOptions:
+        if self.arrival not in ("constant", "poisson"):
+            raise ValueError("arrival must be constant or poisson")
+        if self.procs < 1 or self.max_inflight < 1 or self.timeout_s <= 0 or self.drain_s < 0:
+            raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "arrival": self.arrival,
+            "seed": self.seed,
+            "max_inflight": self.max_inflight,
+            "timeout_s": self.timeout_s,
+            "drain_s": self.drain_s,
+            "procs": self.procs,
+            "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LoadOptions:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        if kw.get("generator_cpus") is not None:
+            kw["generator_cpus"] = tuple(kw["generator_cpus"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class VerdictRules:
+    """The thresholds stage verdicts are judged by (``analysis.verdicts``)."""
+
+    max_error_rate: float = 0.01
+    #: the outstanding-request count may grow by at most this fraction of the offered rate
+    queue_growth_frac: float = 0.01
+    #: ... and by at least this many requests over the window before it counts as growth
+    queue_growth_min: float = 5.0
+    #: completions (any outcome) per second must keep up with due requests within this fraction
+    completion_frac: float = 0.95
+    #: share of requests that may wait for a free slot (in-flight cap full of unanswered requests)
+    waited_frac: float = 0.01
+    #: p99 send lag of requests that had a free slot: above this the generator fell behind
+    generator_lag_p99_ms: float = 10.0
+    #: latency objectives, e.g. {"p99": 50.0} (ms)
+    slo_ms: dict[str, float] = field(default_factory=dict)
+    #: p50 latency at low load (``find`` measures it in its first stage); when set, a stage whose p50
+    #: exceeds ``knee_factor`` x baseline + ``knee_floor_ms`` is saturated: queueing has degraded latency
+    #: even if the queue did not visibly grow within the window
+    baseline_p50_ms: float | None = None
+    knee_factor: float = 4.0
+    knee_floor_ms: float = 2.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VerdictRules:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True)
+class FindOptions:
+    """How the saturation search runs (``satpoint find``)."""
+
+    precision: float = 0.05
+    growth: float = 2.0
+    start_rps: float | None = None  # None: from a probe of the service time
+    max_rps: float = 50_000.0
+    budget_s: float = 270.0
+    ramp_s: float = 2.0
+    min_hold_s: float = 6.0
+    max_hold_s: float = 15.0
+    min_requests: int = 2000
+    cooldown_s: float = 2.0
+    profile: bool = True
+    margin: float = 0.15
+    peak_rps: float | None = None
+    min_rps: float | None = None
+
+    def validate(self) -> FindOptions:
+        if not 0 < self.precision < 1 or not 0 <= self.margin < 1 or self.growth <= 1 or self.budget_s <= 0:
+            raise ValueError("precision in (0,1), margin in [0,1), growth > 1 and budget > 0 are required")
+        if self.ramp_s < 0 or self.min_hold_s <= 0 or self.max_hold_s < self.min_hold_s or self.min_requests < 1:
+            raise ValueError("ramp >= 0, 0 < min hold <= max hold and min requests >= 1 are required")
+        return self
+
+    def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "growth": self.growth,
+            "start_rps": start_rps,
+            "max_rps": self.max_rps,
+            "budget_s": self.budget_s,
+            "ramp_s": self.ramp_s,
+            "hold_s": [self.min_hold_s, self.max_hold_s],
+            "min_requests": self.min_requests,
+            "margin": self.margin,
+            "peak_rps": self.peak_rps,
+            "min_rps": self.min_rps,
+            "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,
+        }
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything about a run that its results header records under ``config``."""
+
+    kind: Kind = "run"
+    mode: Mode = "open_loop"
+    load: LoadOptions = field(default_factory=LoadOptions)
+    rules: VerdictRules = field(default_factory=VerdictRules)
+    thresholds: tuple[str, ...] = ()
+    #: the search's settings as run (``FindOptions.describe``), for ``find``
+    find: dict[str, Any] | None = None
+    #: the closed loop's settings (``ClosedLoopOptions.describe``), for a closed-loop run
+    closed_loop: dict[str, Any] | None = None
+    #: the demonstration a run belongs to (``"co"``), if any
+    demo: str | None = None
+
+    def with_rules(self, rules: VerdictRules) -> RunConfig:
+        return replace(self, rules=rules)
+
+    def to_header(self) -> dict[str, Any]:
+        """The ``config`` block of ``results.json``."""
+        out: dict[str, Any] = {
+            "mode": self.mode,
+            "load": self.load.describe(),
+            "rules": self.rules.to_dict(),  # every threshold, so old folders are judged by their own rules
+            "thresholds": list(self.thresholds),
+        }
+        for key in ("find", "closed_loop", "demo"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> RunConfig:
+        """The configuration a results header records (older headers lack some keys: defaults)."""
+        c = dict(header.get("config") or {})
+        kind: Kind = "find" if header.get("kind") == "find" else "run"
+        mode: Mode = "closed_loop" if c.get("mode") == "closed_loop" else "open_loop"
+        return cls(
+            kind=kind,
+            mode=mode,
+            load=LoadOptions.from_dict(dict(c.get("load") or {})),
+            rules=VerdictRules.from_dict(dict(c.get("rules") or {})),
+            thresholds=tuple(c.get("thresholds") or ()),
+            find=c.get("find"),
+            closed_loop=c.get("closed_loop"),
+            demo=c.get("demo"),
+        )

@@ -1,0 +1,136 @@
+"""REST vs gRPC: the saturation search per protocol on one server, then latency at equal offered loads.
+
+Each protocol gets its own results folder under ``out_dir/<protocol>``; ``compare.json`` holds the
+side-by-side figures (a pure function of the per-protocol summaries) and ``report.html`` overlays them.
+With no target URL the embedded MLServer is started (and always stopped).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.summary import build_summary
+from satpoint.config import FindOptions, LoadOptions, VerdictRules
+from satpoint.endpoints.spec import Target
+from satpoint.find import profile_session, search_target
+from satpoint.progress import OnEvent, say
+from satpoint.reports.files import write_all
+from satpoint.session import Session
+
+COMPARE_FILE = "compare.json"
+PROTOCOLS = ("rest", "grpc")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """What to compare: protocols, the server (URLs, or the embedded MLServer), the search's settings."""
+
+    protocols: tuple[str, ...] = PROTOCOLS
+    url: str | None = None  # REST base URL; None: the embedded MLServer
+    grpc_url: str | None = None
+    model: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    payload_file: Path | None = None
+    grpc_raw: bool = False
+    workers: int = 1
+    server_cpus: tuple[int, ...] | None = None
+    load: LoadOptions = field(default_factory=lambda: LoadOptions(max_inflight=256, drain_s=5.0))
+    find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, profile=False))
+
+    def validate(self) -> CompareConfig:
+        protos = self.protocols
+        if not protos or any(p not in PROTOCOLS for p in protos) or len(set(protos)) != len(protos):
+            raise ValueError("protocols take rest and/or grpc, e.g. rest,grpc")
+        if self.url is not None and self.model is None:
+            raise ValueError("a URL needs a model name")
+        if self.url is not None and "grpc" in protos and self.grpc_url is None:
+            raise ValueError("comparing gRPC on a given server needs its gRPC address")
+        self.find.validate()
+        return self
+
+
+@dataclass
+class CompareOutcome:
+    doc: dict[str, Any]
+    out_dir: Path
+    dirs: dict[str, Path]
+    interrupted: bool
+
+
+def compare_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The side-by-side figures (a pure function of the per-protocol summaries)."""
+    out: dict[str, Any] = {"protocols": {}}
+    for proto, s in summaries.items():
+        out["protocols"][proto] = {
+            "saturation_rps": s.get("saturation_rps"),
+            "max_throughput_rps": s.get("max_throughput_rps"),
+            "precision_achieved": s.get("precision_achieved"),
+            "generator_cpu_us_per_request": s.get("generator", {}).get("cpu_us_per_request"),
+            "latency_at": [
+                {"offered_rps": r["offered_rps"], "latency_ms": r["latency_ms"], "verdict": r["verdict"]}
+                for r in s.get("latency_at", [])
+            ],
+        }
+    return out
+
+
+def run_compare(
+    cfg: CompareConfig, out_dir: Path, *, stop: threading.Event | None = None, on_event: OnEvent | None = None
+) -> CompareOutcome:
+    """Search each protocol, profile all of them at the lowest saturation point, write everything."""
+    cfg.validate()
+    stop = stop or threading.Event()
+    rules = VerdictRules()
+    sessions: dict[str, Session] = {}
+    with ExitStack() as stack:
+        server_info = None
+        addr: dict[str, str | None] = {"rest": cfg.url, "grpc": cfg.grpc_url}
+        name = cfg.model
+        if cfg.url is None:
+            from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+
+            say(on_event, f"starting the embedded MLServer (parallel_workers={cfg.workers})")
+            settings = MLServerSettings(parallel_workers=cfg.workers, cpus=cfg.server_cpus)
+            server = stack.enter_context(MLServerTarget(settings))
+            server_info = server.info()
+            addr = {"rest": server.rest_url, "grpc": server.grpc_address}
+            name = server.model_name
+        assert name is not None
+        specs = {
+            p: Target(
+                url=str(addr[p]),
+                model=name,
+                protocol=p,
+                headers=cfg.headers,
+                payload_file=cfg.payload_file,
+                grpc_raw=cfg.grpc_raw,
+            )
+            for p in cfg.protocols
+        }
+        for p in cfg.protocols:
+            if stop.is_set():
+                break
+            say(on_event, f"── {p} ──")
+            sessions[p] = search_target(
+                specs[p], cfg.load, cfg.find, rules, out_dir / p, stop=stop, on_event=on_event, server_info=server_info
+            )
+        sats = {p: build_summary(s.results).get("saturation_rps") for p, s in sessions.items()}
+        common = min((v for v in sats.values() if v), default=None)
+        if common and not stop.is_set():
+            say(on_event, f"── latency at equal offered loads (fractions of {common:.1f} rps) ──")
+            for s in sessions.values():
+                profile_session(s, replace(cfg.find, profile=True), common)
+    summaries = {p: write_all(out_dir / p, s.results, html=True) for p, s in sessions.items()}
+    doc = compare_rows(summaries)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / COMPARE_FILE).write_text(json.dumps(doc, indent=2))
+    if len(sessions) > 1:
+        from satpoint.reports.html import write_report
+
+        write_report([out_dir / p for p in sessions], out_dir / "report.html")
+    return CompareOutcome(doc, out_dir, {p: out_dir / p for p in sessions}, stop.is_set())

@@ -1,0 +1,45 @@
+"""Renders the library's progress events on a terminal: live lines per segment, messages as lines."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.reports.co_demo import ClosedLoopView
+from satpoint.reports.terminal import LiveView
+
+
+class EventPrinter:
+    """An ``on_event`` callable for the command line (use as a context manager so a live view that an
+    error interrupted is closed)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._view: LiveView | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Snapshot):
+            if self._view is not None:
+                self._view.update(event.snapshot)
+        elif isinstance(event, SegmentStarted):
+            self.close()
+            if event.users is not None:
+                view: LiveView = ClosedLoopView(self.console, event.users, event.duration_s or 0.0, event.title)
+            else:
+                view = LiveView(self.console, list(event.stages), event.title)
+            self._view = view.__enter__()
+        elif isinstance(event, SegmentFinished):
+            self.close()
+        elif isinstance(event, Message):
+            self.console.print(event.text, style="yellow" if event.level == "warning" else None, soft_wrap=True)
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.__exit__(None, None, None)
+            self._view = None
+
+    def __enter__(self) -> EventPrinter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
