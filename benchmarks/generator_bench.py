@@ -3,17 +3,20 @@
 A trivial OIP target that is never the bottleneck (Debian's nginx returning a fixed answer, config in
 ``benchmarks/nginx/``) runs from a private temporary prefix, one worker, pinned to core 0.  Each
 measurement is a fresh Python process pinned to core 1 (``taskset``) that drives the generator through
-the library, exactly the code path of ``satpoint run`` without the live view:
+the public API, exactly the code path of ``satpoint run`` without the live view:
 
-    prepared = satpoint.endpoints.prepare.prepare(Target(url, "bench"), max_inflight)
-    seg = satpoint.session.run_segment(prepared, [Stage(rate, ramp, hold)], LoadOptions(...))
+    result = satpoint.run(satpoint.Target(url, "bench"), [satpoint.Stage(rate, ramp, hold)],
+                          load=satpoint.LoadOptions(max_inflight=..., generator_cpus=(1,), ...),
+                          out=TMPDIR, html=False, on_event=...)
+    rows = satpoint.load(TMPDIR).rows()
 
 Reported per run:
 
-* CPU µs per request over the whole segment (``seg.generator["cpu_us_per_request"]``: process CPU
-  across the shard, connection warm-up and drain included) and over the hold only (process CPU
-  sampled by the live-snapshot callback every 0.25 s, divided by the requests due between the two
-  samples that bound the hold);
+* CPU µs per request over the whole segment (``result.summary.generator.cpu_us_per_request``: process
+  CPU measured around the dispatcher's event loop, connection warm-up and drain included; writing the
+  results folder afterwards is not in it) and over the hold only (process CPU sampled on every
+  ``satpoint.Snapshot`` event, every 0.25 s, divided by the requests due between the two samples that
+  bound the hold);
 * send lag (sent - intended) p50/p99/max over the hold, late fraction (> 1 ms, or never sent),
   requests that waited for a connection, errors, achieved throughput (OK answers per second of hold);
 * the 1-minute load average before the run and, from ``/proc/stat``, how busy each of the two cores was
@@ -238,52 +241,60 @@ class Nginx:
 def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cprofile: str | None) -> dict[str, Any]:
     import numpy as np
 
-    from satpoint.config import LoadOptions
-    from satpoint.endpoints.prepare import prepare
-    from satpoint.endpoints.spec import Target
-    from satpoint.metrics.records import Outcome
-    from satpoint.plan import Stage
-    from satpoint.session import run_segment
+    import satpoint
 
-    prepared = prepare(Target(url=url, model=MODEL), max_inflight)
+    # the names of rows()'s outcome codes (the API names error classes only in the summary's steady window)
+    from satpoint.metrics.records import Outcome
+
     samples: list[tuple[float, float]] = []  # (run clock, process CPU)
 
-    def on_snapshot(s: Any) -> None:
-        samples.append((s.now_s, time.process_time()))
+    def on_event(ev: Any) -> None:
+        if isinstance(ev, satpoint.Snapshot):
+            samples.append((ev.snapshot.now_s, time.process_time()))
 
-    opts = LoadOptions(max_inflight=max_inflight, timeout_s=10.0, drain_s=5.0)
-    stages = [Stage(rate, ramp, hold)]
-    if cprofile:
-        import cProfile
+    load = satpoint.LoadOptions(max_inflight=max_inflight, timeout_s=10.0, drain_s=5.0, generator_cpus=(GEN_CORE,))
+    stages = [satpoint.Stage(rate, ramp, hold)]
+    with tempfile.TemporaryDirectory(prefix="satpoint-genbench-") as out:
 
-        prof = cProfile.Profile()
-        prof.enable()
-        seg = run_segment(prepared, stages, opts, on_snapshot=on_snapshot)
-        prof.disable()
-        prof.dump_stats(cprofile)
-    else:
-        seg = run_segment(prepared, stages, opts, on_snapshot=on_snapshot)
-    rec = seg.records
+        def run() -> Any:
+            return satpoint.run(satpoint.Target(url, MODEL), stages, load=load, out=out, html=False, on_event=on_event)
+
+        if cprofile:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+            result = run()
+            prof.disable()
+            prof.dump_stats(cprofile)
+        else:
+            result = run()
+        loaded = satpoint.load(out)
+        rec = loaded.rows()
+        wall_s = loaded.segments[0].generator.get("wall_s")
+    gen = result.summary.generator
+    stage = result.summary.stages[0] if result.summary.stages else None
+    intended, sent_t, done, outcome = rec["intended"], rec["sent"], rec["done"], rec["outcome"]
     h0, h1 = ramp, ramp + hold
-    in_hold = (rec.intended >= h0) & (rec.intended < h1)
-    lag = rec.send_lag_s()[in_hold]
+    in_hold = (intended >= h0) & (intended < h1)
+    lag = (sent_t - intended)[in_hold]
     sent = ~np.isnan(lag)
     lag_ms = lag[sent] * 1000
     n_hold = int(in_hold.sum())
     late = int(np.count_nonzero(lag_ms > 1.0)) + int(np.count_nonzero(~sent))
-    ok = rec.outcome == Outcome.OK
-    ok_in_hold = int(np.count_nonzero(ok & (rec.done >= h0) & (rec.done < h1)))
-    svc = (rec.done - rec.sent)[in_hold & ok] * 1000
+    ok = outcome == Outcome.OK
+    ok_in_hold = int(np.count_nonzero(ok & (done >= h0) & (done < h1)))
+    svc = (done - sent_t)[in_hold & ok] * 1000
     # CPU over the hold: the two snapshot samples that bound the hold most tightly from inside
     inside = [s for s in samples if h0 <= s[0] <= h1]
     cpu_hold = None
     if len(inside) >= 2:
         (ta, ca), (tb, cb) = inside[0], inside[-1]
-        n_ab = int(np.count_nonzero((rec.intended >= ta) & (rec.intended < tb)))
+        n_ab = int(np.count_nonzero((intended >= ta) & (intended < tb)))
         cpu_hold = (cb - ca) / n_ab * 1e6 if n_ab else None
     errors = {
-        Outcome(int(o)).name.lower(): int(np.count_nonzero(rec.outcome == o))
-        for o in np.unique(rec.outcome)
+        Outcome(int(o)).name.lower(): int(np.count_nonzero(outcome == o))
+        for o in np.unique(outcome)
         if int(o) != Outcome.OK
     }
 
@@ -292,20 +303,24 @@ def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cp
 
     return {
         "rate": rate,
-        "requests": len(rec),
-        "cpu_s": seg.generator["cpu_s"],
-        "wall_s": seg.generator["wall_s"],
-        "cpu_us_per_req": seg.generator["cpu_us_per_request"],
+        "requests": gen.requests,
+        "cpu_s": gen.cpu_s,
+        "wall_s": wall_s,
+        "cpu_us_per_req": gen.cpu_us_per_request,
         "cpu_us_per_req_hold": round(cpu_hold, 2) if cpu_hold is not None else None,
         "lag_p50_ms": pct(lag_ms, 50),
         "lag_p99_ms": pct(lag_ms, 99),
         "lag_max_ms": round(float(lag_ms.max()), 4) if len(lag_ms) else None,
         "late_frac": late / n_hold if n_hold else None,
-        "waited": int(np.count_nonzero(rec.waited)),
+        "waited": int(np.count_nonzero(rec["waited"])),
         "errors": errors,
         "throughput_rps": round(ok_in_hold / hold, 1),
         "service_p50_ms": pct(svc, 50),
         "service_p99_ms": pct(svc, 99),
+        # the summary's own judgement of the stage (steady window: the hold minus its settle period)
+        "verdict": stage.verdict if stage else None,
+        "window_send_lag_p99_ms": stage.send_lag_ms.p99 if stage else None,
+        "window_errors": stage.errors if stage else None,
     }
 
 
@@ -354,7 +369,7 @@ def run_child(
     res["waited_for_load_s"] = round(waited, 1)
     res["core_busy"] = {str(k): round(v, 3) for k, v in busy.items()}
     res["nginx_cpu_s"] = round(ng1 - ng0, 3)
-    # minus prepare()'s three control requests (urllib, one connection each) and the closing status request
+    # minus satpoint.run's three control requests (prepare: urllib, one connection each) and the closing status request
     res["connections"] = acc1 - acc0 - 4
     # CPU of other processes on the generator's core: its busy time minus the child's whole CPU
     child_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)

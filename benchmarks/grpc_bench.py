@@ -119,6 +119,7 @@ IRIS_DOC = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], 
 
 def _messages() -> tuple[bytes, bytes]:
     sys.path.insert(0, str(ROOT / "src"))
+    # the encoded request and a canned answer for the fixed C++ server: no public API builds raw messages
     from satpoint.transports.grpc_codec import encode_infer_request
     from satpoint.transports.grpc_proto import message
 
@@ -207,6 +208,7 @@ async def _client(
     client: str, port: int, rate: float, duration: float, connections: int, inflight: int
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
+    # below the API on purpose: two transports compared under the same dispatcher (satpoint.run picks one)
     from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
     from satpoint.metrics.records import Outcome, Records
     from satpoint.transports.grpc_aio import GrpcAioPool

@@ -3,7 +3,7 @@
 Targets are ``satpoint sim`` servers (``c`` slots of mean service time ``S``: capacity exactly ``c/S``).
 Two ways to find the highest stable rate are compared:
 
-* **satpoint**: ``satpoint.find.run_search`` (geometric staircase, then bisection to ``precision``),
+* **satpoint**: ``satpoint.saturation.run_search`` (geometric staircase, then bisection to ``precision``),
   with ``FindOptions(cooldown_s=1.0)`` and a cool-down that just sleeps;
 * **linear**: one monotonic sequence of stages at ``start, start+Δ, start+2Δ, ...`` with
   ``Δ = precision × c/S`` (it is told the true capacity, which a real user does not know), stopping at
@@ -54,14 +54,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+# Internal imports on purpose: both methods must share one measure (segments appended to one results
+# folder, each stage ramping from the previous target, the same cool-down), the linear staircase needs
+# per-stage verdicts and start_rps, and offline mode drives run_search with a fake measure; the public
+# API (satpoint.find / satpoint.run) runs whole searches and runs against a live target only.
 from satpoint.analysis.search import hold_for
 from satpoint.analysis.summary import build_summary, segment_stage_metrics
 from satpoint.analysis.verdicts import Verdict
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import Measure, overload_rule, run_search, start_rate_from_probe
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
 from satpoint.plan import Stage
+from satpoint.saturation import Measure, overload_rule, run_search, start_rate_from_probe
 from satpoint.servers.sim_model import SimConfig
 from satpoint.servers.sim_process import SimServer
 

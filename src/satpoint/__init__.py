@@ -16,8 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-SCHEMA_VERSION = 1
+from satpoint._version import SCHEMA_VERSION, __version__
 
 #: public name -> module that defines it
 _EXPORTS = {

@@ -29,12 +29,12 @@ from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
-from satpoint.find import search_target
 from satpoint.metrics.results import Segment, load_results
 from satpoint.plan import Stage, validate_plan
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.reports.k8s import write_k8s
+from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.session import Session
 

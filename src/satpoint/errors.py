@@ -8,16 +8,16 @@ class SatpointError(Exception):
 
 
 class TargetUnreachable(SatpointError):
-    pass
+    """The target did not answer, or answered that it is not ready."""
 
 
 class ModelNotFound(SatpointError):
-    pass
+    """The server does not serve the model (the message names the models it has)."""
 
 
 class PayloadError(SatpointError):
-    pass
+    """The request payload could not be read or built, or a test request with it failed."""
 
 
 class ConfigError(SatpointError):
-    pass
+    """Settings that cannot work together."""

@@ -9,9 +9,9 @@ from satpoint.analysis.search import Measured, SearchParams, Step, next_step
 from satpoint.analysis.summary import build_summary
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import run_profile, run_search
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
+from satpoint.saturation import run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 

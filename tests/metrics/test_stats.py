@@ -339,8 +339,25 @@ def test_intervals_add_up_to_the_totals() -> None:
     assert sum(iv.throughput for iv in out) == int(np.count_nonzero(rec.ok_mask()))
     assert out[-1].inflight_end == 0
     assert max(iv.inflight_end for iv in out) > 50  # the overloaded stage builds a queue
-    assert {iv.stage for iv in out} == {0, 1, -1} or {iv.stage for iv in out} == {0, 1}
+    # stage 0 covers [0, 5), stage 1 [5, 9); the backlog drains after the plan ended (stage -1)
+    assert [iv.stage for iv in out[:10]] == [0] * 5 + [1] * 4 + [-1]
+    assert {iv.stage for iv in out[9:]} == {-1}
     assert math.ceil(float(np.nanmax(rec.done))) == len(out)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="metrics/stats.py intervals(): seconds = ceil(last done); a completion exactly at that whole second "
+    "falls past the last bound [s, s+1) and is lost from throughput (and stays in inflight_end)",
+)
+def test_intervals_keep_a_completion_at_the_last_whole_second() -> None:
+    rec = Records.empty(np.array([0.5, 1.5]))
+    rec.sent[:] = rec.intended
+    rec.done[:] = [0.6, 2.0]  # the second answer lands exactly at the end of the plan
+    rec.outcome[:] = Outcome.OK
+    out = intervals(rec, spans([Stage(1, 0, 2)]))
+    assert sum(iv.throughput for iv in out) == 2
+    assert out[-1].inflight_end == 0
 
 
 def test_intervals_of_no_rows() -> None:

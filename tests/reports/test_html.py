@@ -12,7 +12,6 @@ import pytest
 from satpoint.analysis.summary import build_summary
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
-from satpoint.find import Measure, run_profile, run_search
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
 from satpoint.plan import Stage
@@ -25,6 +24,7 @@ from satpoint.reports.html_data import (
     window_latencies_s,
 )
 from satpoint.reports.html_plots import PLOTS
+from satpoint.saturation import Measure, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from satpoint import __version__, api
+from satpoint import api
+from satpoint._version import __version__
 from satpoint.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,

@@ -17,9 +17,9 @@ from typing import Any
 from satpoint.analysis.summary import build_summary
 from satpoint.config import FindOptions, LoadOptions, VerdictRules
 from satpoint.endpoints.spec import Target
-from satpoint.find import profile_session, search_target
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
+from satpoint.saturation import profile_session, search_target
 from satpoint.session import Session
 
 COMPARE_FILE = "compare.json"

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from satpoint import SCHEMA_VERSION, __version__
+from satpoint._version import SCHEMA_VERSION, __version__
 from satpoint.config import RunConfig
 from satpoint.metrics.records import Records
 from satpoint.plan import Stage, StageSpan, spans

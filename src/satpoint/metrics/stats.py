@@ -37,7 +37,8 @@ def pct_ms(values_s: npt.NDArray[np.float64], keys: dict[str, float] = PCTS) -> 
 
 
 def settle_s(hold_s: float) -> float:
-    """Start of the steady window after the hold begins: 20 % of the hold, within [0.5 s, 5 s]."""
+    """Start of the steady window after the hold begins: 20 % of the hold, within [0.5 s, 5 s], and never
+    more than half the hold (so a hold under 1 s keeps half of itself as its window)."""
     return min(max(0.2 * hold_s, 0.5), 5.0, 0.5 * hold_s)
 
 

@@ -72,7 +72,7 @@ class _SimServicer:
         return message("ModelReadyResponse")(ready=request.name == self.config.model)
 
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        from satpoint import __version__
+        from satpoint._version import __version__
 
         return message("ServerMetadataResponse")(name="satpoint-sim", version=__version__, extensions=[])
 

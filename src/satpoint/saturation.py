@@ -1,4 +1,4 @@
-"""``satpoint find``: drive the saturation search against a target, one measured stage at a time.
+"""The saturation search driven against a target, one measured stage at a time (``satpoint find``).
 
 Each measured stage is its own results segment, written as soon as it ends.  A stage that continues
 the current monotonic sequence ramps from the previous target; a fresh sequence waits for the
