@@ -345,11 +345,6 @@ def test_intervals_add_up_to_the_totals() -> None:
     assert math.ceil(float(np.nanmax(rec.done))) == len(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="metrics/stats.py intervals(): seconds = ceil(last done); a completion exactly at that whole second "
-    "falls past the last bound [s, s+1) and is lost from throughput (and stays in inflight_end)",
-)
 def test_intervals_keep_a_completion_at_the_last_whole_second() -> None:
     rec = Records.empty(np.array([0.5, 1.5]))
     rec.sent[:] = rec.intended

@@ -95,6 +95,7 @@ class OpenLoopDispatcher(Housekeeping):
         self._n = len(self._due)
         self._next = 0
         self._backlog: deque[int] = deque()
+        self._never_sent = 0  # backlog rows still unsent when the run ended (set once, at the end)
         self._opts = options
         self._factory = factory
         self._npay = options.payload_count
@@ -156,7 +157,7 @@ class OpenLoopDispatcher(Housekeeping):
         return Progress(
             now_s=perf() - self.t0,
             due=self._next,
-            sent=self._next - len(self._backlog),
+            sent=self._next - len(self._backlog) - self._never_sent,
             backlog=len(self._backlog),
             inflight=self._transport.inflight() if self._transport else 0,
             total=self._n,
@@ -203,6 +204,7 @@ class OpenLoopDispatcher(Housekeeping):
         # rows that were due but never left keep NOT_SENT; their done column gets the end time, so
         # their latency is a lower bound (censored), like UNFINISHED rows
         reached = self._next
+        self._never_sent = len(self._backlog)  # the final progress must not count them as sent
         if self._backlog:
             idx = np.fromiter(self._backlog, dtype=np.int64, count=len(self._backlog))
             self.rec.done[idx] = perf()

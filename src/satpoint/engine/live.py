@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from satpoint.engine.dispatcher import Progress
-from satpoint.metrics.records import Outcome, Records
+from satpoint.metrics.records import Records
 
 WINDOW_S = 1.0
 _SAMPLE = 2000
@@ -43,8 +43,7 @@ def snapshot(p: Progress, rec: Records) -> LiveSnapshot:
         lat = lat[:: len(lat) // _SAMPLE + 1]
     if len(lag) > _SAMPLE:
         lag = lag[:: len(lag) // _SAMPLE + 1]
-    outcome = rec.outcome[:hi]
-    errors = int(np.count_nonzero((outcome != Outcome.OK) & (outcome != Outcome.NOT_SENT)))
+    errors = int(np.count_nonzero(rec.select(slice(0, hi)).error_mask()))
     return LiveSnapshot(
         now_s=now,
         due=p.due,

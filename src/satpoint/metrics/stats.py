@@ -171,7 +171,7 @@ def intervals(rec: Records, spans: list[StageSpan]) -> list[Interval]:
     if len(rec) == 0:
         return []
     end = max(float(np.nanmax(rec.done)) if np.any(~np.isnan(rec.done)) else 0.0, spans[-1].end_s)
-    seconds = math.ceil(end)
+    seconds = math.floor(end) + 1  # the last second [s, s+1) holds ``end`` even when it is a whole second
     bounds = np.arange(seconds + 1, dtype=np.float64)
     due_idx = np.searchsorted(rec.intended, bounds)
     ok_done = np.sort(rec.done[rec.ok_mask()])

@@ -164,7 +164,7 @@ def segment_series(seg: Segment, offset: float, width: float, out: Series) -> No
     rec = seg.records
     if len(rec) == 0:
         return
-    n_b = max(1, math.ceil(_data_end(seg) / width))
+    n_b = math.floor(_data_end(seg) / width) + 1  # the last bucket holds the data's end, even on an edge
     edges = np.arange(n_b + 1, dtype=np.float64) * width
     due_idx = np.searchsorted(rec.intended, edges)
     ok_counts = np.diff(np.searchsorted(np.sort(rec.done[rec.ok_mask()]), edges))

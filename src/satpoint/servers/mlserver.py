@@ -22,6 +22,9 @@ MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-skl
 - A port taken between choosing and binding does not make MLServer exit: it hangs (uvicorn's
   ``sys.exit`` happens inside a task). We watch the log for bind errors, fail fast, retry on new ports.
 - Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
+
+Why this module is long: it also holds the scrape of MLServer's Prometheus ``/metrics``; that part
+moves to its own module when server-side observability is built on it.
 """
 
 from __future__ import annotations

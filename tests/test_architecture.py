@@ -1,0 +1,23 @@
+"""The shape the package keeps: a thin command line, modules of readable size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "satpoint"
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_the_command_line_is_a_thin_shell() -> None:
+    total = sum(_lines(p) for p in (SRC / "cli").glob("*.py"))
+    assert total < 800, f"cli/ has {total} lines: move orchestration into the library"
+
+
+def test_long_modules_say_why_at_their_top() -> None:
+    for path in SRC.rglob("*.py"):
+        if _lines(path) > 500:
+            head = path.read_text().split('"""')[1]
+            assert "Why this module is long" in head, f"{path.relative_to(SRC)}: over 500 lines without a reason"
