@@ -1,1 +1,0 @@
-"""satpoint.distributed"""
