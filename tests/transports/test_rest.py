@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import httptools
@@ -88,9 +88,9 @@ class Conn:
         try:
             while self.sock.recv(65536):
                 pass
-        except (ConnectionError, TimeoutError):
-            return True if not isinstance(self, type(None)) else False
-        except OSError:
+        except TimeoutError:
+            return False
+        except OSError:  # reset
             return True
         return True
 
@@ -146,6 +146,10 @@ class ScriptedServer:
         except BaseException as e:  # a broken script must fail the test, not vanish in a thread
             self.errors.append(e)
 
+    def conns_snapshot(self) -> list[Conn]:
+        with self.lock:
+            return list(self.conns)
+
     @property
     def connections(self) -> int:
         with self.lock:
@@ -156,14 +160,11 @@ class ScriptedServer:
             return [r.partition(b"\r\n\r\n")[2] for _, r in self.received]
 
     def close(self) -> None:
-        self._listener.close()
-        with self.lock:
-            conns = list(self.conns)
-        for c in conns:
-            try:
-                c.sock.close()
-            except OSError:
-                pass
+        # shutdown() wakes threads blocked in accept()/recv(); close() alone would not
+        for sock in [self._listener, *(c.sock for c in self.conns_snapshot())]:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
         for th in self._threads:
             th.join(timeout=2.0)
         assert not self.errors, self.errors
@@ -243,7 +244,8 @@ def on_uvloop(coro: Coroutine[Any, Any, Any], timeout_s: float = 8.0) -> Any:
     return uvloop.run(asyncio.wait_for(coro, timeout_s))
 
 
-def closed_port() -> Iterator[int]:
+@pytest.fixture
+def refused_port() -> Iterator[int]:
     """A loopback port that refuses connections: bound (so nobody else takes it) but not listening."""
     s = socket.socket()
     s.bind((HOST, 0))
@@ -251,9 +253,6 @@ def closed_port() -> Iterator[int]:
         yield s.getsockname()[1]
     finally:
         s.close()
-
-
-refused_port = pytest.fixture(closed_port)
 
 
 # encoding (pure) ------------------------------------------------------------------------------------------
@@ -400,7 +399,7 @@ def test_concurrent_requests_use_up_to_max_inflight_connections() -> None:
         assert inflight == 3
         assert again == [True, True, True, True]
         assert server.connections == 3
-    assert c.rec.outcome.tolist() == [Outcome.OK] * 3 + [Outcome.OK] * 3
+    assert (c.rec.outcome == Outcome.OK).all()
 
 
 @pytest.mark.parametrize("size", [0, 1, 70_000])
@@ -594,7 +593,7 @@ HEAD_200 = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
     "cut",
     [
         pytest.param(lambda conn: conn.close(), id="before-any-byte"),
-        pytest.param(lambda conn: (conn.send(HEAD_200[:20]), conn.close()), id="mid-status-line"),
+        pytest.param(lambda conn: (conn.send(HEAD_200[:10]), conn.close()), id="mid-status-line"),
         pytest.param(lambda conn: (conn.send(HEAD_200 + b"Content-Le"), conn.close()), id="mid-headers"),
         pytest.param(
             lambda conn: (conn.send(HEAD_200 + b"Content-Length: 100\r\n\r\n" + b"x" * 10), conn.close()),
@@ -703,8 +702,8 @@ def test_connection_refused(refused_port: int) -> None:
 def test_timeout_drops_the_connection_and_the_next_request_uses_a_new_one() -> None:
     def handler(conn: Conn) -> None:
         if conn.number == 0:
-            if conn.read_request() is not None:
-                conn.server.closed_by_client.append(0) if conn.wait_eof() else None
+            if conn.read_request() is not None and conn.wait_eof():
+                conn.server.closed_by_client.append(0)
             return
         OK_EACH(conn)
 
@@ -794,6 +793,64 @@ def test_under_the_dispatcher_outcomes_follow_the_server() -> None:
 # bugs found ---------------------------------------------------------------------------------------------------
 @pytest.mark.xfail(
     strict=True,
+    reason="transports/rest.py _Conn.on_message_complete treats an interim 1xx response (103 Early Hints, "
+    "100 Continue) as the final one: the row is HTTP_ERROR with status 103 and its service time stops early; "
+    "when the real response arrives the idle connection is released again (a duplicate in RestPool._free). "
+    "RFC 9110 §15.2: a client must parse 1xx responses received before the final response",
+)
+def test_interim_1xx_responses_are_skipped() -> None:
+    def early_hints(conn: Conn) -> None:
+        while conn.read_request() is not None:
+            conn.send(b"HTTP/1.1 103 Early Hints\r\nLink: </w.bin>; rel=preload\r\n\r\n")
+            time.sleep(0.02)
+            conn.send(response())
+
+    with scripted(early_hints) as server:
+
+        async def main() -> Client:
+            c = Client(server.port, 2, max_inflight=1)
+            for i in range(2):
+                await c.one(i)
+                await asyncio.sleep(0.05)
+            return c
+
+        c = on_uvloop(main())
+    assert [c.row(0), c.row(1)] == [(Outcome.OK, 200)] * 2
+    assert (c.rec.service_s() >= 0.02 - 1e-3).all()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="transports/rest.py _Conn.on_message_complete: a response that arrives while no request is "
+    "outstanding (busy_idx < 0) still calls pool._release(), so an idle connection is put into RestPool._free "
+    "a second time; try_send then hands the same connection to two requests (beyond max_inflight) and the "
+    "first one's row is overwritten (never finished, inflight never returns to 0)",
+)
+def test_a_stray_response_on_an_idle_connection_does_not_duplicate_it() -> None:
+    stray_sent = threading.Event()
+
+    def stray_then_ok(conn: Conn) -> None:
+        conn.send(response(body=b""))  # nobody asked
+        stray_sent.set()
+        OK_EACH(conn)
+
+    with scripted(stray_then_ok) as server:
+
+        async def main() -> list[bool]:
+            c = Client(server.port, 2, max_inflight=1)
+            await c.pool.prepare(1)
+            await until(stray_sent.is_set)
+            await asyncio.sleep(0.1)  # the stray response has been read
+            sends = [c.pool.try_send(0, 0), c.pool.try_send(1, 0)]
+            c.pool.abort_all(Outcome.UNFINISHED)
+            return sends
+
+        sends = on_uvloop(main())
+    assert sends == [True, False]  # one connection, max_inflight=1: the second must wait
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="transports/rest.py: expire()/_drop() on a connection still being opened (RestPool._open task "
     "pending) forgets it but does not cancel the connect; when it completes, _Conn.connection_made writes the "
     "timed-out request anyway and after the answer _release() puts the untracked connection into _free, so "
@@ -808,14 +865,12 @@ def test_request_timed_out_while_connecting_is_never_sent_and_the_cap_holds() ->
         for _ in range(3):
             f = socket.socket()
             f.setblocking(False)
-            try:
+            with suppress(BlockingIOError):
                 f.connect((HOST, port))
-            except BlockingIOError:
-                pass
             fillers.append(f)
         time.sleep(0.05)
 
-        async def main() -> tuple[Client, list[bytes], list[bool]]:
+        async def main() -> tuple[list[bytes], list[bool]]:
             c = Client(port, 3, max_inflight=1)
             assert c.pool.try_send(0, 0)
             await asyncio.sleep(0.2)
@@ -849,9 +904,9 @@ def test_request_timed_out_while_connecting_is_never_sent_and_the_cap_holds() ->
             for s in accepted:
                 s.close()
             c.pool.abort_all(Outcome.UNFINISHED)
-            return c, got, sends
+            return got, sends
 
-        c, got, sends = on_uvloop(main(), timeout_s=8.0)
+        got, sends = on_uvloop(main(), timeout_s=8.0)
     finally:
         listener.close()
         for f in fillers:
