@@ -116,7 +116,7 @@ def test_load_reads_a_folder_and_its_rows(tmp_path: Path) -> None:
     assert loaded.summary.stages[0].verdict == "stable"
     rows = loaded.rows()
     assert len(rows["intended"]) == sum(len(s.records) for s in results.segments)
-    assert set(rows) == {"intended", "sent", "done", "outcome", "status", "waited", "segment"}
+    assert set(rows) == {"intended", "sent", "done", "outcome", "status", "waited", "retried", "segment"}
     with pytest.raises(FileNotFoundError):
         satpoint.load(tmp_path / "missing")
 

@@ -81,8 +81,8 @@ class LoadedResults:
     summary: RunSummary
 
     def rows(self) -> dict[str, npt.NDArray[np.generic]]:
-        """Every recorded request as numpy columns (intended, sent, done, outcome, status, waited on the
-        segment's run clock, seconds) plus ``segment``: the segment each row belongs to."""
+        """Every recorded request as numpy columns (intended, sent, done on the segment's run clock, seconds;
+        outcome, status, waited, retried) plus ``segment``: the segment each row belongs to."""
         cols: dict[str, list[npt.NDArray[np.generic]]] = {}
         for seg in self.segments:
             for k, v in seg.records.columns().items():
@@ -137,7 +137,7 @@ def run(
     plan = _stages(stages)
     load = (load or LoadOptions()).validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
-    prepared = prepare(target, load.max_inflight, seed=load.seed)
+    prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
     session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
@@ -160,6 +160,7 @@ def run_closed_loop(
     html: bool = True,
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
+    grpc_connections: int | None = None,
 ) -> RunResult:
     """A closed loop: ``users`` that each wait for their answer (plus ``think_ms``) before sending again.
 
@@ -169,9 +170,11 @@ def run_closed_loop(
     )
     options.validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
-    prepared = prepare(target, users, seed=seed)
+    prepared = prepare(target, users, seed=seed, grpc_connections=grpc_connections)
     options = replace(options, payload_count=len(prepared.payload_docs))
-    load = LoadOptions(seed=seed, max_inflight=users, timeout_s=timeout_s, drain_s=drain_s)
+    load = LoadOptions(
+        seed=seed, max_inflight=users, timeout_s=timeout_s, drain_s=drain_s, grpc_connections=grpc_connections
+    )
     config = RunConfig(
         mode="closed_loop",
         load=load,

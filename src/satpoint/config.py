@@ -29,12 +29,17 @@ class LoadOptions:
     procs: int = 1
     generator_cpus: tuple[int, ...] | None = None
     warm_connections: int = 16
+    #: gRPC HTTP/2 connections per generator process; None: automatic (more while the server's
+    #: MAX_CONCURRENT_STREAMS is what limits the in-flight streams)
+    grpc_connections: int | None = None
 
     def validate(self) -> LoadOptions:
         if self.arrival not in ("constant", "poisson"):
             raise ValueError("arrival must be constant or poisson")
         if self.procs < 1 or self.max_inflight < 1 or self.timeout_s <= 0 or self.drain_s < 0:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
+        if self.grpc_connections is not None and self.grpc_connections < 1:
+            raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
         return self
 
     def describe(self) -> dict[str, Any]:
@@ -46,6 +51,7 @@ class LoadOptions:
             "drain_s": self.drain_s,
             "procs": self.procs,
             "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
+            "grpc_connections": self.grpc_connections,
         }
 
     @classmethod

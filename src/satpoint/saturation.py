@@ -157,7 +157,7 @@ def search_target(
     ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
     compare configurations at equal offered loads)."""
     stop = stop or threading.Event()
-    prepared = prepare(spec, load.max_inflight, seed=load.seed)
+    prepared = prepare(spec, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     first = fopts.start_rps
     svc = probe_service_s(prepared)
     if first is None:

@@ -24,6 +24,7 @@ from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, new_header, write_header
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.transports.base import merge_stats
 
 
 def run_segment(
@@ -63,6 +64,8 @@ def run_segment(
         "cpu_s": round(out.generator_cpu_s, 4),
         "cpu_us_per_request": round(out.generator_cpu_s / n * 1e6, 2) if n else None,
         "wall_s": round(max((s.wall_s for s in out.shards), default=0.0), 4),
+        # connections, retries, idle closes, gRPC's effective in-flight cap (connections x streams)...
+        "transport": merge_stats([s.transport for s in out.shards]),
     }
     return Segment(
         index=index,

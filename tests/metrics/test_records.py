@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from satpoint.metrics.records import CENSORED, Outcome, Records
 
 NAN = math.nan
-COLUMNS = ("intended", "sent", "done", "outcome", "status", "waited")
+COLUMNS = ("intended", "sent", "done", "outcome", "status", "waited", "retried")
 DTYPES = {
     "intended": np.float64,
     "sent": np.float64,
@@ -19,6 +19,7 @@ DTYPES = {
     "outcome": np.int8,
     "status": np.int32,
     "waited": np.bool_,
+    "retried": np.bool_,
 }
 
 

@@ -61,6 +61,7 @@ class StageResult(BaseModel):
     latency_trend_ms_per_s: float
     verdict: str
     reasons: list[str]
+    retries: int = 0  # requests sent twice (the first attempt failed before any answer); 0 in older folders
 
 
 class TargetInfo(BaseModel):

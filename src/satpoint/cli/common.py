@@ -37,6 +37,14 @@ BatchOpt = Annotated[int, typer.Option(help="replaces -1 in input shapes")]
 ErrRateOpt = Annotated[float, typer.Option(help="error rate above which a stage is failing")]
 TimeoutOpt = Annotated[float, typer.Option(help="per-request timeout, seconds")]
 CpusOpt = Annotated[str | None, typer.Option(help="pin the generator, e.g. 1 or 2-3")]
+GrpcConnsOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="gRPC: HTTP/2 connections per generator process (default: automatic, more while the server's "
+        "MAX_CONCURRENT_STREAMS limits the streams in flight)",
+    ),
+]
 ThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),

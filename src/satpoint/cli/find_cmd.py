@@ -12,6 +12,7 @@ from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
     ErrRateOpt,
+    GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
     HtmlOpt,
@@ -72,6 +73,7 @@ def find(
     max_batch_time: Annotated[float, typer.Option(help="embedded MLServer max_batch_time, seconds")] = 0.0,
     mlserver_debug: Annotated[bool, typer.Option(help="embedded MLServer debug (access log)")] = False,
     grpc_raw: GrpcRawOpt = False,
+    grpc_connections: GrpcConnsOpt = None,
     profile: Annotated[bool, typer.Option(help="measure latency at 50/80/90/100 % of saturation")] = True,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
     min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
@@ -101,6 +103,7 @@ def find(
             drain_s=min(5.0, timeout),
             procs=procs,
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
+            grpc_connections=grpc_connections,
         ).validate()
         target = server = None
         if managed:

@@ -22,6 +22,7 @@ from satpoint.cli.common import (
     BatchOpt,
     CpusOpt,
     ErrRateOpt,
+    GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
     HtmlOpt,
@@ -76,6 +77,7 @@ def run(
     generator_cpus: CpusOpt = None,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/run-TIMESTAMP)")] = None,
     grpc_raw: GrpcRawOpt = False,
+    grpc_connections: GrpcConnsOpt = None,
     html: HtmlOpt = True,
     users: Annotated[
         int | None, typer.Option(help="CLOSED LOOP instead of --stage: N users that each wait for their answer")
@@ -96,7 +98,10 @@ def run(
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
             if duration is not None or think_ms:
                 raise fail("--duration and --think-ms belong to the closed loop (--users)")
-            load = LoadOptions(arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus))  # type: ignore[arg-type]
+            load = LoadOptions(
+                arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),  # type: ignore[arg-type]
+                grpc_connections=grpc_connections,
+            )  # fmt: skip
             with interruptible() as stop, EventPrinter(console) as printer:
                 result = api.run(target, stage, load=load.validate(), on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
         else:
@@ -109,7 +114,7 @@ def run(
             with interruptible() as stop, EventPrinter(console) as printer:
                 result = api.run_closed_loop(
                     target, users, duration, think_ms=think_ms, timeout_s=timeout, drain_s=drain, seed=seed,
-                    on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
+                    grpc_connections=grpc_connections, on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
         return exit_code(result.summary)

@@ -22,7 +22,8 @@ class GrpcFactoryBuilder:
     messages: tuple[bytes, ...]
     max_inflight: int
     metadata: tuple[tuple[str, str], ...]
-    connections: int = 2
+    #: HTTP/2 connections: None = automatic (two, more while the server's MAX_CONCURRENT_STREAMS binds)
+    connections: int | None = None
 
     def __call__(self) -> TransportFactory:
         from satpoint.transports.grpc_wire import grpc_factory
@@ -52,7 +53,11 @@ class GrpcFactoryBuilder:
         return times[len(times) // 2]
 
 
-def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
+def prepare_grpc(
+    spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0, connections: int | None = None
+) -> PreparedTarget:
+    """Check a gRPC target, build and serialize the requests once, and try one before the test;
+    ``connections`` fixes the number of HTTP/2 connections (None: automatic)."""
     target = grpc_control.parse_target(spec.url)
     if not grpc_control.server_ready(target, spec.headers):
         raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")
@@ -70,6 +75,8 @@ def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         spec=spec,
         metadata=meta,
         payload_docs=docs,
-        builder=GrpcFactoryBuilder(target, messages, max_inflight, tuple(normalize_metadata(spec.headers))),
+        builder=GrpcFactoryBuilder(
+            target, messages, max_inflight, tuple(normalize_metadata(spec.headers)), connections=connections
+        ),
         payload_bytes=len(messages[0]),
     )

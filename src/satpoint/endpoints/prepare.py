@@ -12,10 +12,13 @@ from satpoint.transports import rest_control
 from satpoint.transports.rest import encode_json_body
 
 
-def prepare(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
-    """Check the target, build and encode the requests once, and try one before the test."""
+def prepare(
+    spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0, *, grpc_connections: int | None = None
+) -> PreparedTarget:
+    """Check the target, build and encode the requests once, and try one before the test.
+    ``grpc_connections`` fixes gRPC's HTTP/2 connection count (None: automatic)."""
     if spec.protocol == "grpc":
-        return prepare_grpc(spec, max_inflight, payload_count, seed)
+        return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)
     if spec.protocol != "rest":
         raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
     return prepare_rest(spec, max_inflight, payload_count, seed)

@@ -11,7 +11,7 @@ from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
 from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
-from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, split_url
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, split_base_url
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,13 @@ class RestFactoryBuilder:
 
 
 def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
-    """Check a REST target, build and encode the requests once, and try one before the test."""
+    """Check a REST target, build and encode the requests once, and try one before the test.
+
+    A path in the URL (``http://gateway/seldon/ns/model``: an API gateway's prefix) goes in front of
+    every request's path, the control calls' and the load's alike."""
     base = spec.url.rstrip("/")
     try:
-        host, port = split_url(base)
+        host, port, prefix = split_base_url(base)
     except ValueError as e:
         raise TargetUnreachable(str(e)) from None
     if not rest_control.server_ready(base, spec.headers):
@@ -54,7 +57,7 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         json.loads(body)
     except ValueError:
         raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
-    path = infer_path(spec.model, spec.version)
+    path = prefix + infer_path(spec.model, spec.version)
     reqs = tuple(encode_request(host, port, path, b, spec.headers) for b in bodies)
     return PreparedTarget(
         spec=spec,

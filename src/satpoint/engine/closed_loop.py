@@ -36,7 +36,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +50,7 @@ from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Segment
 from satpoint.plan import Stage
-from satpoint.transports.base import HotTransport, TransportFactory
+from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
 
 perf = time.perf_counter
 
@@ -97,12 +98,8 @@ def _grow(rec: Records, size: int) -> None:
     if size <= n:
         return
     extra = Records.empty(np.full(size - n, np.nan))
-    rec.intended = np.concatenate([rec.intended, extra.intended])
-    rec.sent = np.concatenate([rec.sent, extra.sent])
-    rec.done = np.concatenate([rec.done, extra.done])
-    rec.outcome = np.concatenate([rec.outcome, extra.outcome])
-    rec.status = np.concatenate([rec.status, extra.status])
-    rec.waited = np.concatenate([rec.waited, extra.waited])
+    for name, column in extra.columns().items():  # every column, so none is left shorter than the rest
+        setattr(rec, name, np.concatenate([getattr(rec, name), column]))
 
 
 class ClosedLoopDispatcher(Housekeeping):
@@ -134,6 +131,7 @@ class ClosedLoopDispatcher(Housekeeping):
         self._closing = False
         self.stopped_early = False
         self.ended_at = t0
+        self.transport_stats: dict[str, Any] = {}  # the transport's own report, once the run ended
 
     # hot path -------------------------------------------------------------------------------------------
     def _send(self, user: int, waited: bool = False) -> None:
@@ -254,6 +252,7 @@ class ClosedLoopDispatcher(Housekeeping):
             keeper.cancel()
             self._transport.abort_all(Outcome.UNFINISHED)
             await self._transport.close()
+            self.transport_stats = transport_stats(self._transport)
             if self._on_progress is not None:
                 self._on_progress(self._progress(), self.rec)
         return self._records()
@@ -274,6 +273,7 @@ class ClosedLoopOutput:
     cpu_s: float
     wall_s: float
     interrupted: bool
+    transport: dict[str, Any] = field(default_factory=dict)
 
 
 def run_closed_loop(
@@ -308,6 +308,7 @@ def run_closed_loop(
             cpu_s=time.process_time() - cpu0,
             wall_s=perf() - wall0,
             interrupted=disp.stopped_early,
+            transport=disp.transport_stats,
         )
     finally:
         loop.close()
@@ -338,6 +339,7 @@ def closed_loop_segment(
         "cpu_s": round(out.cpu_s, 4),
         "cpu_us_per_request": round(out.cpu_s / n * 1e6, 2) if n else None,
         "wall_s": round(out.wall_s, 4),
+        "transport": out.transport,
     }
     notes = []
     if n == 0:

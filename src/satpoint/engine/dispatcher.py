@@ -15,12 +15,13 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.records import Outcome, Records
-from satpoint.transports.base import HotTransport, TransportFactory
+from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
 
 perf = time.perf_counter
 
@@ -107,6 +108,7 @@ class OpenLoopDispatcher(Housekeeping):
         self._transport: HotTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stopped_early = False
+        self.transport_stats: dict[str, Any] = {}  # the transport's own report, once the run ended
 
     # hot path -------------------------------------------------------------------------------------------
     def _fire_due(self) -> None:
@@ -194,6 +196,7 @@ class OpenLoopDispatcher(Housekeeping):
             keeper.cancel()
             self._finish_rows()
             await self._transport.close()
+            self.transport_stats = transport_stats(self._transport)
             if self._on_progress is not None:
                 self._on_progress(self._progress(), self.rec)
         return self._records()

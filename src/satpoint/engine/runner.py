@@ -36,6 +36,7 @@ class ShardStats:
     wall_s: float
     requests: int
     stopped_early: bool
+    transport: dict[str, Any] = field(default_factory=dict)  # the transport's report (``stats()``)
 
 
 @dataclass
@@ -82,7 +83,9 @@ def run_shard(
         )
         cpu0, wall0 = time.process_time(), time.perf_counter()
         rec = loop.run_until_complete(disp.run())
-        stats = ShardStats(time.process_time() - cpu0, time.perf_counter() - wall0, len(rec), disp.stopped_early)
+        stats = ShardStats(
+            time.process_time() - cpu0, time.perf_counter() - wall0, len(rec), disp.stopped_early, disp.transport_stats
+        )
         return rec, stats
     finally:
         loop.close()

@@ -7,7 +7,7 @@ exactly from these rows (no binning), so shards merge exactly by concatenation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -50,6 +50,17 @@ class Records:
     outcome: I8
     status: I32  # HTTP status or gRPC status code; 0 if none
     waited: B1  # True if it had to wait for a free slot (in-flight cap reached)
+    #: True if the transport sent it a second time, on a fresh connection or stream, because the first
+    #: attempt failed before any byte of an answer arrived (a reused keep-alive connection the server had
+    #: just closed, a refused or GOAWAY'd gRPC stream); its latency still counts from ``intended``.
+    #: Optional when constructing (all False); folders written before it existed load as all False.
+    retried: B1 = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+
+    def __post_init__(self) -> None:
+        if len(self.retried) != len(self.intended):
+            if len(self.retried):
+                raise ValueError(f"retried has {len(self.retried)} rows, intended {len(self.intended)}")
+            self.retried = np.zeros(len(self.intended), dtype=np.bool_)
 
     @classmethod
     def empty(cls, intended: F64) -> Records:
@@ -61,6 +72,7 @@ class Records:
             outcome=np.full(n, Outcome.NOT_SENT, dtype=np.int8),
             status=np.zeros(n, dtype=np.int32),
             waited=np.zeros(n, dtype=np.bool_),
+            retried=np.zeros(n, dtype=np.bool_),
         )
 
     def __len__(self) -> int:
@@ -74,6 +86,7 @@ class Records:
             "outcome": self.outcome,
             "status": self.status,
             "waited": self.waited,
+            "retried": self.retried,
         }
 
     @classmethod
@@ -85,6 +98,7 @@ class Records:
             outcome=np.asarray(cols["outcome"], dtype=np.int8),
             status=np.asarray(cols["status"], dtype=np.int32),
             waited=np.asarray(cols["waited"], dtype=np.bool_),
+            retried=np.asarray(cols["retried"], dtype=np.bool_) if "retried" in cols else np.zeros(0, dtype=np.bool_),
         )
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.integer[Any]] | slice) -> Records:
@@ -96,6 +110,7 @@ class Records:
             self.outcome[rows],
             self.status[rows],
             self.waited[rows],
+            self.retried[rows],
         )
 
     def shifted(self, offset_s: float) -> Records:
@@ -107,6 +122,7 @@ class Records:
             self.outcome,
             self.status,
             self.waited,
+            self.retried,
         )
 
     @staticmethod
@@ -121,6 +137,7 @@ class Records:
             np.concatenate([p.outcome for p in parts]),
             np.concatenate([p.status for p in parts]),
             np.concatenate([p.waited for p in parts]),
+            np.concatenate([p.retried for p in parts]),
         )
         order = np.argsort(cat.intended, kind="stable")
         return cat.select(order)

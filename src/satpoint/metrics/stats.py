@@ -67,6 +67,9 @@ class StageMetrics:
     latency_trend_ms_per_s: float  # slope of latency against due time over the window
     verdict: str = ""
     reasons: list[str] = field(default_factory=list)
+    #: requests due in the window that the transport sent a second time after their first attempt failed
+    #: before any answer (``Records.retried``); their outcome and latency are those of the retry
+    retries: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +154,7 @@ def stage_metrics(
         censored=int(np.count_nonzero(censored)),
         queue_growth_rps=queue_growth_rps(rec, w0, w1),
         latency_trend_ms_per_s=trend,
+        retries=int(np.count_nonzero(part.retried)),
     )
 
 

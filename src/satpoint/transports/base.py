@@ -9,8 +9,8 @@ calls ``on_free()`` whenever a slot frees up.  All times are ``time.perf_counter
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from satpoint.metrics.records import Records
 
@@ -26,7 +26,9 @@ class HotTransport(Protocol):
         """Requests sent and not yet finished."""
 
     def expire(self, now: float, timeout_s: float) -> None:
-        """Finish requests older than ``timeout_s`` as timeouts."""
+        """The transport's housekeeping tick (four times a second): finish requests older than ``timeout_s``
+        as timeouts, and any other upkeep (REST closes connections idle longer than the server keeps
+        them)."""
 
     def abort_all(self, outcome: int) -> None:
         """Finish every outstanding request with ``outcome`` and close connections."""
@@ -35,3 +37,27 @@ class HotTransport(Protocol):
 
 
 TransportFactory = Callable[[Records, Callable[[], None]], HotTransport]
+
+
+def transport_stats(transport: object) -> dict[str, Any]:
+    """What a transport reports about itself (``stats()``: connections, retries, the effective in-flight
+    cap...), or nothing if it reports nothing (a test's fake)."""
+    stats = getattr(transport, "stats", None)
+    return dict(stats()) if callable(stats) else {}
+
+
+def merge_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One transport report for several generator processes, each with its own pool: counts and caps add
+    up, ``server_*`` facts (per connection) take the smallest, anything else is the first process's."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key not in out:
+                out[key] = value
+            elif isinstance(value, bool) or not isinstance(value, int) or not isinstance(out[key], int):
+                continue
+            elif key.startswith("server_"):
+                out[key] = min(out[key], value)
+            else:
+                out[key] += value
+    return out

@@ -15,11 +15,18 @@ unary gRPC call is a small, fixed exchange of HTTP/2 frames, so this module spea
   its decoded summary is cached by its bytes until a block that does change it.
   DATA payloads are counted (flow control) but not parsed: the outcome is the gRPC status.
 * many concurrent streams per connection (capped by the server's MAX_CONCURRENT_STREAMS), several
-  connections round-robin; the in-flight cap is ``max_inflight`` streams in all.
+  connections round-robin; the in-flight cap is ``max_inflight`` streams in all.  ``connections=None``
+  (automatic) starts with two and adds connections while the server's MAX_CONCURRENT_STREAMS is what
+  binds (every connection full, fewer than ``max_inflight`` streams possible: behind an ingress it is
+  often 100-128), up to ``MAX_AUTO_CONNECTIONS``; a number fixes the count.  ``stats()`` reports the
+  effective cap (connections x streams).
 * flow control: the client advertises a 1 GiB receive window (stream and connection) and returns
   consumed connection credit in large WINDOW_UPDATEs; sending honours the server's windows and
   MAX_FRAME_SIZE (DATA beyond the window waits for WINDOW_UPDATE).  SETTINGS are acknowledged, PINGs
-  answered, GOAWAY honoured (streams above its last id fail as UNAVAILABLE, new streams go elsewhere).
+  answered, GOAWAY honoured (new streams go elsewhere).
+* streams the server did not process are sent once more, on another stream (``Records.retried``, the
+  latency still from the intended time): those refused with RST_STREAM(REFUSED_STREAM) and those above a
+  GOAWAY's last stream id (RFC 9113 §8.7 says both are safe to retry).  A second refusal is UNAVAILABLE.
 * TLS: ``ssl=`` an ``ssl.SSLContext`` (ALPN ``h2`` is set), on the same fast path.
 
 Outcomes: grpc-status 0 -> OK; another grpc-status -> GRPC_ERROR (status = the gRPC code); a
@@ -39,9 +46,11 @@ import contextlib
 import ssl as _ssl
 import struct
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hpack import Decoder, HPACKError
 
@@ -76,6 +85,11 @@ _FRAME = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, str
 RST_TO_GRPC = {0: 13, 1: 13, 2: 13, 3: 13, 4: 13, 6: 13, 7: 14, 8: 1, 9: 13, 10: 13, 11: 8, 12: 7}
 GRPC_UNAVAILABLE = 14
 RST_CANCEL = 8
+RST_REFUSED_STREAM = 7
+#: automatic connection count: at most this many connections (``connections=`` fixes any number)
+MAX_AUTO_CONNECTIONS = 64
+#: connections an automatic pool starts with
+AUTO_START_CONNECTIONS = 2
 
 
 def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
@@ -204,7 +218,7 @@ class _Conn(asyncio.Protocol):
         self.send_window = _DEFAULT_WINDOW  # connection-level credit the server gave us
         self.peer_stream_window = _DEFAULT_WINDOW
         self.peer_max_frame = MAX_SEND_FRAME
-        self.max_streams = pool.max_inflight
+        self.max_streams = min(pool._server_streams, pool.max_inflight) if pool._server_streams else pool.max_inflight
         self.queue: deque[tuple[int, memoryview]] = deque()  # DATA waiting for flow-control credit
         self.stream_windows: dict[int, int] = {}  # send credit of streams with queued DATA
         self.hhead = pool._hhead  # HEADERS frame header minus the stream id
@@ -430,6 +444,25 @@ class _Conn(asyncio.Protocol):
             self.stream_windows.pop(sid, None)
         return 1
 
+    def _unprocessed(self, sid: int) -> int:
+        """A stream the server did not process: send it once more elsewhere.  Returns 1 if it finished here
+        instead (already retried, or nowhere to send it: UNAVAILABLE), else 0."""
+        idx = self.streams.pop(sid, None)
+        if idx is None:
+            return 0
+        self.http_status.pop(sid, None)
+        if self.stream_windows:
+            self.stream_windows.pop(sid, None)
+        pool = self.pool
+        if pool._resend(idx):
+            return 0
+        rec = pool.rec
+        rec.done[idx] = self.now
+        rec.outcome[idx] = Outcome.GRPC_ERROR
+        rec.status[idx] = GRPC_UNAVAILABLE
+        pool._inflight -= 1
+        return 1
+
     def _on_control(self, ftype: int, flags: int, sid: int, payload: bytes) -> int:
         if ftype == SETTINGS:
             if not flags & ACK:
@@ -451,14 +484,18 @@ class _Conn(asyncio.Protocol):
         elif ftype == RST_STREAM:
             code = int.from_bytes(payload[:4], "big")
             self.http_status.pop(sid, None)
+            if code == RST_REFUSED_STREAM:
+                self.pool.refused_streams += 1
+                return self._unprocessed(sid)
             return self._finish(sid, Outcome.GRPC_ERROR, RST_TO_GRPC.get(code, 13))
         elif ftype == GOAWAY:
             last_sid = int.from_bytes(payload[:4], "big") & _MAX_SID
             self.goaway = True
             self.pool.goaways += 1
-            return sum(
-                self._finish(s, Outcome.GRPC_ERROR, GRPC_UNAVAILABLE) for s in list(self.streams) if s > last_sid
-            )
+            finished = sum(self._unprocessed(s) for s in list(self.streams) if s > last_sid)
+            if not self.streams and self.transport is not None:
+                self.transport.close()  # nothing left to wait for on this connection
+            return finished
         # PRIORITY, PUSH_PROMISE (push is disabled) and unknown frame types are ignored
         return 0
 
@@ -467,6 +504,7 @@ class _Conn(asyncio.Protocol):
             key, value = struct.unpack_from(">HI", payload, off)
             if key == _S_MAX_STREAMS:
                 self.max_streams = min(value, self.pool.max_inflight)
+                self.pool._server_streams = value
             elif key == _S_INITIAL_WINDOW:
                 delta = value - self.peer_stream_window
                 self.peer_stream_window = value
@@ -502,26 +540,27 @@ class GrpcPool:
         messages: Sequence[bytes],
         max_inflight: int,
         *,
-        connections: int = 2,
+        connections: int | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         ssl: _ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         authority: str | None = None,
         method: str = "ModelInfer",
     ) -> None:
-        if max_inflight < 1 or connections < 1:
+        if max_inflight < 1 or (connections is not None and connections < 1):
             raise ValueError("max_inflight and connections must be >= 1")
         self.rec = rec
         self.on_free = on_free
         self.host = host
         self.port = port
         self.max_inflight = max_inflight
-        self.connections = connections
+        self.fixed = connections is not None  # else automatic: grow while MAX_CONCURRENT_STREAMS binds
+        self.connections = connections if connections is not None else AUTO_START_CONNECTIONS
         self.ssl = ssl
         self.server_hostname = server_hostname
         self._payloads = [_payload(m) for m in messages]
         self._hblock = encode_request_headers(
-            method_path(method), authority or f"{host}:{port}", tls=ssl is not None, metadata=metadata
+            method_path(method), authority or _authority(host, port), tls=ssl is not None, metadata=metadata
         )
         n = len(self._hblock)
         self._hhead = _FRAME.pack(n >> 16, n & 0xFFFF, HEADERS, END_HEADERS, 0)[:5]
@@ -529,6 +568,11 @@ class GrpcPool:
         self._conns: list[_Conn] = []
         self._rr = 0
         self._inflight = 0
+        self._server_streams: int | None = None  # the server's MAX_CONCURRENT_STREAMS, once it said
+        self._pay = array("i", bytes(4 * len(rec)))  # request index -> payload index, for resending
+        self.peak_connections = 0
+        self.retries = 0
+        self.refused_streams = 0
         self._closing = False
         self._corked = False
         self._cork_buf: list[_Conn] = []
@@ -542,6 +586,8 @@ class GrpcPool:
     def _open(self) -> _Conn:
         conn = _Conn(self)
         self._conns.append(conn)
+        usable = sum(1 for c in self._conns if not (c.dead or c.goaway))
+        self.peak_connections = max(self.peak_connections, usable)
         task = self._loop.create_task(self._connect(conn))
         task.add_done_callback(_quiet)
         return conn
@@ -583,11 +629,44 @@ class GrpcPool:
             if conn.has_room():
                 return conn
         usable = sum(1 for c in conns if not (c.dead or c.goaway))
-        if usable < self.connections and not self._closing:
-            if len(conns) > 4 * self.connections:  # dying connections still draining: let them finish
+        want = self.wanted_connections()
+        if usable < want and not self._closing:
+            if len(conns) > 4 * want:  # dying connections still draining: let them finish
                 return None
             return self._open()
         return None
+
+    def wanted_connections(self) -> int:
+        """Usable connections to keep: the fixed number; automatically, enough for ``max_inflight`` streams
+        under the server's MAX_CONCURRENT_STREAMS (at least the first ones, at most MAX_AUTO_CONNECTIONS)."""
+        streams = self._server_streams
+        if self.fixed or streams is None:
+            return self.connections
+        need = -(-self.max_inflight // max(streams, 1))
+        return min(MAX_AUTO_CONNECTIONS, max(self.connections, need))
+
+    def _resend(self, idx: int) -> bool:
+        """Send request ``idx`` (a stream the server did not process) once more on a stream with room; it
+        keeps its in-flight slot and its times.  False if it was already resent or there is no room."""
+        rec = self.rec
+        if self._closing or rec.retried[idx]:
+            return False
+        conn = self._pick()
+        if conn is None:
+            return False
+        sid = conn.next_sid
+        conn.next_sid = sid + 2
+        conn.streams[sid] = idx
+        rec.retried[idx] = True
+        self.retries += 1
+        conn.send_request(sid, self._payloads[self._pay[idx]])
+        return True
+
+    def rebind(self) -> None:
+        """The record columns grew (closed loop): grow the payload index too."""
+        n = len(self.rec)
+        if n > len(self._pay):
+            self._pay.extend(array("i", bytes(4 * (n - len(self._pay)))))
 
     async def prepare(self, warm_connections: int) -> None:
         """Open the connections and wait for each server's SETTINGS (errors surface here)."""
@@ -618,6 +697,7 @@ class GrpcPool:
         sid = conn.next_sid
         conn.next_sid = sid + 2
         conn.streams[sid] = idx
+        self._pay[idx] = payload_idx
         self._inflight += 1
         self.rec.sent[idx] = perf()
         conn.send_request(sid, self._payloads[payload_idx])
@@ -681,15 +761,34 @@ class GrpcPool:
         await asyncio.sleep(0)
 
     # diagnostics -----------------------------------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
+        """What the pool did, for the results file (``generator.transport``): among it the effective in-flight
+        cap, ``min(max_inflight, connections x streams per connection)``."""
+        streams = self._server_streams
+        per_conn = min(streams, self.max_inflight) if streams is not None else self.max_inflight
+        conns = max(self.peak_connections, 1)
         return {
-            "connections": len(self._conns),
+            "kind": "grpc",
+            "connections_mode": "fixed" if self.fixed else "auto",
+            "connections": conns,
+            "server_max_concurrent_streams": streams,
+            "stream_cap": conns * per_conn,
+            "effective_cap": min(self.max_inflight, conns * per_conn),
+            "max_inflight": self.max_inflight,
+            "retries": self.retries,
+            "refused_streams": self.refused_streams,
+            "open_connections": len(self._conns),
             "connect_errors": self.connect_errors,
             "protocol_errors": self.protocol_errors,
             "goaways": self.goaways,
             "hpack_cache_hits": self.hpack_hits,
             "hpack_decodes": self.hpack_misses,
         }
+
+
+def _authority(host: str, port: int) -> str:
+    """``:authority`` for ``host:port`` (an IPv6 literal in brackets, RFC 3986 §3.2.2)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _quiet(task: asyncio.Task[None]) -> None:
@@ -703,7 +802,7 @@ def grpc_factory(
     messages: Sequence[bytes],
     max_inflight: int,
     *,
-    connections: int = 2,
+    connections: int | None = None,
     metadata: Sequence[tuple[str, str]] = (),
     ssl: _ssl.SSLContext | None = None,
     server_hostname: str | None = None,

@@ -5,12 +5,35 @@ response parser.  Request bytes (request line, headers, body) are encoded once b
 sending is one ``transport.write``.  One request per connection at a time (no pipelining), so the
 in-flight cap is the connection cap.  HTTP client libraries cost 4-40x more CPU per request here
 (see DESIGN.md §3), which is why this module speaks HTTP/1.1 itself.
+
+Keep-alive hygiene (a request written to a connection the server has just closed fails before the
+server read it: the client's fault, not the server's):
+
+* the most recently used free connection is reused first (a stack), so a steady rate keeps a few
+  connections hot and the rest go idle instead of every connection idling a little;
+* the dispatcher's housekeeping tick (``expire``, four times a second) closes connections idle longer
+  than the server keeps them: a little under its ``Keep-Alive: timeout=N`` when it sends one (read
+  off the hot path, from the first bytes of an answer already received), else ``DEFAULT_IDLE_S``,
+  below uvicorn's (MLServer's) 5 s and Node's 5 s;
+* a request whose *reused* connection fails before any byte of its answer arrived (reset, or closed
+  by the server) is sent once more on a fresh connection and marked in ``Records.retried``; its
+  latency still counts from its intended time and its ``sent`` stays the first attempt.  A request on
+  a fresh connection, or one that already got part of an answer, is never resent.
+
+What remains is classed: a connection lost mid-answer -> CONN_RESET; an answer that cannot be parsed
+-> MALFORMED; an answer the server delimits by closing the connection (no Content-Length, not
+chunked: an HTTP/1.0 proxy's 503 page) -> its status; interim 1xx answers are skipped; an answer
+nobody asked for drops its connection.  Connects are bounded: ``prepare`` by ``PREPARE_CONNECT_S``, a
+connect on demand by the request's timeout (``expire`` cancels it, so a late connect never sends a
+request that has already timed out).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +46,12 @@ from satpoint.metrics.records import Outcome, Records
 perf = time.perf_counter
 _OK, _HTTP_ERROR = int(Outcome.OK), int(Outcome.HTTP_ERROR)
 
+#: close a connection idle this long when the server did not say how long it keeps idle connections
+#: (uvicorn, hence MLServer, closes them after 5 s; gunicorn after 2 s; the sweep runs every 0.25 s)
+DEFAULT_IDLE_S = 1.5
+#: the longest ``prepare`` waits for its warm connections
+PREPARE_CONNECT_S = 10.0
+
 
 def infer_path(model: str, version: str | None = None) -> str:
     path = f"/v2/models/{model}"
@@ -31,16 +60,23 @@ def infer_path(model: str, version: str | None = None) -> str:
     return path + "/infer"
 
 
+def host_header(host: str, port: int) -> str:
+    """The ``Host`` field value for a connection to ``host:port`` (IPv6 literals in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def encode_request(host: str, port: int, path: str, body: bytes, headers: Sequence[tuple[str, str]] = ()) -> bytes:
-    """One complete HTTP/1.1 POST, ready to write."""
+    """One complete HTTP/1.1 POST, ready to write.  A ``Host`` among ``headers`` replaces the default one
+    (ingress routing by virtual host)."""
+    user_host = [v for k, v in headers if k.strip().lower() == "host"]
     lines = [
         f"POST {path} HTTP/1.1",
-        f"Host: {host}:{port}",
+        f"Host: {user_host[-1] if user_host else host_header(host, port)}",
         "Content-Type: application/json",
         f"Content-Length: {len(body)}",
         "Connection: keep-alive",
     ]
-    lines += [f"{k}: {v}" for k, v in headers]
+    lines += [f"{k}: {v}" for k, v in headers if k.strip().lower() != "host"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -49,14 +85,85 @@ def encode_json_body(doc: object) -> bytes:
 
 
 def split_url(url: str) -> tuple[str, int]:
+    host, port, _ = split_base_url(url)
+    return host, port
+
+
+def split_base_url(url: str) -> tuple[str, int, str]:
+    """(host, port, path prefix) of a REST base URL; the prefix (``/seldon/ns/model`` behind a gateway)
+    has no trailing slash and goes in front of every OIP path."""
     parts = urlsplit(url if "://" in url else "http://" + url)
     if parts.scheme not in ("http", ""):
         raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http://)")
-    return parts.hostname or "127.0.0.1", parts.port or 80
+    return parts.hostname or "127.0.0.1", parts.port or 80, parts.path.rstrip("/")
+
+
+def keep_alive_idle_s(timeout_s: float) -> float:
+    """How long to keep a connection idle when the server keeps it ``timeout_s``: a margin under it
+    (the sweep runs every 0.25 s and the server's timer is not ours)."""
+    return max(0.5 * timeout_s, timeout_s - 1.0)
+
+
+class AnswerHead:
+    """A careful parse of the first bytes of an answer (off the hot path): status, framing, Keep-Alive."""
+
+    def __init__(self, data: bytes) -> None:
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self.framed = False  # Content-Length or Transfer-Encoding: the answer does not end at EOF
+        self.keep_alive_timeout_s: float | None = None
+        parser = httptools.HttpResponseParser(self)
+        with contextlib.suppress(httptools.HttpParserError):
+            parser.feed_data(data)
+        if self.headers_done:
+            self.status = parser.get_status_code()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.headers_done = self.complete = self.framed = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.lower()
+        if key in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+        elif key == b"keep-alive":
+            for part in value.split(b","):
+                k, _, v = part.partition(b"=")
+                if k.strip().lower() == b"timeout":
+                    with contextlib.suppress(ValueError):
+                        t = float(v.strip().strip(b'"'))
+                        if math.isfinite(t) and t >= 0:
+                            self.keep_alive_timeout_s = t
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    @property
+    def ends_at_close(self) -> bool:
+        """The answer's body runs until the server closes (RFC 9112 §6.3 rule 8), so an EOF completes it."""
+        body_allowed = self.status >= 200 and self.status not in (204, 304)
+        return self.headers_done and not self.complete and not self.framed and body_allowed
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("busy_idx", "connected", "parser", "pending", "pool", "sent_at", "status", "transport")
+    __slots__ = (
+        "busy_idx",
+        "connected",
+        "head",
+        "idle_limit",
+        "idle_since",
+        "opener",
+        "parser",
+        "pending",
+        "pool",
+        "req",
+        "sent_at",
+        "transport",
+    )
 
     def __init__(self, pool: RestPool) -> None:
         self.pool = pool
@@ -64,51 +171,95 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.busy_idx = -1
         self.sent_at = 0.0
-        self.pending: bytes | None = None
+        self.pending: bytes | None = None  # the request to write once connected
+        self.req: bytes | None = None  # the request in flight on a reused connection: resendable
+        self.head: bytes | None = None  # first bytes of the current answer; None until one arrives
         self.connected = False
-        self.status = 0
+        self.idle_since = 0.0
+        self.idle_limit = -1.0  # < 0: not learnt yet from the server's Keep-Alive header
+        self.opener: asyncio.Task[None] | None = None
 
     # asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        pool = self.pool
+        self.opener = None
+        if self not in pool._all:  # given up on while connecting (timed out, pool closing)
+            transport.abort()  # type: ignore[attr-defined]
+            return
         self.transport = transport  # type: ignore[assignment]
         self.connected = True
+        self.idle_since = perf()
         if self.pending is not None:
             self.transport.write(self.pending)  # type: ignore[union-attr]
             self.pending = None
         elif self.busy_idx < 0:
-            self.pool._release(self)
+            pool._release(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.head is None:
+            self.head = data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
-            self._finish(Outcome.MALFORMED, 0)
-            self._drop()
+            self._parse_error()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connected = False
-        self.pool._forget(self)
+        pool = self.pool
         if self.busy_idx >= 0:
-            self._finish(Outcome.CONN_RESET, 0)
+            if self.head is None and self.req is not None and not pool._closing:
+                pool._retry(self)  # a reused connection failed before any byte of its answer
+            else:
+                answer = AnswerHead(self.head) if exc is None and self.head is not None else None
+                if answer is not None and answer.ends_at_close:  # the close ended a complete answer
+                    self._finish(_OK if answer.status < 300 else _HTTP_ERROR, answer.status)
+                else:
+                    self._finish(Outcome.CONN_RESET, 0)
+        pool._forget(self)
 
     # httptools callbacks --------------------------------------------------------------------------
     def on_message_complete(self) -> None:
         parser = self.parser
         status = parser.get_status_code()
         idx = self.busy_idx
-        if idx >= 0:  # the hot path: _finish inlined
-            pool = self.pool
-            self.busy_idx = -1
-            pool._done[idx] = perf()
-            pool._outcome[idx] = _OK if 200 <= status < 300 else _HTTP_ERROR
-            pool._status[idx] = status
-            pool._inflight -= 1
+        if idx < 0 or status < 200:
+            self._not_final(idx, status)
+            return
+        pool = self.pool  # the hot path: _finish inlined
+        self.busy_idx = -1
+        now = perf()
+        pool._done[idx] = now
+        pool._outcome[idx] = _OK if status < 300 else _HTTP_ERROR
+        pool._status[idx] = status
+        pool._inflight -= 1
+        self.idle_since = now
         if parser.should_keep_alive():
-            self.pool._release(self)
+            pool._release(self)
         else:
             self._drop()
 
     # helpers -----------------------------------------------------------------------------------------
+    def _not_final(self, idx: int, status: int) -> None:
+        """An interim answer (1xx: skipped, the final one follows) or an answer nobody asked for."""
+        if idx >= 0 and status != 101:
+            return
+        if idx >= 0:  # 101 Switching Protocols: we never ask to switch
+            self._finish(_HTTP_ERROR, status)
+        else:
+            self.pool.stray_answers += 1  # the connection is out of step with its requests
+        self._drop()
+
+    def _parse_error(self) -> None:
+        pool = self.pool
+        pool.protocol_errors += 1
+        if self.busy_idx >= 0 and self.head is None and self.req is not None and not pool._closing:
+            # the bad bytes followed the previous answer in the same read (the request now in flight was
+            # written after that answer completed): nothing of this request's answer has arrived
+            pool._retry(self)
+        else:
+            self._finish(Outcome.MALFORMED, 0)
+        self._drop()
+
     def _finish(self, outcome: int, status: int) -> None:
         idx = self.busy_idx
         if idx < 0:
@@ -122,6 +273,11 @@ class _Conn(asyncio.Protocol):
 
     def _drop(self) -> None:
         self.pool._forget(self)
+        self.pending = None
+        opener = self.opener
+        if opener is not None:  # still connecting: never send once the request is given up
+            self.opener = None
+            opener.cancel()
         if self.transport is not None:
             self.transport.abort()
 
@@ -137,6 +293,7 @@ class RestPool:
         port: int,
         requests: Sequence[bytes],
         max_inflight: int,
+        idle_s: float = DEFAULT_IDLE_S,
     ) -> None:
         self.rec = rec
         self.on_free = on_free
@@ -144,9 +301,18 @@ class RestPool:
         self.port = port
         self.requests = list(requests)
         self.max_inflight = max_inflight
-        self._free: list[_Conn] = []
+        self.idle_s = idle_s
+        self._free: list[_Conn] = []  # a stack: the most recently used connection is reused first
         self._all: set[_Conn] = set()
         self._inflight = 0
+        self._loop = asyncio.get_event_loop()
+        self._closing = False
+        self.connect_errors = 0
+        self.connections_opened = 0
+        self.retries = 0
+        self.idle_closed = 0
+        self.protocol_errors = 0
+        self.stray_answers = 0
         self.rebind()
 
     def rebind(self) -> None:
@@ -158,16 +324,18 @@ class RestPool:
         self._done = _view(rec.done)
         self._outcome = _view(rec.outcome)
         self._status = _view(rec.status)
-        self._loop = asyncio.get_event_loop()
-        self._closing = False
-        self.connect_errors = 0
+        self._retried = _view(rec.retried)
 
     async def prepare(self, warm_connections: int) -> None:
         n = min(warm_connections, self.max_inflight)
         conns = [_Conn(self) for _ in range(n)]
         self._all.update(conns)
+        self.connections_opened += n
         results = await asyncio.gather(
-            *(self._loop.create_connection(lambda c=c: c, self.host, self.port) for c in conns),  # type: ignore[misc]
+            *(
+                asyncio.wait_for(self._loop.create_connection(lambda c=c: c, self.host, self.port), PREPARE_CONNECT_S)  # type: ignore[misc]
+                for c in conns
+            ),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -175,7 +343,9 @@ class RestPool:
             if isinstance(r, BaseException):
                 self._all.discard(c)
         if errors and len(errors) == len(results):
-            raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {errors[0]}")
+            err = errors[0]
+            reason = f"no connection within {PREPARE_CONNECT_S:g} s" if isinstance(err, TimeoutError) else err
+            raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}")
 
     def try_send(self, idx: int, payload_idx: int) -> bool:
         free = self._free
@@ -184,11 +354,14 @@ class RestPool:
             if not conn.connected:
                 continue
             conn.busy_idx = idx
+            req = self.requests[payload_idx]
+            conn.req = req
+            conn.head = None
             self._inflight += 1
             now = perf()
             self._sent[idx] = now
             conn.sent_at = now
-            conn.transport.write(self.requests[payload_idx])  # type: ignore[union-attr]
+            conn.transport.write(req)  # type: ignore[union-attr]
             return True
         if len(self._all) >= self.max_inflight:
             return False
@@ -200,9 +373,14 @@ class RestPool:
         self._sent[idx] = now
         conn.sent_at = now
         conn.pending = self.requests[payload_idx]
+        self._connect(conn)
+        return True
+
+    def _connect(self, conn: _Conn) -> None:
+        self.connections_opened += 1
         task = self._loop.create_task(self._open(conn))
         task.add_done_callback(_quiet)
-        return True
+        conn.opener = task
 
     async def _open(self, conn: _Conn) -> None:
         try:
@@ -213,9 +391,25 @@ class RestPool:
             self._fail_open(conn, Outcome.CONN_ERROR)
 
     def _fail_open(self, conn: _Conn, outcome: Outcome) -> None:
+        conn.opener = None
+        if conn not in self._all:
+            return  # already given up on (timed out)
         self.connect_errors += 1
         conn._finish(outcome, 0)
         self._forget(conn)
+
+    def _retry(self, old: _Conn) -> None:
+        """Send ``old``'s request once more on a fresh connection; it keeps its slot and its times."""
+        idx = old.busy_idx
+        old.busy_idx = -1
+        self.retries += 1
+        self._retried[idx] = True
+        conn = _Conn(self)
+        conn.busy_idx = idx
+        conn.sent_at = old.sent_at
+        conn.pending = old.req
+        self._all.add(conn)
+        self._connect(conn)
 
     def _release(self, conn: _Conn) -> None:
         if self._closing:
@@ -235,32 +429,69 @@ class RestPool:
         return self._inflight
 
     def expire(self, now: float, timeout_s: float) -> None:
+        """The housekeeping tick: time out old requests (a pending connect is cancelled with them), then
+        close connections idle longer than the server keeps them."""
         limit = now - timeout_s
         for conn in [c for c in self._all if c.busy_idx >= 0 and c.sent_at < limit]:
             conn._finish(Outcome.TIMEOUT, 0)
             conn._drop()
+        self._close_idle(now)
+
+    def _close_idle(self, now: float) -> None:
+        free = self._free
+        keep: list[_Conn] = []
+        for conn in free:
+            limit = conn.idle_limit
+            if limit < 0:
+                if conn.head is None:
+                    limit = self.idle_s  # no answer yet to read the server's Keep-Alive from
+                else:
+                    ka = AnswerHead(conn.head).keep_alive_timeout_s
+                    limit = conn.idle_limit = self.idle_s if ka is None else keep_alive_idle_s(ka)
+            if now - conn.idle_since > limit and conn.connected:
+                self._all.discard(conn)
+                self.idle_closed += 1
+                conn.transport.close()  # type: ignore[union-attr]
+            else:
+                keep.append(conn)
+        if len(keep) != len(free):
+            free[:] = keep  # the order (most recently used last) is kept
 
     def abort_all(self, outcome: int) -> None:
         self._closing = True
+        self._free.clear()
         for conn in [c for c in self._all if c.busy_idx >= 0]:
             conn._finish(outcome, 0)
         for conn in list(self._all):
-            if conn.transport is not None:
-                conn.transport.abort()
+            conn._drop()
         self._all.clear()
-        self._free.clear()
 
     async def close(self) -> None:
         self._closing = True
         for conn in list(self._all):
-            if conn.transport is not None:
+            if conn.opener is not None:
+                conn._drop()
+            elif conn.transport is not None:
                 conn.transport.close()
         self._all.clear()
         self._free.clear()
 
+    def stats(self) -> dict[str, Any]:
+        """What the pool did, for the results file (``generator.transport``)."""
+        return {
+            "kind": "rest",
+            "connections_opened": self.connections_opened,
+            "retries": self.retries,
+            "idle_closed": self.idle_closed,
+            "connect_errors": self.connect_errors,
+            "protocol_errors": self.protocol_errors,
+            "stray_answers": self.stray_answers,
+            "idle_s": self.idle_s,
+        }
+
 
 def _view(column: Any) -> Any:
-    """A writable memoryview of a numpy column (its format follows the dtype: d, b, i)."""
+    """A writable memoryview of a numpy column (its format follows the dtype: d, b, i, ?)."""
     return memoryview(column)
 
 
