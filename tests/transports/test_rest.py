@@ -325,24 +325,12 @@ def test_paths_and_urls() -> None:
         split_url("https://127.0.0.1:8443")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py encode_request always writes its own Host field and then appends the user's "
-    "headers: a user 'Host' header (ingress routing) gives two Host fields, which RFC 9112 §3.2 says a "
-    "server must answer with 400",
-)
 def test_a_user_host_header_replaces_the_default() -> None:
     req, _ = parse_request(encode_request(HOST, 8080, PATH, b"{}", [("Host", "iris.models.example.com")]))
     hosts = [v for k, v in req.headers if k == b"host"]
     assert hosts == [b"iris.models.example.com"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py encode_request writes f'Host: {host}:{port}' without brackets, so an IPv6 "
-    "literal (split_url('http://[::1]:8080') gives '::1') yields 'Host: ::1:8080' (RFC 3986 §3.2.2 needs "
-    "'[::1]:8080')",
-)
 def test_ipv6_host_header_is_bracketed() -> None:
     host, port = split_url("http://[::1]:8080")
     req, _ = parse_request(encode_request(host, port, PATH, b"{}"))
@@ -631,12 +619,6 @@ def test_connection_closed_mid_response_is_conn_reset(cut: Callable[[Conn], obje
     assert not np.isnan(c.rec.done).any()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py _Conn.connection_lost: a response with neither Content-Length nor chunked "
-    "encoding is delimited by the connection closing (RFC 9112 §6.3 rule 8); the parser is never told "
-    "about the EOF (httptools has no finish call) so the complete response is classed CONN_RESET",
-)
 def test_close_delimited_response_is_ok() -> None:
     def handler(conn: Conn) -> None:
         if conn.read_request() is not None:
@@ -791,13 +773,6 @@ def test_under_the_dispatcher_outcomes_follow_the_server() -> None:
 
 
 # bugs found ---------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py _Conn.on_message_complete treats an interim 1xx response (103 Early Hints, "
-    "100 Continue) as the final one: the row is HTTP_ERROR with status 103 and its service time stops early; "
-    "when the real response arrives the idle connection is released again (a duplicate in RestPool._free). "
-    "RFC 9110 §15.2: a client must parse 1xx responses received before the final response",
-)
 def test_interim_1xx_responses_are_skipped() -> None:
     def early_hints(conn: Conn) -> None:
         while conn.read_request() is not None:
@@ -819,13 +794,6 @@ def test_interim_1xx_responses_are_skipped() -> None:
     assert (c.rec.service_s() >= 0.02 - 1e-3).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py _Conn.on_message_complete: a response that arrives while no request is "
-    "outstanding (busy_idx < 0) still calls pool._release(), so an idle connection is put into RestPool._free "
-    "a second time; try_send then hands the same connection to two requests (beyond max_inflight) and the "
-    "first one's row is overwritten (never finished, inflight never returns to 0)",
-)
 def test_a_stray_response_on_an_idle_connection_does_not_duplicate_it() -> None:
     stray_sent = threading.Event()
 
@@ -849,13 +817,6 @@ def test_a_stray_response_on_an_idle_connection_does_not_duplicate_it() -> None:
     assert sends == [True, False]  # one connection, max_inflight=1: the second must wait
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transports/rest.py: expire()/_drop() on a connection still being opened (RestPool._open task "
-    "pending) forgets it but does not cancel the connect; when it completes, _Conn.connection_made writes the "
-    "timed-out request anyway and after the answer _release() puts the untracked connection into _free, so "
-    "try_send exceeds max_inflight",
-)
 def test_request_timed_out_while_connecting_is_never_sent_and_the_cap_holds() -> None:
     # a listener whose accept queue is full drops SYNs: the client's connect waits for its SYN retransmit
     listener = socket.create_server((HOST, 0), backlog=0)
