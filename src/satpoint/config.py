@@ -80,6 +80,18 @@ class VerdictRules:
     baseline_p50_ms: float | None = None
     knee_factor: float = 4.0
     knee_floor_ms: float = 2.0
+    #: the server's own answer time (service p50, done - sent) at low load; ``find`` takes it from its first
+    #: stable stage, a ``run`` from its lowest stage whose requests did not wait for a connection.  When
+    #: requests wait for a connection while the service time stays within ``client_service_factor`` x
+    #: this + ``client_service_floor_ms``, the generator's in-flight cap is the limit, not the server
+    baseline_service_ms: float | None = None
+    client_service_factor: float = 2.0
+    client_service_floor_ms: float = 2.0
+    #: a growing outstanding count means a growing queue only if latency grows with it: over the window,
+    #: the latency trend must add at least this fraction of the p50 latency (and ``queue_trend_floor_ms``);
+    #: a slow server filling its pipeline after a ramp grows the count, not the latency
+    queue_trend_frac: float = 0.1
+    queue_trend_floor_ms: float = 2.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +117,8 @@ class FindOptions:
     min_requests: int = 2000
     cooldown_s: float = 2.0
     profile: bool = True
+    #: hold the per-replica target (saturation x (1 - margin)) before accepting an answer
+    confirm: bool = True
     margin: float = 0.15
     peak_rps: float | None = None
     min_rps: float | None = None
@@ -127,6 +141,7 @@ class FindOptions:
             "hold_s": [self.min_hold_s, self.max_hold_s],
             "min_requests": self.min_requests,
             "margin": self.margin,
+            "confirm": self.confirm,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,
             "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,

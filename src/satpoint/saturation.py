@@ -17,25 +17,44 @@ from typing import Any
 
 import numpy as np
 
-from satpoint.analysis.search import Measured, SearchParams, Step, bracket, hold_for, next_step
+from satpoint.analysis.search import (
+    LIMITED,
+    Measured,
+    SearchParams,
+    Step,
+    bracket,
+    confirm_rate,
+    hold_for,
+    next_step,
+)
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS
-from satpoint.analysis.summary import build_summary, segment_stage_metrics
+from satpoint.analysis.summary import segment_stage_metrics
 from satpoint.analysis.verdicts import Verdict
 from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
+from satpoint.metrics.stats import StageMetrics
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
 from satpoint.session import Session
+
+#: a hold lasts at least this many probe latencies (slow servers: fill-up, then a window to judge)
+SLOW_HOLD_LATENCIES = 4.0
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]
 
 
 def search_params(opts: FindOptions, start_rps: float) -> SearchParams:
-    return SearchParams(start_rps=start_rps, growth=opts.growth, precision=opts.precision, max_rps=opts.max_rps)
+    return SearchParams(
+        start_rps=start_rps,
+        growth=opts.growth,
+        precision=opts.precision,
+        max_rps=opts.max_rps,
+        confirm_margin=opts.margin if opts.confirm else None,
+    )
 
 
 def overload_rule(baseline_p50_ms: float | None) -> Callable[[LiveSnapshot], bool]:
@@ -70,18 +89,43 @@ def run_search(
     log: Callable[[str], None] = lambda s: None,
     cooldown: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    with_profile: bool = False,
+    latency_hint_s: float | None = None,
 ) -> list[Measured]:
-    """Measure stages until the search is done, the budget is spent or ``stop`` is set."""
+    """Measure stages until the search is done, the budget is spent or ``stop`` is set.
+
+    ``with_profile``: once the search has an answer, hold 50/80/90/100 % of it (``run_profile``); when
+    the search confirms its answer, profile stages at or below the per-replica target that are not
+    stable send it further down, and the profile is measured again for the new answer.
+    ``latency_hint_s`` (a probe's answer time) lengthens holds for slow servers: the steady window must
+    start after the pipeline has filled (about one latency after the ramp)."""
     stop = stop or threading.Event()
     params = search_params(opts, start_rps)
     history: list[Measured] = []
     t_start = clock()
     prev_rate = 0.0
+    profiled: float | None = None
     while not stop.is_set():
         step = next_step(history, params)
         if step is None:
-            break
+            sat = bracket(history).stable_rps
+            if not with_profile or sat is None or sat == profiled or _limited_end(history):
+                break
+            cost = sum(st.duration_s for st in profile_stages(opts, sat)) + opts.cooldown_s
+            if clock() - t_start + cost > opts.budget_s:
+                log(f"budget of {opts.budget_s:g} s reached: no latency profile")
+                break
+            profiled = sat
+            seg = run_profile(results, out_dir, measure, opts, sat, stop, log=log, cooldown=cooldown)
+            if seg is None or seg.interrupted:
+                break
+            history.extend(_profile_evidence(segment_stage_metrics(seg, rules), sat, params))
+            continue
         hold = hold_for(step.rate_rps, opts.min_requests, opts.min_hold_s, opts.max_hold_s)
+        if latency_hint_s:
+            hold = max(hold, SLOW_HOLD_LATENCIES * latency_hint_s)
+        if step.phase == "confirm":  # the answer is checked from idle, for longer
+            hold = min(2 * hold, 2 * opts.max_hold_s)
         ramp = opts.ramp_s
         cost = ramp + hold + (opts.cooldown_s if step.fresh else 0.0)
         if clock() - t_start + cost > opts.budget_s:
@@ -104,10 +148,23 @@ def run_search(
             rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
             results.config = results.config.with_rules(rules)
             write_header(out_dir, results)
-        history.append(Measured(step.rate_rps, m.verdict))
+        history.append(Measured(step.rate_rps, m.verdict, step.phase))
         log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
         prev_rate = step.rate_rps
     return history
+
+
+def _limited_end(history: list[Measured]) -> bool:
+    """The search ended because the generator (or its connection cap) was the limit twice."""
+    return bool(history) and history[-1].verdict in LIMITED
+
+
+def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params: SearchParams) -> list[Measured]:
+    """Profile stages the confirming search counts (those at or below the per-replica target)."""
+    target = confirm_rate(saturation_rps, params)
+    if target is None:
+        return []
+    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= target * (1 + 1e-9)]
 
 
 def _describe(step: Step, verdict: str, tp: float, p99: float | None, ratio: float | None) -> str:
@@ -125,18 +182,21 @@ def run_profile(
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
     cooldown: Callable[[float], None] = time.sleep,
-) -> None:
-    """One monotonic sequence at 50/80/90/100 % of the saturation point."""
+) -> Segment | None:
+    """One monotonic sequence at 50/80/90/100 % of the saturation point; returns it (None if stopped)."""
     if stop is not None and stop.is_set():
-        return
-    stages = []
-    for frac in PROFILE_FRACTIONS:
-        rate = saturation_rps * frac
-        stages.append(Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s)))
+        return None
+    stages = profile_stages(opts, saturation_rps)
     log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
     cooldown(opts.cooldown_s)
     seg = measure(stages, 0.0, len(results.segments), "profile")
     append_segment(out_dir, results, seg)
+    return seg
+
+
+def profile_stages(opts: FindOptions, saturation_rps: float) -> list[Stage]:
+    rates = [saturation_rps * frac for frac in PROFILE_FRACTIONS]
+    return [Stage(r, opts.ramp_s, hold_for(r, opts.min_requests, opts.min_hold_s, opts.max_hold_s)) for r in rates]
 
 
 def search_target(
@@ -168,6 +228,8 @@ def search_target(
             if svc
             else "probe unavailable: first stage 10 rps",
         )
+    if svc:  # the server's answer time at low load: tells a client-side cap from a saturated server
+        rules = replace(rules, baseline_service_ms=round(svc * 1000, 4))
     config = RunConfig(
         kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
     )
@@ -182,10 +244,22 @@ def search_target(
         say(on_event, text)
 
     measure = _measure(session)
-    run_search(session.results, session.out_dir, measure, fopts, rules, first, stop, log=log, cooldown=cooldown)
-    sat = profile_rps or build_summary(session.results).get("saturation_rps")
-    if fopts.profile and sat and not stop.is_set():
-        run_profile(session.results, session.out_dir, measure, fopts, sat, stop, log=log, cooldown=cooldown)
+    own_profile = fopts.profile and profile_rps is None
+    run_search(
+        session.results,
+        session.out_dir,
+        measure,
+        fopts,
+        session.config.rules,
+        first,
+        stop,
+        log=log,
+        cooldown=cooldown,
+        with_profile=own_profile,
+        latency_hint_s=svc,
+    )
+    if fopts.profile and profile_rps and not stop.is_set():
+        run_profile(session.results, session.out_dir, measure, fopts, profile_rps, stop, log=log, cooldown=cooldown)
     return session
 
 

@@ -153,6 +153,16 @@ class SearchStep(BaseModel):
     model_config = _CONFIG
     rate_rps: float
     verdict: str
+    phase: str = ""
+
+
+class Confirmation(BaseModel):
+    """The hold at the per-replica target that confirmed (or sent further down) the answer."""
+
+    model_config = _CONFIG
+    rate_rps: float
+    verdict: str | None = None
+    attempts: int
 
 
 class SearchInfo(BaseModel):
@@ -162,6 +172,7 @@ class SearchInfo(BaseModel):
     finished: bool
     replay_matches: bool
     next: dict[str, Any] | None = None
+    confirmation: Confirmation | None = None
 
 
 class FindSummary(RunSummary):
