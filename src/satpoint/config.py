@@ -23,7 +23,8 @@ class LoadOptions:
 
     arrival: Arrival = "constant"
     seed: int = 0
-    max_inflight: int = 1024
+    #: the in-flight cap (connections, or gRPC streams); None: derived from the plan (engine.inflight)
+    max_inflight: int | None = None
     timeout_s: float = 30.0
     drain_s: float = 10.0
     procs: int = 1
@@ -33,7 +34,9 @@ class LoadOptions:
     def validate(self) -> LoadOptions:
         if self.arrival not in ("constant", "poisson"):
             raise ValueError("arrival must be constant or poisson")
-        if self.procs < 1 or self.max_inflight < 1 or self.timeout_s <= 0 or self.drain_s < 0:
+        if self.procs < 1 or (self.max_inflight is not None and self.max_inflight < 1):
+            raise ValueError("procs and max_inflight must be >= 1")
+        if self.timeout_s <= 0 or self.drain_s < 0:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
         return self
 

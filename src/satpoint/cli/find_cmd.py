@@ -55,8 +55,8 @@ def find(
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed")] = 0,
     max_inflight: Annotated[
-        int, typer.Option(help="in-flight cap (bounds the queue an overloaded stage leaves)")
-    ] = 256,
+        int | None, typer.Option(help="in-flight cap; default: each stage's rate x latency bound, within ulimit -n")
+    ] = None,
     timeout: TimeoutOpt = 30.0,
     procs: Annotated[int, typer.Option(help="generator processes")] = 1,
     header: HeaderOpt = None,
