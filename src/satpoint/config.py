@@ -122,6 +122,8 @@ class FindOptions:
     profile: bool = True
     #: hold the per-replica target (saturation x (1 - margin)) before accepting an answer
     confirm: bool = True
+    #: independent searches; the answer is the lowest, their spread is reported as a range
+    repeats: int = 1
     margin: float = 0.15
     peak_rps: float | None = None
     min_rps: float | None = None
@@ -131,6 +133,8 @@ class FindOptions:
             raise ValueError("precision in (0,1), margin in [0,1), growth > 1 and budget > 0 are required")
         if self.ramp_s < 0 or self.min_hold_s <= 0 or self.max_hold_s < self.min_hold_s or self.min_requests < 1:
             raise ValueError("ramp >= 0, 0 < min hold <= max hold and min requests >= 1 are required")
+        if self.repeats < 1:
+            raise ValueError("repeats must be >= 1")
         return self
 
     def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:
@@ -145,6 +149,7 @@ class FindOptions:
             "min_requests": self.min_requests,
             "margin": self.margin,
             "confirm": self.confirm,
+            "repeats": self.repeats,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,
             "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,

@@ -101,38 +101,25 @@ def run_search(
     log: Callable[[str], None] = lambda s: None,
     cooldown: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-    with_profile: bool = False,
     latency_hint_s: float | None = None,
+    repeat: int = 0,
+    history: list[Measured] | None = None,
+    started_at: float | None = None,
 ) -> list[Measured]:
     """Measure stages until the search is done, the budget is spent or ``stop`` is set.
 
-    ``with_profile``: once the search has an answer, hold 50/80/90/100 % of it (``run_profile``); when
-    the search confirms its answer, profile stages at or below the per-replica target that are not
-    stable send it further down, and the profile is measured again for the new answer.
     ``latency_hint_s`` (a probe's answer time) lengthens holds for slow servers: the steady window must
-    start after the pipeline has filled (about one latency after the ramp)."""
+    start after the pipeline has filled (about one latency after the ramp).  ``history`` resumes a
+    search (of ``repeat``) with what it measured so far; the budget counts from ``started_at``."""
     stop = stop or threading.Event()
     params = search_params(opts, start_rps)
-    history: list[Measured] = []
-    t_start = clock()
+    history = list(history or [])
+    t_start = clock() if started_at is None else started_at
     prev_rate = 0.0
-    profiled: float | None = None
     while not stop.is_set():
         step = next_step(history, params)
         if step is None:
-            sat = bracket(history).stable_rps
-            if not with_profile or sat is None or sat == profiled or _limited_end(history):
-                break
-            cost = sum(st.duration_s for st in profile_stages(opts, sat)) + opts.cooldown_s
-            if clock() - t_start + cost > opts.budget_s:
-                log(f"budget of {opts.budget_s:g} s reached: no latency profile")
-                break
-            profiled = sat
-            seg = run_profile(results, out_dir, measure, opts, sat, stop, log=log, cooldown=cooldown)
-            if seg is None or seg.interrupted:
-                break
-            history.extend(_profile_evidence(segment_stage_metrics(seg, rules), sat, params))
-            continue
+            break
         hold = hold_for(step.rate_rps, opts.min_requests, opts.min_hold_s, opts.max_hold_s)
         if latency_hint_s:
             hold = max(hold, SLOW_HOLD_LATENCIES * latency_hint_s)
@@ -148,6 +135,7 @@ def run_search(
             cooldown(opts.cooldown_s)
         start = 0.0 if step.fresh else prev_rate
         seg = measure([Stage(step.rate_rps, ramp, hold)], start, len(results.segments), step.phase)
+        seg.repeat = repeat
         append_segment(out_dir, results, seg)
         if seg.interrupted:
             break
@@ -164,6 +152,70 @@ def run_search(
         log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
         prev_rate = step.rate_rps
     return history
+
+
+def run_find(
+    results: Results,
+    out_dir: Path,
+    measure: Measure,
+    opts: FindOptions,
+    rules: VerdictRules,
+    start_rps: float,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    cooldown: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    latency_hint_s: float | None = None,
+) -> dict[int, list[Measured]]:
+    """``opts.repeats`` searches, then the latency profile of the answer (the lowest of them).
+
+    When the search confirms its answers, profile stages at or below the per-replica target that are
+    not stable count against the search that gave the answer: it continues below, and the profile is
+    measured again for the new answer.  Returns each repeat's measurements."""
+    stop = stop or threading.Event()
+    t0 = clock()
+    params = search_params(opts, start_rps)
+    histories: dict[int, list[Measured]] = {}
+
+    def search(k: int) -> None:
+        histories[k] = run_search(
+            results, out_dir, measure, opts, rules_now(), start_rps, stop, log, cooldown, clock,
+            latency_hint_s=latency_hint_s, repeat=k, history=histories.get(k), started_at=t0,
+        )  # fmt: skip
+
+    def rules_now() -> VerdictRules:  # the baseline learnt by the first search applies to the next ones
+        return results.config.rules if rules.baseline_p50_ms is None else rules
+
+    for k in range(opts.repeats):
+        if stop.is_set():
+            break
+        if opts.repeats > 1:
+            log(f"search {k + 1} of {opts.repeats}")
+        search(k)
+    profiled: float | None = None
+    while opts.profile and not stop.is_set():
+        answers = {k: b for k, h in histories.items() if (b := bracket(h).stable_rps) is not None}
+        if not answers:
+            break
+        k = min(answers, key=lambda i: answers[i])
+        sat = answers[k]
+        if sat == profiled or _limited_end(histories[k]):
+            break
+        cost = sum(st.duration_s for st in profile_stages(opts, sat)) + opts.cooldown_s
+        if clock() - t0 + cost > opts.budget_s:
+            log(f"budget of {opts.budget_s:g} s reached: no latency profile")
+            break
+        profiled = sat
+        seg = run_profile(results, out_dir, measure, opts, sat, stop, log=log, cooldown=cooldown, repeat=k)
+        if seg is None or seg.interrupted:
+            break
+        evidence = _profile_evidence(segment_stage_metrics(seg, results.config.rules), sat, params)
+        if all(m.verdict == Verdict.STABLE for m in evidence):
+            break
+        log("a profile stage at or below the per-replica target was not stable: the search continues below it")
+        histories[k] = histories[k] + evidence
+        search(k)
+    return histories
 
 
 def _limited_end(history: list[Measured]) -> bool:
@@ -194,6 +246,7 @@ def run_profile(
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
     cooldown: Callable[[float], None] = time.sleep,
+    repeat: int = 0,
 ) -> Segment | None:
     """One monotonic sequence at 50/80/90/100 % of the saturation point; returns it (None if stopped)."""
     if stop is not None and stop.is_set():
@@ -202,6 +255,7 @@ def run_profile(
     log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
     cooldown(opts.cooldown_s)
     seg = measure(stages, 0.0, len(results.segments), "profile")
+    seg.repeat = repeat
     append_segment(out_dir, results, seg)
     return seg
 
@@ -257,18 +311,16 @@ def search_target(
         say(on_event, text)
 
     measure = _measure(session)
-    own_profile = fopts.profile and profile_rps is None
-    run_search(
+    run_find(
         session.results,
         session.out_dir,
         measure,
-        fopts,
+        replace(fopts, profile=fopts.profile and profile_rps is None),
         session.config.rules,
         first,
         stop,
         log=log,
         cooldown=cooldown,
-        with_profile=own_profile,
         latency_hint_s=svc,
     )
     if fopts.profile and profile_rps and not stop.is_set():

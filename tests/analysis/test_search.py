@@ -11,7 +11,7 @@ from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import run_profile, run_search
+from satpoint.saturation import run_find, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 
@@ -147,7 +147,7 @@ def test_an_answer_its_own_confirmation_contradicts_is_never_reported(tmp_path: 
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
     measure = switching_measure(fast, slow, switch_at=9)
-    run_search(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None, with_profile=True)
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
     s = build_summary(results)
     steps = s["search"]["steps"]
     assert [x["phase"] for x in steps].count("confirm") >= 2, steps  # the first confirmation failed
@@ -173,7 +173,7 @@ def test_a_failing_profile_stage_below_the_target_sends_the_search_down(tmp_path
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
         return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
 
-    run_search(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None, with_profile=True)
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
     s = build_summary(results)
     assert seen.count("profile") == 2  # profiled again for the new, lower answer
     assert s["saturation_rps"] <= 250 * 1.02
@@ -217,3 +217,30 @@ def test_a_fixed_small_cap_is_reported_as_client_limited_not_as_saturation(tmp_p
     assert s["search"]["steps"][-1]["verdict"] == "client_limited"
     assert any("client-limited" in n for n in s["find_notes"])
     assert any(w.startswith("CLIENT LIMITED") for w in s["warnings"])
+
+
+def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Path) -> None:
+    # a replica whose capacity differs between searches (400 rps in the first, 300 in the second)
+    capacities = [SimConfig(slots=4, service_ms=10.0), SimConfig(slots=3, service_ms=10.0)]
+    opts = FindOptions(budget_s=1e9, cooldown_s=0, repeats=2)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
+    searches = [-1]
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        if purpose == "staircase" and start_rps == 0.0 and stages[0].target_rps == 25.0:
+            searches[0] += 1  # a new search starts from the start rate
+        cfg = capacities[min(searches[0], 1)]
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
+
+    histories = run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    assert sorted(histories) == [0, 1]
+    s = build_summary(results)
+    low, high = s["saturation_range_rps"]
+    assert 0.85 * 300 <= low <= 1.02 * 300 and 0.85 * 400 <= high <= 1.02 * 400
+    assert s["saturation_rps"] == low
+    assert [r["repeat"] for r in s["search"]["repeats"]] == [0, 1]
+    assert all(r["confirmed"] for r in s["search"]["repeats"])
+    assert s["latency_at"][-1]["offered_rps"] == pytest.approx(low, rel=0.01)  # profiled at the answer
+    assert s["search"]["replay_matches"] and s["search"]["finished"]
+    assert json.dumps(build_summary(load_results(tmp_path)), sort_keys=True) == json.dumps(s, sort_keys=True)

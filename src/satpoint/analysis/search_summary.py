@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.capacity import recommend
@@ -27,15 +28,19 @@ def search_params(results: Results) -> SearchParams:
 
 
 def search_history(
-    results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams | None = None
+    results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams | None = None, repeat: int = 0
 ) -> list[Measured]:
-    """The measurements the search decides on, in order: its own stages, and (when it confirms its
-    answer) the profile stages at or below the per-replica target of the saturation point they profiled."""
+    """The measurements one search (``repeat``) decides on, in order: its own stages, and (when it
+    confirms its answer) the profile stages at or below the per-replica target of the saturation point
+    they profiled."""
     params = params or search_params(results)
     purpose = {s.index: s.purpose for s in results.segments}
     top = {s.index: max(st.target_rps for st in s.stages) for s in results.segments if s.stages}
+    mine = {s.index for s in results.segments if s.repeat == repeat}
     out = []
     for i, m in stages:
+        if i not in mine:
+            continue
         p = purpose.get(i)
         if p in SEARCH_PURPOSES:
             out.append(Measured(m.target_rps, m.verdict, p or ""))
@@ -58,18 +63,65 @@ def replay_matches(history: list[Measured], decisions: list[Step | None]) -> boo
     )
 
 
+def _range(values: list[float | None]) -> list[float] | None:
+    got = [v for v in values if v is not None]
+    return [round(min(got), 3), round(max(got), 3)] if got else None
+
+
+def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
+    b = bracket(x.history)
+    target = confirm_rate(b.stable_rps, params) if b.stable_rps is not None else None
+    held = next(
+        (h for h in x.history if h.phase == "confirm" and target and abs(h.rate_rps - target) <= 1e-9 * target),
+        None,
+    )
+    return {
+        "repeat": x.repeat,
+        "saturation_rps": round(b.stable_rps, 3) if b.stable_rps is not None else None,
+        "unstable_rps": round(b.unstable_rps, 3) if b.unstable_rps is not None else None,
+        "confirmed": None if target is None else (held is not None and held.verdict == Verdict.STABLE),
+        "stages": len(x.history),
+        "finished": bool(x.decisions) and x.decisions[-1] is None,
+    }
+
+
 def _step_dict(s: Step | None) -> dict[str, Any] | None:
     return None if s is None else {"rate_rps": round(s.rate_rps, 4), "phase": s.phase, "fresh": s.fresh}
+
+
+@dataclass(frozen=True)
+class _Search:
+    """One search (of ``find --repeats``) replayed from its measurements."""
+
+    repeat: int
+    history: list[Measured]
+    decisions: list[Step | None]
+
+    @property
+    def answer(self) -> float | None:
+        return bracket(self.history).stable_rps
+
+
+def _searches(results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams) -> list[_Search]:
+    repeats = sorted({s.repeat for s in results.segments}) or [0]
+    out = []
+    for k in repeats:
+        history = search_history(results, stages, params, k)
+        out.append(_Search(k, history, replay(history, params)))
+    return out
 
 
 def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dict[str, Any]:
     f = results.header.get("config", {}).get("find", {})
     params = search_params(results)
-    history = search_history(results, stages, params)
+    searches = _searches(results, stages, params)
+    answered = [x for x in searches if x.answer is not None]
+    # the answer is the lowest of the repeated searches (every one of them is a replica's capacity)
+    chosen = min(answered, key=lambda x: x.answer or 0.0) if answered else searches[-1]
+    history, decisions = chosen.history, chosen.decisions
     b = bracket(history)
-    decisions = replay(history, params)
-    replay_ok = replay_matches(history, decisions)
-    finished = decisions[-1] is None if decisions else False
+    replay_ok = all(replay_matches(x.history, x.decisions) for x in searches)
+    finished = all(bool(x.decisions) and x.decisions[-1] is None for x in searches)
     last = history[-1] if history else None
     gen_limited = last is not None and last.verdict == Verdict.GENERATOR_LIMITED and decisions[-1] is None
     client_limited = last is not None and last.verdict == Verdict.CLIENT_LIMITED and decisions[-1] is None
@@ -150,7 +202,9 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
             "replay_matches": replay_ok,
             "next": _step_dict(decisions[-1]) if decisions else None,
             "confirmation": confirmation,
+            "repeats": [_repeat_dict(x, params) for x in searches],
         },
+        "saturation_range_rps": _range([x.answer for x in answered]) if len(searches) > 1 else None,
         "latency_at": latency_at,
         "recommendation": rec,
         "find_notes": notes,

@@ -165,6 +165,18 @@ class Confirmation(BaseModel):
     attempts: int
 
 
+class RepeatResult(BaseModel):
+    """One of ``find --repeats`` searches."""
+
+    model_config = _CONFIG
+    repeat: int
+    saturation_rps: float | None = None
+    unstable_rps: float | None = None
+    confirmed: bool | None = None
+    stages: int
+    finished: bool
+
+
 class SearchInfo(BaseModel):
     model_config = _CONFIG
     params: dict[str, float]
@@ -173,12 +185,15 @@ class SearchInfo(BaseModel):
     replay_matches: bool
     next: dict[str, Any] | None = None
     confirmation: Confirmation | None = None
+    repeats: list[RepeatResult] = []
 
 
 class FindSummary(RunSummary):
     """``summary.json`` of ``satpoint find``: the stages plus the saturation point and recommendation."""
 
     saturation_rps: float | None = None
+    #: the lowest and highest answer of ``find --repeats`` searches (None with one search)
+    saturation_range_rps: list[float] | None = None
     unstable_rps: float | None = None
     max_throughput_rps: float | None = None
     precision: float

@@ -73,6 +73,12 @@ def find(
     mlserver_debug: Annotated[bool, typer.Option(help="embedded MLServer debug (access log)")] = False,
     grpc_raw: GrpcRawOpt = False,
     profile: Annotated[bool, typer.Option(help="measure latency at 50/80/90/100 % of saturation")] = True,
+    confirm: Annotated[
+        bool, typer.Option(help="hold the per-replica target before accepting the answer (lower it if not stable)")
+    ] = True,
+    repeats: Annotated[
+        int, typer.Option(help="independent searches: the answer is the lowest, the spread a range")
+    ] = 1,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
     min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
     max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
@@ -89,6 +95,7 @@ def find(
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
+            confirm=confirm, repeats=repeats,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
         )  # fmt: skip
         managed = url is None
