@@ -148,6 +148,7 @@ class FindOptions:
             "hold_s": [self.min_hold_s, self.max_hold_s],
             "min_requests": self.min_requests,
             "margin": self.margin,
+            "profile": self.profile,
             "confirm": self.confirm,
             "repeats": self.repeats,
             "peak_rps": self.peak_rps,

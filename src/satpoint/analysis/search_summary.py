@@ -186,6 +186,8 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
+    if f.get("profile") and sat is not None and not profile:
+        notes.append("the latency profile was not measured (budget or interruption): raise --budget-s")
     if not finished and not gen_limited and not client_limited:
         notes.append("the search stopped before reaching the requested precision (budget or interruption)")
     return {
