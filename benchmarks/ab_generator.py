@@ -1,10 +1,11 @@
 """A/B of the REST generator's cost between two versions of satpoint, interleaved on the same machine.
 
 Runs each version's own ``benchmarks/generator_bench.py`` (one rate, one repeat, no scan, no wrk)
-alternately: A, B, A, B, ... for ``--pairs`` pairs, so machine noise hits both alike.  Each call starts
-its own nginx pinned to core 0 and its generator pinned to core 1, and stops both by their PIDs.  A is
-"old" (``--old-bench`` run by ``--old-python``, e.g. a git worktree of the previous commit installed in
-its own venv), B is "new" (this checkout's script run by this Python).
+alternately: A, B, A, B, ... (``--new-first``: B, A, B, A, ...) for ``--pairs`` pairs, so machine
+noise hits both alike.  Each call starts its own nginx pinned to core 0 and its generator pinned to
+core 1, and stops both by their PIDs.  A is "old" (``--old-bench`` run by ``--old-python``, e.g. a git
+worktree of the previous commit installed in its own venv), B is "new" (this checkout's script run by
+this Python).
 
 Prints per-pair figures and ratios (new / old) and medians as Markdown; raw results go to ``--json``.
 
@@ -64,6 +65,7 @@ def main() -> int:
     p.add_argument("--hold", type=float, default=8.0)
     p.add_argument("--load-limit", type=float, default=0.6)
     p.add_argument("--max-wait", type=float, default=20.0)
+    p.add_argument("--new-first", action="store_true", help="run B before A in every pair (order effects)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -73,8 +75,12 @@ def main() -> int:
         env_old["PYTHONPATH"] = args.old_pythonpath
     pairs: list[dict[str, Any]] = []
     for i in range(args.pairs):
-        old = one(args.old_python, args.old_bench, args, env_old)
-        new = one(sys.executable, args.new_bench, args, env_new)
+        if args.new_first:
+            new = one(sys.executable, args.new_bench, args, env_new)
+            old = one(args.old_python, args.old_bench, args, env_old)
+        else:
+            old = one(args.old_python, args.old_bench, args, env_old)
+            new = one(sys.executable, args.new_bench, args, env_new)
         pairs.append({"old": old, "new": new})
         print(
             f"  pair {i + 1}: old {old['cpu_us_per_req']} µs/req (hold {old['cpu_us_per_req_hold']}), "

@@ -225,7 +225,7 @@ def find(
             s_cpus, g_cpus = split_cpus()
             settings = server or MLServerSettings(cpus=s_cpus)
             if load is None or load.generator_cpus is None:
-                load = replace(load or LoadOptions(max_inflight=256, drain_s=5.0), generator_cpus=g_cpus)
+                load = replace(load or LoadOptions(drain_s=5.0), generator_cpus=g_cpus)
             where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
             say(
                 on_event,
@@ -236,7 +236,7 @@ def find(
             server_info = embedded.info()
             target = embedded.target(protocol, **(target_options or {}))
             say(on_event, f"MLServer ready at {target.url} (pid {embedded.pid})")
-        load = (load or LoadOptions(max_inflight=256, drain_s=5.0)).validate()
+        load = (load or LoadOptions(drain_s=5.0)).validate()
         session = search_target(
             target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info, thresholds=checks
         )

@@ -23,7 +23,8 @@ class LoadOptions:
 
     arrival: Arrival = "constant"
     seed: int = 0
-    max_inflight: int = 1024
+    #: the in-flight cap (connections, or gRPC streams); None: derived from the plan (engine.inflight)
+    max_inflight: int | None = None
     timeout_s: float = 30.0
     drain_s: float = 10.0
     procs: int = 1
@@ -36,7 +37,9 @@ class LoadOptions:
     def validate(self) -> LoadOptions:
         if self.arrival not in ("constant", "poisson"):
             raise ValueError("arrival must be constant or poisson")
-        if self.procs < 1 or self.max_inflight < 1 or self.timeout_s <= 0 or self.drain_s < 0:
+        if self.procs < 1 or (self.max_inflight is not None and self.max_inflight < 1):
+            raise ValueError("procs and max_inflight must be >= 1")
+        if self.timeout_s <= 0 or self.drain_s < 0:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
         if self.grpc_connections is not None and self.grpc_connections < 1:
             raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
@@ -86,6 +89,18 @@ class VerdictRules:
     baseline_p50_ms: float | None = None
     knee_factor: float = 4.0
     knee_floor_ms: float = 2.0
+    #: the server's own answer time (service p50, done - sent) at low load; ``find`` takes it from its first
+    #: stable stage, a ``run`` from its lowest stage whose requests did not wait for a connection.  When
+    #: requests wait for a connection while the service time stays within ``client_service_factor`` x
+    #: this + ``client_service_floor_ms``, the generator's in-flight cap is the limit, not the server
+    baseline_service_ms: float | None = None
+    client_service_factor: float = 2.0
+    client_service_floor_ms: float = 2.0
+    #: a growing outstanding count means a growing queue only if latency grows with it: over the window,
+    #: the latency trend must add at least this fraction of the p50 latency (and ``queue_trend_floor_ms``);
+    #: a slow server filling its pipeline after a ramp grows the count, not the latency
+    queue_trend_frac: float = 0.1
+    queue_trend_floor_ms: float = 2.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +126,10 @@ class FindOptions:
     min_requests: int = 2000
     cooldown_s: float = 2.0
     profile: bool = True
+    #: hold the per-replica target (saturation x (1 - margin)) before accepting an answer
+    confirm: bool = True
+    #: independent searches; the answer is the lowest, their spread is reported as a range
+    repeats: int = 1
     margin: float = 0.15
     peak_rps: float | None = None
     min_rps: float | None = None
@@ -120,6 +139,8 @@ class FindOptions:
             raise ValueError("precision in (0,1), margin in [0,1), growth > 1 and budget > 0 are required")
         if self.ramp_s < 0 or self.min_hold_s <= 0 or self.max_hold_s < self.min_hold_s or self.min_requests < 1:
             raise ValueError("ramp >= 0, 0 < min hold <= max hold and min requests >= 1 are required")
+        if self.repeats < 1:
+            raise ValueError("repeats must be >= 1")
         return self
 
     def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:
@@ -133,6 +154,9 @@ class FindOptions:
             "hold_s": [self.min_hold_s, self.max_hold_s],
             "min_requests": self.min_requests,
             "margin": self.margin,
+            "profile": self.profile,
+            "confirm": self.confirm,
+            "repeats": self.repeats,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,
             "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from satpoint.config import LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.spec import PreparedTarget
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
+from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
@@ -42,6 +44,9 @@ def run_segment(
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows."""
     seed = opts.seed + seed_offset
     due = due_times(stages, opts.arrival, seed, start_rps)
+    peak = max([start_rps, *(s.target_rps for s in stages)])
+    cap = opts.max_inflight or auto_inflight(peak, target.latency_hint_s)
+    builder = replace(target.builder, max_inflight=cap)
     dopts = DispatchOptions(
         timeout_s=opts.timeout_s,
         drain_s=min(opts.drain_s, opts.timeout_s),
@@ -50,7 +55,7 @@ def run_segment(
     )
     out = run_schedule(
         due,
-        target.builder,
+        builder,
         dopts,
         procs=opts.procs,
         on_snapshot=on_snapshot,
@@ -64,6 +69,8 @@ def run_segment(
         "cpu_s": round(out.generator_cpu_s, 4),
         "cpu_us_per_request": round(out.generator_cpu_s / n * 1e6, 2) if n else None,
         "wall_s": round(max((s.wall_s for s in out.shards), default=0.0), 4),
+        "max_inflight": cap,
+        "max_inflight_auto": opts.max_inflight is None,
         # connections, retries, idle closes, gRPC's effective in-flight cap (connections x streams)...
         "transport": merge_stats([s.transport for s in out.shards]),
     }

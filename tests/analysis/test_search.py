@@ -11,7 +11,7 @@ from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import run_profile, run_search
+from satpoint.saturation import run_find, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 
@@ -106,3 +106,141 @@ def test_k8s_quantity_is_an_integer_or_millis() -> None:
 
     assert quantity(539.644) == "539"
     assert quantity(2.5) == "2500m"
+
+
+# the answer is confirmed before it is reported ----------------------------------------------------------------
+def test_a_converged_search_confirms_at_the_per_replica_target() -> None:
+    p = SearchParams(start_rps=100, precision=0.05, confirm_margin=0.15)
+    h = [Measured(100, "stable", "staircase"), Measured(200, "stable", "staircase")]
+    h += [Measured(400, "saturated", "staircase"), Measured(390, "saturated", "refine")]
+    h += [Measured(385, "stable", "refine")]
+    step = next_step(h, p)
+    assert step == Step(pytest.approx(385 * 0.85), "confirm", True)  # type: ignore[arg-type]
+    assert step is not None
+    assert next_step([*h, Measured(step.rate_rps, "stable", "confirm")], p) is None
+    # a confirmation that fails is the new lowest unstable rate: the search continues below it
+    below = next_step([*h, Measured(step.rate_rps, "saturated", "confirm")], p)
+    assert below is not None and below.rate_rps < step.rate_rps and below.phase == "refine"
+    assert next_step(h, SearchParams(start_rps=100, precision=0.05)) is None  # no confirmation asked
+
+
+def test_client_limited_stages_say_nothing_about_the_server() -> None:
+    h = [Measured(100, "stable"), Measured(200, "client_limited")]
+    assert next_step(h, SearchParams()) == Step(200, "staircase", False)
+    assert next_step([*h, Measured(200, "client_limited")], SearchParams()) is None
+
+
+def switching_measure(before: SimConfig, after: SimConfig, switch_at: int):  # type: ignore[no-untyped-def]
+    """An offline server whose capacity drops from segment ``switch_at`` on (a replica that varies)."""
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        cfg = before if index < switch_at else after
+        return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
+
+    return measure
+
+
+def test_an_answer_its_own_confirmation_contradicts_is_never_reported(tmp_path: Path) -> None:
+    # 400 rps while the search brackets it; 280 rps from the confirmation on
+    fast, slow = SimConfig(slots=4, service_ms=10.0), SimConfig(slots=4, service_ms=10.0 * 400 / 280)
+    opts = FindOptions(budget_s=1e9, cooldown_s=0)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
+    measure = switching_measure(fast, slow, switch_at=9)
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    s = build_summary(results)
+    steps = s["search"]["steps"]
+    assert [x["phase"] for x in steps].count("confirm") >= 2, steps  # the first confirmation failed
+    assert s["saturation_rps"] <= 280 * 1.02
+    assert s["search"]["confirmation"]["verdict"] == "stable"
+    target = s["recommendation"]["target_rps_per_replica"]
+    below = [r for r in s["latency_at"] if r["offered_rps"] <= target * 1.001]
+    assert below and all(r["verdict"] == "stable" for r in below)
+    assert s["search"]["replay_matches"] and s["search"]["finished"]
+    replayed = build_summary(load_results(tmp_path))
+    assert json.dumps(replayed, sort_keys=True) == json.dumps(s, sort_keys=True)
+
+
+def test_a_failing_profile_stage_below_the_target_sends_the_search_down(tmp_path: Path) -> None:
+    fast, slow = SimConfig(slots=4, service_ms=10.0), SimConfig(slots=4, service_ms=10.0 * 400 / 250)
+    opts = FindOptions(budget_s=1e9, cooldown_s=0)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
+    seen: list[str] = []
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        seen.append(purpose)
+        cfg = slow if "profile" in seen else fast  # the server slows down when the profile starts
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
+
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    s = build_summary(results)
+    assert seen.count("profile") == 2  # profiled again for the new, lower answer
+    assert s["saturation_rps"] <= 250 * 1.02
+    target = s["recommendation"]["target_rps_per_replica"]
+    assert all(r["verdict"] == "stable" for r in s["latency_at"] if r["offered_rps"] <= target * 1.001)
+    assert s["search"]["replay_matches"]
+
+
+def test_the_search_finds_a_server_that_holds_many_requests_at_once(tmp_path: Path) -> None:
+    # 1000 slots x 500 ms: capacity 2000 rps; in flight at capacity = 1000 (Little's law).  A cap of 256
+    # connections made an earlier version report ~490 rps; a generous cap finds the server's capacity
+    cfg = SimConfig(slots=1000, service_ms=500.0)
+    opts = FindOptions(budget_s=1e9, cooldown_s=0)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(100.0, {})), {"url": "offline"}, 0.0))
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        cap = max(256, int(max(s.target_rps for s in stages) * 2.0))  # the generator's automatic cap
+        rec = simulate(due, cfg, max_inflight=cap)
+        return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
+
+    rules = VerdictRules(baseline_service_ms=500.0)
+    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda s: None, latency_hint_s=0.5)
+    sat = build_summary(results)["saturation_rps"]
+    assert 0.85 * 2000 <= sat <= 1.02 * 2000
+
+
+def test_a_fixed_small_cap_is_reported_as_client_limited_not_as_saturation(tmp_path: Path) -> None:
+    cfg = SimConfig(slots=1000, service_ms=500.0)
+    opts = FindOptions(budget_s=1e9, cooldown_s=0)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(100.0, {})), {"url": "offline"}, 0.0))
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        rec = simulate(due, cfg, max_inflight=256)
+        return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
+
+    rules = VerdictRules(baseline_service_ms=500.0)
+    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda s: None, latency_hint_s=0.5)
+    s = build_summary(results)
+    assert s["search"]["steps"][-1]["verdict"] == "client_limited"
+    assert any("client-limited" in n for n in s["find_notes"])
+    assert any(w.startswith("CLIENT LIMITED") for w in s["warnings"])
+
+
+def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Path) -> None:
+    # a replica whose capacity differs between searches (400 rps in the first, 300 in the second)
+    capacities = [SimConfig(slots=4, service_ms=10.0), SimConfig(slots=3, service_ms=10.0)]
+    opts = FindOptions(budget_s=1e9, cooldown_s=0, repeats=2)
+    results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
+    searches = [-1]
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        if purpose == "staircase" and start_rps == 0.0 and stages[0].target_rps == 25.0:
+            searches[0] += 1  # a new search starts from the start rate
+        cfg = capacities[min(searches[0], 1)]
+        due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+        return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
+
+    histories = run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    assert sorted(histories) == [0, 1]
+    s = build_summary(results)
+    low, high = s["saturation_range_rps"]
+    assert 0.85 * 300 <= low <= 1.02 * 300 and 0.85 * 400 <= high <= 1.02 * 400
+    assert s["saturation_rps"] == low
+    assert [r["repeat"] for r in s["search"]["repeats"]] == [0, 1]
+    assert all(r["confirmed"] for r in s["search"]["repeats"])
+    assert s["latency_at"][-1]["offered_rps"] == pytest.approx(low, rel=0.01)  # profiled at the answer
+    assert s["search"]["replay_matches"] and s["search"]["finished"]
+    assert json.dumps(build_summary(load_results(tmp_path)), sort_keys=True) == json.dumps(s, sort_keys=True)

@@ -120,3 +120,44 @@ def test_slo_violation() -> None:
     stages = [Stage(100, 0, 10)]
     m = judged(simulate(due_times(stages), cfg), stages, rules=VerdictRules(slo_ms={"p99": 5.0}))
     assert m.verdict == "slo_violated"
+
+
+# the generator's own limits and slow servers ------------------------------------------------------------------
+def test_waiting_for_connections_while_the_server_is_fast_is_client_limited() -> None:
+    from satpoint.analysis.summary import with_service_baseline
+    from satpoint.servers.offline import simulate
+
+    stages = [Stage(100, 2, 10), Stage(1500, 2, 10)]  # 1000 slots x 500 ms: capacity 2000 rps
+    cfg = SimConfig(slots=1000, service_ms=500)
+    rec = simulate(due_times(stages), cfg, max_inflight=256)
+    ms = [stage_metrics(rec, sp) for sp in spans(stages)]
+    rules = with_service_baseline(VerdictRules(), ms)
+    assert rules.baseline_service_ms == pytest.approx(500.0)
+    low, high = (apply(m, rules) for m in ms)
+    assert low.verdict == "stable"
+    assert high.verdict == "client_limited" and "about 750 requests in flight" in high.reasons[0]
+    # a server that queues behind the same cap is saturated: its own answer time grew
+    small = simulate(due_times([Stage(100, 2, 10), Stage(600, 2, 10)]), SimConfig(slots=4, service_ms=10), 0.0, 64)
+    ms2 = [stage_metrics(small, sp) for sp in spans([Stage(100, 2, 10), Stage(600, 2, 10)])]
+    rules2 = with_service_baseline(VerdictRules(), ms2)
+    assert apply(ms2[1], rules2).verdict == "saturated"
+
+
+@pytest.mark.parametrize("latency_ms", [2000.0, 4000.0, 8000.0])
+@pytest.mark.parametrize("load", [0.2, 0.5, 0.9])
+def test_slow_servers_below_capacity_are_stable(latency_ms: float, load: float) -> None:
+    # capacity 50 rps whatever the latency; after a 2 s ramp the outstanding count takes one latency to
+    # fill (Little's law), which an earlier window caught and read as a growing queue
+    cfg = SimConfig(slots=int(50 * latency_ms / 1000), service_ms=latency_ms)
+    stages = [Stage(50 * load, 2, max(12.0, 3 * latency_ms / 1000))]
+    m = apply(stage_metrics(simulate(due_times(stages), cfg), spans(stages)[0]), VerdictRules())
+    assert m.verdict == "stable", m.reasons
+    assert m.window_start_s >= 2 + 1.5 * latency_ms / 1000 - 1e-9 or m.window_start_s >= 2 + 0.6 * stages[0].hold_s
+
+
+@pytest.mark.parametrize("latency_ms", [2000.0, 8000.0])
+def test_slow_servers_above_capacity_are_still_saturated(latency_ms: float) -> None:
+    cfg = SimConfig(slots=int(50 * latency_ms / 1000), service_ms=latency_ms)
+    stages = [Stage(60, 2, max(12.0, 3 * latency_ms / 1000))]
+    m = apply(stage_metrics(simulate(due_times(stages), cfg), spans(stages)[0]), VerdictRules())
+    assert m.verdict == "saturated", m

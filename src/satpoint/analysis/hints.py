@@ -9,10 +9,22 @@ def hints(summary: dict[str, Any]) -> list[str]:
     out: list[str] = []
     stages = summary.get("stages", [])
     verdicts = {s["verdict"] for s in stages}
-    if "generator_limited" in verdicts:
+    notes = summary.get("find_notes") or []
+    ended_limited = any(n.startswith("generator-limited") for n in notes)
+    if "generator_limited" in verdicts and (summary.get("kind") != "find" or ended_limited):
         out.append(
             "generator-limited: results are a lower bound; give the generator its own cores "
             "(--generator-cpus, --procs) or run it on another machine"
+        )
+    elif "generator_limited" in verdicts:
+        out.append(
+            "the generator fell behind in a stage and the search measured it again: the answer stands, but "
+            "a generator with its own cores (--generator-cpus, --procs) gives cleaner numbers"
+        )
+    if "client_limited" in verdicts:
+        out.append(
+            "client-limited: requests waited for the generator's connections while the server answered at "
+            "low-load speed; raise --max-inflight (see the stage's reasons for how many it needed)"
         )
     server = summary.get("server") or {}
     settings = server.get("settings") or {}

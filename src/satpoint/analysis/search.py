@@ -10,10 +10,17 @@ the stated precision.  Two phases a person can follow:
    the current sequence upwards; a midpoint below it starts a new sequence after a cool-down (the
    server's queue drains, the ramp starts from zero), because targets within a sequence only rise.
 
-A stage whose generator fell behind says nothing about the server: it is measured once more (a
-passing hiccup such as a descheduled process), and if the generator falls behind again at that rate
-the search ends there, its answer a lower bound.  ``satpoint analyze`` replays this function on recorded stages and must
-reproduce every decision.
+3. **Confirmation** (when ``confirm_margin`` is set): the answer S is checked by holding the per-replica
+   target S x (1 - margin) from idle, for longer.  If that stage is not stable, it is the new lowest
+   unstable rate and the refinement continues below it: the search never reports a saturation point
+   that its own measurements contradict.  Stable profile stages at or below the target count as
+   measurements too, and unstable ones send the search further down the same way.
+
+A stage whose generator fell behind, or whose requests waited for the generator's own connections
+while the server answered at low-load speed (``client_limited``), says nothing about the server: it is
+measured once more (a passing hiccup such as a descheduled process), and if it is limited again at that
+rate the search ends there, its answer a lower bound.  ``satpoint analyze`` replays this function on
+recorded stages and must reproduce every decision.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ class SearchParams:
     precision: float = 0.05
     max_rps: float = 50_000.0
     min_rps: float = 0.5
+    #: confirm the answer at saturation x (1 - margin) before accepting it (None: no confirmation)
+    confirm_margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -39,12 +48,17 @@ class Measured:
 
     rate_rps: float
     verdict: str
+    phase: str = ""  # the step that measured it ("staircase", "refine", "confirm"), or "profile"
+
+
+#: verdicts that say nothing about the server (the generator was the limit)
+LIMITED = (Verdict.GENERATOR_LIMITED, Verdict.CLIENT_LIMITED)
 
 
 @dataclass(frozen=True)
 class Step:
     rate_rps: float
-    phase: str  # "staircase" | "refine"
+    phase: str  # "staircase" | "refine" | "confirm"
     fresh: bool  # start a new monotonic sequence (cool down, ramp from zero)
 
 
@@ -61,8 +75,8 @@ class Bracket:
 
 
 def bracket(history: list[Measured]) -> Bracket:
-    """Highest stable and lowest unstable rate; generator-limited stages tell nothing either way."""
-    bad = [m.rate_rps for m in history if m.verdict not in (Verdict.STABLE, Verdict.GENERATOR_LIMITED)]
+    """Highest stable and lowest unstable rate; generator- or client-limited stages tell nothing either way."""
+    bad = [m.rate_rps for m in history if m.verdict != Verdict.STABLE and m.verdict not in LIMITED]
     unstable = min(bad) if bad else None
     good = [m.rate_rps for m in history if m.verdict == Verdict.STABLE and (unstable is None or m.rate_rps < unstable)]
     return Bracket(max(good) if good else None, unstable)
@@ -72,9 +86,10 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if not history:
         return Step(_clip(params.start_rps, params), "staircase", fresh=True)
     last = history[-1].rate_rps
-    if history[-1].verdict == Verdict.GENERATOR_LIMITED:
-        tries = sum(1 for m in history if m.verdict == Verdict.GENERATOR_LIMITED and m.rate_rps == last)
-        return Step(last, _phase(history), fresh=False) if tries < 2 else None
+    if history[-1].verdict in LIMITED:
+        tries = sum(1 for m in history if m.verdict in LIMITED and m.rate_rps == last)
+        phase = history[-1].phase if history[-1].phase == "confirm" else _phase(history)
+        return Step(last, phase, fresh=phase == "confirm") if tries < 2 else None
     b = bracket(history)
     if b.unstable_rps is None:  # still climbing
         nxt = last * params.growth
@@ -89,15 +104,27 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     ratio = b.ratio
     assert ratio is not None
     if ratio <= params.precision:
-        return None
+        return _confirmation(history, b.stable_rps, params)
     mid = math.sqrt(b.stable_rps * b.unstable_rps)
     return Step(mid, "refine", fresh=mid < last or history[-1].verdict != Verdict.STABLE)
 
 
+def confirm_rate(saturation_rps: float, params: SearchParams) -> float | None:
+    """The rate that confirms an answer: the per-replica target (None: no confirmation)."""
+    return None if params.confirm_margin is None else saturation_rps * (1 - params.confirm_margin)
+
+
+def _confirmation(history: list[Measured], saturation_rps: float, params: SearchParams) -> Step | None:
+    """Hold the per-replica target once the bracket is tight, unless that was done (and held)."""
+    target = confirm_rate(saturation_rps, params)
+    if target is None:
+        return None
+    done = any(m.phase == "confirm" and abs(m.rate_rps - target) <= 1e-9 * target for m in history)
+    return None if done else Step(target, "confirm", fresh=True)
+
+
 def _phase(history: list[Measured]) -> str:
-    return (
-        "refine" if any(m.verdict not in (Verdict.STABLE, Verdict.GENERATOR_LIMITED) for m in history) else "staircase"
-    )
+    return "refine" if any(m.verdict != Verdict.STABLE and m.verdict not in LIMITED for m in history) else "staircase"
 
 
 def _clip(rate: float, params: SearchParams) -> float:

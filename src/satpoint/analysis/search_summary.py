@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.capacity import recommend
-from satpoint.analysis.search import Measured, SearchParams, Step, bracket, replay
+from satpoint.analysis.search import LIMITED, Measured, SearchParams, Step, bracket, confirm_rate, replay
 from satpoint.analysis.verdicts import Verdict
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import StageMetrics
 
-SEARCH_PURPOSES = ("staircase", "refine")
+SEARCH_PURPOSES = ("staircase", "refine", "confirm")
 PROFILE_FRACTIONS = (0.5, 0.8, 0.9, 1.0)
 
 
@@ -21,41 +22,125 @@ def search_params(results: Results) -> SearchParams:
         growth=float(f.get("growth", 2.0)),
         precision=float(f.get("precision", 0.05)),
         max_rps=float(f.get("max_rps", 50_000.0)),
+        # folders written before the confirmation existed replay without it
+        confirm_margin=float(f.get("margin", 0.15)) if f.get("confirm") else None,
     )
 
 
-def search_history(results: Results, stages: list[tuple[int, StageMetrics]]) -> list[Measured]:
+def search_history(
+    results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams | None = None, repeat: int = 0
+) -> list[Measured]:
+    """The measurements one search (``repeat``) decides on, in order: its own stages, and (when it
+    confirms its answer) the profile stages at or below the per-replica target of the saturation point
+    they profiled."""
+    params = params or search_params(results)
     purpose = {s.index: s.purpose for s in results.segments}
-    return [Measured(m.target_rps, m.verdict) for i, m in stages if purpose.get(i) in SEARCH_PURPOSES]
+    top = {s.index: max(st.target_rps for st in s.stages) for s in results.segments if s.stages}
+    mine = {s.index for s in results.segments if s.repeat == repeat}
+    out = []
+    for i, m in stages:
+        if i not in mine:
+            continue
+        p = purpose.get(i)
+        if p in SEARCH_PURPOSES:
+            out.append(Measured(m.target_rps, m.verdict, p or ""))
+        elif (
+            p == "profile"
+            and params.confirm_margin is not None
+            # the profile's last stage holds 100 % of the saturation point it was run for
+            and m.target_rps <= top[i] * (1 - params.confirm_margin) * (1 + 1e-9)
+        ):
+            out.append(Measured(m.target_rps, m.verdict, "profile"))
+    return out
+
+
+def replay_matches(history: list[Measured], decisions: list[Step | None]) -> bool:
+    """Did the search ask for exactly the rates that were measured (profile stages are not its asks)?"""
+    return all(
+        d is not None and abs(d.rate_rps - h.rate_rps) <= 1e-6 * max(1.0, h.rate_rps)
+        for d, h in zip(decisions[:-1], history, strict=True)
+        if h.phase != "profile"
+    )
+
+
+def _range(values: list[float | None]) -> list[float] | None:
+    got = [v for v in values if v is not None]
+    return [round(min(got), 3), round(max(got), 3)] if got else None
+
+
+def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
+    b = bracket(x.history)
+    target = confirm_rate(b.stable_rps, params) if b.stable_rps is not None else None
+    held = next(
+        (h for h in x.history if h.phase == "confirm" and target and abs(h.rate_rps - target) <= 1e-9 * target),
+        None,
+    )
+    return {
+        "repeat": x.repeat,
+        "saturation_rps": round(b.stable_rps, 3) if b.stable_rps is not None else None,
+        "unstable_rps": round(b.unstable_rps, 3) if b.unstable_rps is not None else None,
+        "confirmed": None if target is None else (held is not None and held.verdict == Verdict.STABLE),
+        "stages": len(x.history),
+        "finished": bool(x.decisions) and x.decisions[-1] is None,
+    }
 
 
 def _step_dict(s: Step | None) -> dict[str, Any] | None:
     return None if s is None else {"rate_rps": round(s.rate_rps, 4), "phase": s.phase, "fresh": s.fresh}
 
 
+@dataclass(frozen=True)
+class _Search:
+    """One search (of ``find --repeats``) replayed from its measurements."""
+
+    repeat: int
+    history: list[Measured]
+    decisions: list[Step | None]
+
+    @property
+    def answer(self) -> float | None:
+        return bracket(self.history).stable_rps
+
+
+def _searches(results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams) -> list[_Search]:
+    repeats = sorted({s.repeat for s in results.segments}) or [0]
+    out = []
+    for k in repeats:
+        history = search_history(results, stages, params, k)
+        out.append(_Search(k, history, replay(history, params)))
+    return out
+
+
 def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dict[str, Any]:
     f = results.header.get("config", {}).get("find", {})
     params = search_params(results)
-    history = search_history(results, stages)
+    searches = _searches(results, stages, params)
+    answered = [x for x in searches if x.answer is not None]
+    # the answer is the lowest of the repeated searches (every one of them is a replica's capacity)
+    chosen = min(answered, key=lambda x: x.answer or 0.0) if answered else searches[-1]
+    history, decisions = chosen.history, chosen.decisions
     b = bracket(history)
-    decisions = replay(history, params)
-    # the replay must ask for exactly the rates that were measured
-    asked = [d.rate_rps if d else None for d in decisions[:-1]]
-    replay_ok = all(
-        a is not None and abs(a - h.rate_rps) <= 1e-6 * max(1.0, h.rate_rps)
-        for a, h in zip(asked, history, strict=True)
-    )
-    finished = decisions[-1] is None if decisions else False
-    gen_limited = bool(history) and history[-1].verdict == Verdict.GENERATOR_LIMITED and decisions[-1] is None
+    replay_ok = all(replay_matches(x.history, x.decisions) for x in searches)
+    finished = all(bool(x.decisions) and x.decisions[-1] is None for x in searches)
+    last = history[-1] if history else None
+    gen_limited = last is not None and last.verdict == Verdict.GENERATOR_LIMITED and decisions[-1] is None
+    client_limited = last is not None and last.verdict == Verdict.CLIENT_LIMITED and decisions[-1] is None
     sat = b.stable_rps
-    overloaded = [
-        m
-        for _, m in stages
-        if m.verdict != Verdict.STABLE and m.verdict != Verdict.GENERATOR_LIMITED and m.verdict != Verdict.FAILING
-    ]
+    overloaded = [m for _, m in stages if m.verdict not in (Verdict.STABLE, *LIMITED, Verdict.FAILING)]
     max_tp = max((m.throughput_rps for m in overloaded), default=None)
     purpose = {s.index: s.purpose for s in results.segments}
-    profile = [m for i, m in stages if purpose.get(i) == "profile"]
+    last_profile = max((i for i, p in purpose.items() if p == "profile"), default=None)
+    profile = [m for i, m in stages if i == last_profile]  # the profile of the final answer
+    target = confirm_rate(sat, params) if sat is not None else None
+    confirms = [h for h in history if h.phase == "confirm"]
+    confirmation: dict[str, Any] | None = None
+    if target is not None:
+        held = next((h for h in confirms if abs(h.rate_rps - target) <= 1e-9 * target), None)
+        confirmation = {
+            "rate_rps": round(target, 3),
+            "verdict": held.verdict if held else None,
+            "attempts": len(confirms),
+        }
     latency_at = []
     for m in profile:
         frac = m.target_rps / sat if sat else None
@@ -78,6 +163,18 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
             "generator-limited: the generator fell behind before the server saturated; the saturation "
             "point is a lower bound"
         )
+    if client_limited:
+        notes.append(
+            "client-limited: requests waited for the generator's connections while the server answered at "
+            "low-load speed; the saturation point is a lower bound (raise --max-inflight)"
+        )
+    if confirmation is not None and confirmation["attempts"] > 1:
+        notes.append(
+            f"the search confirmed its answer {confirmation['attempts']} times: a hold at the per-replica "
+            "target was not stable, so it continued below; this server's capacity varies"
+        )
+    if confirmation is not None and confirmation["verdict"] is None and finished is False:
+        notes.append("the answer was not confirmed at the per-replica target (budget or interruption)")
     if sat is None and history:
         notes.append("no stable stage was found: even the lowest rate tried overloaded the server or failed")
     if b.unstable_rps is None and history and not gen_limited:
@@ -89,7 +186,9 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
-    if not finished:
+    if f.get("profile") and sat is not None and not profile:
+        notes.append("the latency profile was not measured (budget or interruption): raise --budget-s")
+    if not finished and not gen_limited and not client_limited:
         notes.append("the search stopped before reaching the requested precision (budget or interruption)")
     return {
         "saturation_rps": round(sat, 3) if sat is not None else None,
@@ -100,11 +199,14 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
         "slo": slo,
         "search": {
             "params": {"start_rps": params.start_rps, "growth": params.growth, "max_rps": params.max_rps},
-            "steps": [{"rate_rps": round(h.rate_rps, 4), "verdict": h.verdict} for h in history],
+            "steps": [{"rate_rps": round(h.rate_rps, 4), "verdict": h.verdict, "phase": h.phase} for h in history],
             "finished": finished,
             "replay_matches": replay_ok,
             "next": _step_dict(decisions[-1]) if decisions else None,
+            "confirmation": confirmation,
+            "repeats": [_repeat_dict(x, params) for x in searches],
         },
+        "saturation_range_rps": _range([x.answer for x in answered]) if len(searches) > 1 else None,
         "latency_at": latency_at,
         "recommendation": rec,
         "find_notes": notes,

@@ -5,6 +5,7 @@ Field names here are an interface users script against: add, never rename.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from satpoint.analysis.verdicts import Verdict, apply
@@ -20,21 +21,42 @@ def rules_from(results: Results) -> VerdictRules:
 def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> list[tuple[int, StageMetrics]]:
     """(segment index, judged metrics) for every stage of every segment, in run order."""
     rules = rules or rules_from(results)
-    return [(seg.index, m) for seg in results.segments for m in segment_stage_metrics(seg, rules)]
+    raw = [(seg.index, m) for seg in results.segments for m in raw_stage_metrics(seg)]
+    rules = with_service_baseline(rules, [m for _, m in raw])
+    return [(i, apply(m, rules)) for i, m in raw]
 
 
-def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetrics]:
-    """Judged metrics of each stage of a segment that has a steady window to judge."""
+def with_service_baseline(rules: VerdictRules, stages: list[StageMetrics]) -> VerdictRules:
+    """The rules with a low-load service time: the one recorded (``find``), else the service p50 of the
+    lowest-rate stage whose requests did not wait for a connection (None if there is none)."""
+    if rules.baseline_service_ms is not None:
+        return rules
+    free = [m for m in stages if m.waited_fraction <= rules.waited_frac and m.service_ms.get("p50") is not None]
+    if not free:
+        return rules
+    low = min(free, key=lambda m: m.target_rps)
+    return replace(rules, baseline_service_ms=low.service_ms["p50"])
+
+
+def raw_stage_metrics(seg: Segment) -> list[StageMetrics]:
+    """Metrics (not yet judged) of each stage of a segment that has a steady window to judge."""
     last = _last_due(seg)
     out = []
     for sp in seg.spans:
         if seg.stopped and sp.end_s > last:
             if seg.stopped == "overload" and sp.start_s < last:
                 # stopped early as clearly overloaded: judge what was measured before the stop
-                out.append(apply(stage_metrics(seg.records, sp, until_s=last), rules))
+                out.append(stage_metrics(seg.records, sp, until_s=last))
             continue  # a stage an interruption cut short has no full steady window
-        out.append(apply(stage_metrics(seg.records, sp), rules))
+        out.append(stage_metrics(seg.records, sp))
     return out
+
+
+def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetrics]:
+    """Judged metrics of each stage of a segment that has a steady window to judge."""
+    raw = raw_stage_metrics(seg)
+    rules = with_service_baseline(rules, raw)
+    return [apply(m, rules) for m in raw]
 
 
 def _last_due(seg: Segment) -> float:
@@ -69,6 +91,12 @@ def build_summary(results: Results) -> dict[str, Any]:
             "GENERATOR LIMITED: in some stages the load generator fell behind its own schedule; "
             "those numbers describe the generator, not the server (give it more CPU: --procs, "
             "--generator-cpus, or a separate machine)"
+        )
+    if any(m.verdict == Verdict.CLIENT_LIMITED for _, m in stages):
+        warnings.append(
+            "CLIENT LIMITED: in some stages requests waited for one of the generator's connections while the "
+            "server answered as fast as at low load; the generator's in-flight cap, not the server, set the "
+            "pace (raise --max-inflight; each stage's reasons say how many requests it needed in flight)"
         )
     if any(s.interrupted for s in results.segments):
         warnings.append("the run was interrupted: the results hold what was measured until then")

@@ -154,6 +154,28 @@ class SearchStep(BaseModel):
     model_config = _CONFIG
     rate_rps: float
     verdict: str
+    phase: str = ""
+
+
+class Confirmation(BaseModel):
+    """The hold at the per-replica target that confirmed (or sent further down) the answer."""
+
+    model_config = _CONFIG
+    rate_rps: float
+    verdict: str | None = None
+    attempts: int
+
+
+class RepeatResult(BaseModel):
+    """One of ``find --repeats`` searches."""
+
+    model_config = _CONFIG
+    repeat: int
+    saturation_rps: float | None = None
+    unstable_rps: float | None = None
+    confirmed: bool | None = None
+    stages: int
+    finished: bool
 
 
 class SearchInfo(BaseModel):
@@ -163,12 +185,16 @@ class SearchInfo(BaseModel):
     finished: bool
     replay_matches: bool
     next: dict[str, Any] | None = None
+    confirmation: Confirmation | None = None
+    repeats: list[RepeatResult] = []
 
 
 class FindSummary(RunSummary):
     """``summary.json`` of ``satpoint find``: the stages plus the saturation point and recommendation."""
 
     saturation_rps: float | None = None
+    #: the lowest and highest answer of ``find --repeats`` searches (None with one search)
+    saturation_range_rps: list[float] | None = None
     unstable_rps: float | None = None
     max_throughput_rps: float | None = None
     precision: float

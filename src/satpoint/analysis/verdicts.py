@@ -1,8 +1,10 @@
 """Stage verdicts: a pure function of a stage's steady-window metrics.
 
 Order matters: errors first (``failing``), then the generator's own health (``generator_limited``:
-a generator that fell behind produces numbers that are not the server's), then the server's queue
-(``saturated``), then the optional latency objective (``slo_violated``), else ``stable``.
+a generator that fell behind produces numbers that are not the server's; ``client_limited``: requests
+waited for one of the generator's connections while the server kept answering as fast as at low load,
+so the in-flight cap, not the server, set the pace), then the server's queue (``saturated``), then the
+optional latency objective (``slo_violated``), else ``stable``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Verdict(StrEnum):
     STABLE = "stable"
     SATURATED = "saturated"
     GENERATOR_LIMITED = "generator_limited"
+    CLIENT_LIMITED = "client_limited"
     FAILING = "failing"
     SLO_VIOLATED = "slo_violated"
 
@@ -37,8 +40,15 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
             f"the generator fell behind its schedule: p99 send lag {glag:.1f} ms with free connections "
             f"(limit {rules.generator_lag_p99_ms:g} ms); these numbers are not the server's"
         ]
+    if m.waited_fraction > rules.waited_frac:
+        limited = _client_limited(m, rules)
+        if limited:
+            return Verdict.CLIENT_LIMITED, [limited]
     growth_limit = max(rules.queue_growth_frac * m.offered_rps, rules.queue_growth_min / max(window, 1e-9))
-    if m.queue_growth_rps > growth_limit:
+    p50_now = m.latency_ms.get("p50") or 0.0
+    latency_rise_ms = m.latency_trend_ms_per_s * window
+    rise_floor_ms = max(rules.queue_trend_frac * p50_now, rules.queue_trend_floor_ms)
+    if m.queue_growth_rps > growth_limit and latency_rise_ms >= rise_floor_ms:
         reasons.append(
             f"queue growing by {m.queue_growth_rps:.1f} req/s (limit {growth_limit:.1f}); "
             f"latency trend {m.latency_trend_ms_per_s:+.1f} ms/s"
@@ -67,6 +77,24 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
     if reasons:
         return Verdict.SLO_VIOLATED, reasons
     return Verdict.STABLE, []
+
+
+def _client_limited(m: StageMetrics, rules: VerdictRules) -> str | None:
+    """Why the generator's in-flight cap, not the server, limited this stage (None: it did not, or it
+    cannot be told without a low-load service time)."""
+    base = rules.baseline_service_ms
+    svc = m.service_ms.get("p50")
+    if base is None or svc is None:
+        return None
+    limit = rules.client_service_factor * base + rules.client_service_floor_ms
+    if svc > limit:
+        return None  # the server's own answer time grew: it queues, it is saturated
+    needed = m.offered_rps * svc / 1000  # Little: in flight at the server = rate x its answer time
+    return (
+        f"{m.waited_fraction:.1%} of requests waited for a free connection while the server answered in "
+        f"{svc:.1f} ms (low-load {base:.1f} ms): the generator's in-flight cap, not the server, was the limit; "
+        f"raise --max-inflight (this rate needs about {needed:.0f} requests in flight)"
+    )
 
 
 def apply(m: StageMetrics, rules: VerdictRules) -> StageMetrics:

@@ -59,7 +59,7 @@ def compare(
             grpc_raw=grpc_raw,
             workers=workers,
             server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
-            load=LoadOptions(max_inflight=256, drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus),
+            load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus),
             find=FindOptions(
                 precision=precision,
                 budget_s=budget_s,

@@ -56,8 +56,8 @@ def find(
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed")] = 0,
     max_inflight: Annotated[
-        int, typer.Option(help="in-flight cap (bounds the queue an overloaded stage leaves)")
-    ] = 256,
+        int | None, typer.Option(help="in-flight cap; default: each stage's rate x latency bound, within ulimit -n")
+    ] = None,
     timeout: TimeoutOpt = 30.0,
     procs: Annotated[int, typer.Option(help="generator processes")] = 1,
     header: HeaderOpt = None,
@@ -75,6 +75,12 @@ def find(
     grpc_raw: GrpcRawOpt = False,
     grpc_connections: GrpcConnsOpt = None,
     profile: Annotated[bool, typer.Option(help="measure latency at 50/80/90/100 % of saturation")] = True,
+    confirm: Annotated[
+        bool, typer.Option(help="hold the per-replica target before accepting the answer (lower it if not stable)")
+    ] = True,
+    repeats: Annotated[
+        int, typer.Option(help="independent searches: the answer is the lowest, the spread a range")
+    ] = 1,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
     min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
     max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
@@ -91,6 +97,7 @@ def find(
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
+            confirm=confirm, repeats=repeats,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
         )  # fmt: skip
         managed = url is None

@@ -66,7 +66,10 @@ def run(
     protocol: ProtocolOpt = "rest",
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed for Poisson arrivals and random payloads")] = 0,
-    max_inflight: Annotated[int, typer.Option(help="in-flight cap (connections/streams)")] = 1024,
+    max_inflight: Annotated[
+        int | None,
+        typer.Option(help="in-flight cap (connections/streams); default: peak rate x latency bound, within ulimit -n"),
+    ] = None,
     timeout: TimeoutOpt = 30.0,
     drain: Annotated[float, typer.Option(help="after the last due time, wait at most this long")] = 10.0,
     procs: Annotated[int, typer.Option(help="generator processes sharing the schedule")] = 1,

@@ -68,7 +68,9 @@ def prepare_grpc(
         else from_metadata(meta, spec.batch_size, payload_count, seed)
     )
     messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
+    t0 = time.perf_counter()
     code, status, _ = grpc_control.infer_once(target, messages[0], spec.headers)
+    took_s = time.perf_counter() - t0
     if code != 0:
         raise PayloadError(f"a test request to {spec.model} failed before the run: gRPC {status}")
     return PreparedTarget(
@@ -79,4 +81,5 @@ def prepare_grpc(
             target, messages, max_inflight, tuple(normalize_metadata(spec.headers)), connections=connections
         ),
         payload_bytes=len(messages[0]),
+        latency_hint_s=took_s,
     )

@@ -13,15 +13,27 @@ from satpoint.transports.rest import encode_json_body
 
 
 def prepare(
-    spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0, *, grpc_connections: int | None = None
+    spec: Target,
+    max_inflight: int | None = None,
+    payload_count: int = 8,
+    seed: int = 0,
+    *,
+    grpc_connections: int | None = None,
 ) -> PreparedTarget:
     """Check the target, build and encode the requests once, and try one before the test.
-    ``grpc_connections`` fixes gRPC's HTTP/2 connection count (None: automatic)."""
+
+    ``max_inflight`` is the builder's cap until a segment sets its own (``session.run_segment`` always
+    does: the user's cap or one derived from the plan).  ``grpc_connections`` fixes gRPC's HTTP/2
+    connection count (None: automatic)."""
+    max_inflight = max_inflight or DEFAULT_INFLIGHT
     if spec.protocol == "grpc":
         return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)
     if spec.protocol != "rest":
         raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
     return prepare_rest(spec, max_inflight, payload_count, seed)
+
+
+DEFAULT_INFLIGHT = 1024
 
 
 def probe_service_s(target: PreparedTarget, count: int = 20) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from dataclasses import dataclass
 
 from satpoint.endpoints.spec import PreparedTarget, Target
@@ -47,7 +48,9 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     else:
         docs = from_metadata(meta, spec.batch_size, payload_count, seed)
     bodies = [encode_json_body(d) for d in docs]
+    t0 = time.perf_counter()
     status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, spec.headers)
+    took_s = time.perf_counter() - t0
     if status != 200:
         raise PayloadError(
             f"a test request to {spec.model} failed before the run: HTTP {status}: "
@@ -65,4 +68,5 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         payload_docs=docs,
         builder=RestFactoryBuilder(host, port, reqs, max_inflight),
         payload_bytes=len(bodies[0]),
+        latency_hint_s=took_s,
     )

@@ -38,3 +38,6 @@ class PreparedTarget:
     builder: Any  # FactoryBuilder
     payload_bytes: int
     notes: list[str] = field(default_factory=list)
+    #: how long a request took before the run (the pre-flight test request, or a probe): sizes the
+    #: automatic in-flight cap for slow servers
+    latency_hint_s: float | None = None

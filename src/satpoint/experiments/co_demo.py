@@ -98,7 +98,7 @@ def run_co_demo(
         spec = Target(url=sim.url, model=sim.model)
 
         # 1. open loop: a fixed schedule, latency from the intended send time
-        load = LoadOptions(arrival="constant", max_inflight=1024, timeout_s=30.0, drain_s=5.0)
+        load = LoadOptions(arrival="constant", timeout_s=30.0, drain_s=5.0)
         say(on_event, f"1/2 open loop: {cfg.rate_rps:g} rps for {cfg.duration_s:g} s")
         opened = Session(
             prepare(spec, load.max_inflight), RunConfig(load=load, demo="co"), open_dir, on_event=on_event, stop=stop

@@ -39,7 +39,7 @@ class CompareConfig:
     grpc_raw: bool = False
     workers: int = 1
     server_cpus: tuple[int, ...] | None = None
-    load: LoadOptions = field(default_factory=lambda: LoadOptions(max_inflight=256, drain_s=5.0))
+    load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, profile=False))
 
     def validate(self) -> CompareConfig:

@@ -45,6 +45,7 @@ class Segment:
     notes: list[str] = field(default_factory=list)
     start_rps: float = 0.0  # the first ramp starts from this rate (a sequence continued from a previous one)
     stopped: str | None = None  # None (ran to the end), "interrupted" (user) or "overload" (clearly saturated)
+    repeat: int = 0  # which of ``find --repeats`` searches measured it
 
     @property
     def spans(self) -> list[StageSpan]:
@@ -62,6 +63,7 @@ class Segment:
             "generator": self.generator,
             "interrupted": self.interrupted,
             "stopped": self.stopped,
+            "repeat": self.repeat,
             "notes": self.notes,
             "records_file": f"segment-{self.index:03d}.npz",
             "requests": len(self.records),
@@ -162,6 +164,7 @@ def load_results(out_dir: Path) -> Results:
                 notes=list(sd.get("notes", [])),
                 start_rps=float(sd.get("start_rps", 0.0)),
                 stopped=sd.get("stopped"),
+                repeat=int(sd.get("repeat", 0)),
             )
         )
     return results

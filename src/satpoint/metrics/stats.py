@@ -36,6 +36,20 @@ def pct_ms(values_s: npt.NDArray[np.float64], keys: dict[str, float] = PCTS) -> 
     return out
 
 
+#: the steady window starts at least this many p50 latencies after the hold begins ...
+FILL_LATENCIES = 1.5
+#: ... but never later than this fraction of the hold (the rest is the window)
+MAX_SETTLE_FRAC = 0.6
+
+
+def _hold_p50_s(rec: Records, span: StageSpan) -> float:
+    """Median latency of the successful requests due in the stage's hold (0 if none)."""
+    lo, hi = np.searchsorted(rec.intended, [span.hold_start_s, span.end_s], side="left")
+    part = rec.select(slice(int(lo), int(hi)))
+    lat = part.latency_s()[part.ok_mask()]
+    return float(np.median(lat)) if len(lat) else 0.0
+
+
 def settle_s(hold_s: float) -> float:
     """Start of the steady window after the hold begins: 20 % of the hold, within [0.5 s, 5 s], and never
     more than half the hold (so a hold under 1 s keeps half of itself as its window)."""
@@ -97,6 +111,10 @@ def stage_metrics(
     window is then its last seconds before the stop, ramp included if need be)."""
     st = span.stage
     s = settle_s(st.hold_s) if settle is None else settle
+    if settle is None:
+        # a slow server fills its pipeline for about one latency after the ramp (Little's law): the
+        # outstanding count grows meanwhile although nothing queues, so the window starts after that
+        s = max(s, min(FILL_LATENCIES * _hold_p50_s(rec, span), MAX_SETTLE_FRAC * st.hold_s))
     w0, w1 = span.hold_start_s + s, span.end_s
     if until_s is not None and until_s < w1:
         w1 = max(until_s, span.start_s + 1e-3)

@@ -27,6 +27,18 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
             if ach is not None
             else f"[bold green]saturation point: ≥ {sat:.1f} rps[/] per replica (no unstable rate reached)"
         )
+    conf = (summary.get("search") or {}).get("confirmation")
+    if conf and conf.get("verdict"):
+        console.print(
+            f"confirmed: the per-replica target {conf['rate_rps']:.1f} rps held from idle was {conf['verdict']}"
+            + (f" (after {conf['attempts']} holds)" if conf.get("attempts", 1) > 1 else "")
+        )
+    spread = summary.get("saturation_range_rps")
+    if spread:
+        n = len((summary.get("search") or {}).get("repeats") or [])
+        console.print(
+            f"{n} searches: saturation between {spread[0]:.1f} and {spread[1]:.1f} rps (the answer is the lowest)"
+        )
     if summary.get("max_throughput_rps") is not None:
         console.print(f"max throughput while overloaded: {summary['max_throughput_rps']:.1f} completions/s")
     if summary.get("slo"):
