@@ -14,6 +14,9 @@ Prints per-pair figures and ratios (new / old) and medians as Markdown; raw resu
     python benchmarks/ab_generator.py --old-python /tmp/venv-old/bin/python \\
         --old-bench /tmp/satpoint-old/benchmarks/generator_bench.py --pairs 6 --rate 5000 --hold 8
 
+Without venvs, source trees side by side: ``--old-pythonpath OLD/src --new-pythonpath NEW/src`` (both
+with this Python, ``--old-python python``).
+
 Loopback only; each call is bounded in time (``--hold`` + ``--max-wait`` + 90 s).
 """
 
@@ -60,6 +63,7 @@ def main() -> int:
     p.add_argument("--old-bench", required=True, help="the old version's generator_bench.py")
     p.add_argument("--old-pythonpath", default=None, help="PYTHONPATH for the old version (instead of a venv)")
     p.add_argument("--new-bench", default=str(HERE / "generator_bench.py"))
+    p.add_argument("--new-pythonpath", default=None, help="PYTHONPATH for the new version (default: none)")
     p.add_argument("--pairs", type=int, default=6)
     p.add_argument("--rate", type=float, default=5000)
     p.add_argument("--hold", type=float, default=8.0)
@@ -73,6 +77,8 @@ def main() -> int:
     env_old = dict(env_new)
     if args.old_pythonpath:
         env_old["PYTHONPATH"] = args.old_pythonpath
+    if args.new_pythonpath:
+        env_new["PYTHONPATH"] = args.new_pythonpath
     pairs: list[dict[str, Any]] = []
     for i in range(args.pairs):
         if args.new_first:
