@@ -28,7 +28,7 @@ def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "consta
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(start, {})), {"url": "offline"}, 0.0))
     history = run_search(
-        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s: None
+        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s, m: None
     )
     assert history
     return results
@@ -67,7 +67,7 @@ def test_search_replays_identically_from_recorded_results(tmp_path: Path) -> Non
         offline_measure(cfg),
         FindOptions(cooldown_s=0),
         build_summary(results)["saturation_rps"],
-        cooldown=lambda s: None,
+        cooldown=lambda s, m: None,
     )
     live = build_summary(results)
     replayed = build_summary(load_results(tmp_path))

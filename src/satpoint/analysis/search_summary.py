@@ -33,9 +33,15 @@ def _step_dict(s: Step | None) -> dict[str, Any] | None:
     return None if s is None else {"rate_rps": round(s.rate_rps, 4), "phase": s.phase, "fresh": s.fresh}
 
 
-def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dict[str, Any]:
+def find_fields(
+    results: Results, stages: list[tuple[int, StageMetrics]], lost: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The search's summary fields.  A stage during which the target stopped answering (``lost``, see
+    ``analysis.target_lost``) says nothing about the server's capacity: it is left out of the search."""
     f = results.header.get("config", {}).get("find", {})
     params = search_params(results)
+    if lost is not None and lost.get("segment") is not None:
+        stages = [(i, m) for i, m in stages if i != lost["segment"]]
     history = search_history(results, stages)
     b = bracket(history)
     decisions = replay(history, params)
@@ -89,7 +95,9 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
-    if not finished:
+    if lost is not None:
+        notes.append(lost["message"] + ": the search ended there, and that stage is left out of it")
+    elif not finished:
         notes.append("the search stopped before reaching the requested precision (budget or interruption)")
     return {
         "saturation_rps": round(sat, 3) if sat is not None else None,
