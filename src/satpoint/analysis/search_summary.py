@@ -96,7 +96,8 @@ def find_fields(
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
     if lost is not None:
-        notes.append(lost["message"] + ": the search ended there, and that stage is left out of it")
+        left_out = " and that stage is left out of it" if lost.get("segment") is not None else ""
+        notes.append(f"the search ended because the target stopped answering{left_out}")
     elif not finished:
         notes.append("the search stopped before reaching the requested precision (budget or interruption)")
     return {

@@ -61,8 +61,8 @@ def target_lost(results: Results, judged_segments: list[int]) -> dict[str, Any] 
             "stage": stage,
             "at_s": round(at_s, 3),
             "message": (
-                f"the target stopped answering during stage {stage} ({rate:g} rps) at {at_s:.1f} s: every "
-                "request since then failed to connect; the stages before it are kept"
+                f"the target stopped answering during stage {stage} ({rate:g} rps), {at_s - span.start_s:.1f} s "
+                "into it: every request since then failed to connect (what was measured before is kept)"
             ),
         }
     recorded = results.header.get(HEADER_KEY)
@@ -74,8 +74,8 @@ def target_lost(results: Results, judged_segments: list[int]) -> dict[str, Any] 
             "stage": stage or None,
             "at_s": None,
             "message": (
-                f"the target stopped answering {where} ({recorded.get('when', 'between stages')}: "
-                f"{recorded.get('error', 'no answer')}); the stages before it are kept"
+                f"the target stopped answering {where} ({recorded.get('error', 'no answer')}; what was measured "
+                "before is kept)"
             ),
         }
     return None

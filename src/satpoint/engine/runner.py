@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from types import FrameType
 from typing import Any
 
@@ -264,16 +265,20 @@ def run_schedule(
         )
 
     ctx = mp.get_context("spawn")
-    progress_q = ctx.Queue()
-    result_q = ctx.Queue()
-    child_stop = ctx.Event()
     t0 = time.perf_counter() + max(lead_s, 2.0)  # spawn start-up happens before the clock starts
     workers = []
     # Children inherit the signal mask: blocked here, a SIGTERM/SIGHUP/SIGINT sent to the process group
     # while a child is still importing waits until the child has installed its handlers (the parent
-    # gets it right after the starts, since only this thread blocks it).
+    # gets it right after the starts, since only this thread blocks it).  multiprocessing's resource
+    # tracker, started here on first use, keeps them blocked for good: it ignores SIGINT and SIGTERM
+    # itself but would die of a SIGHUP to the group, and the next queue would then start a new one that
+    # prints tracebacks about semaphores it never saw.
     masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOP_SIGNALS})
     try:
+        resource_tracker.ensure_running()
+        progress_q = ctx.Queue()
+        result_q = ctx.Queue()
+        child_stop = ctx.Event()
         for k in range(procs):
             shard_cpus = [cpus[k % len(cpus)]] if cpus else None
             p = ctx.Process(

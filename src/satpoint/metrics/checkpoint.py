@@ -110,8 +110,8 @@ class RowCheckpoint:
         self.rows_written = 0
 
     def write(self, rec: Records, due: int, t0: float, now: float, final: bool = False) -> None:
-        if self.error is not None:
-            return
+        if self.error is not None or (due <= 0 and not final):
+            return  # nothing due yet (the generator starts ahead of its clock): nothing to keep
         if len(self._final) < len(rec):
             grow = len(rec) - len(self._final)
             self._final = np.concatenate([self._final, np.zeros(grow, dtype=np.bool_)])
@@ -161,6 +161,12 @@ class RowCheckpoint:
                     self._file.truncate(self._good_size)
                 if self._on_error is not None:
                     self._on_error(self.error)
+
+    def flush(self) -> None:
+        """Wait until every frame handed over so far is written (or failed)."""
+        for f in self._pending:
+            f.result()
+        self._pending.clear()
 
     def close(self) -> None:
         """Wait for pending writes and close the file."""
