@@ -157,7 +157,7 @@ def run_search(
             start = 0.0 if step.fresh else prev_rate
             seg = measure([stage], start, len(results.segments), step.phase)
         except LOST_ERRORS as e:
-            _lost(results, out_dir, f"after stage {len(history)}, before the next one", e, log)
+            _lost(results, out_dir, f"after stage {len(history)}" if history else "before the first stage", e, log)
             break
         append_segment(out_dir, results, seg)
         if seg.interrupted:
