@@ -1,11 +1,14 @@
 """What every command shares: console, exit codes, option types, argument parsing, errors and signals.
 
-Exit codes: 0 success; 1 the run itself failed; 2 bad input (invalid plan, unreachable target, model
-not found, unreadable payload); 3 an SLO threshold failed; 130 interrupted (results so far written).
+Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
+started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
+unreadable payload); 3 an SLO threshold failed; 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results
+so far written).
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -19,7 +22,7 @@ from rich.console import Console
 
 from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
-from satpoint.errors import SatpointError
+from satpoint.errors import RunFailed, SatpointError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -74,9 +77,14 @@ def parse_cpus(text: str | None) -> tuple[int, ...] | None:
     return tuple(cpus)
 
 
+#: signals that stop a run the way Ctrl-C does: Ctrl-C, `timeout`/`kill`/container runtimes, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def interruptible() -> Iterator[threading.Event]:
-    """First Ctrl-C (or SIGTERM) asks the run to stop and keep its results; a second one aborts."""
+    """The first Ctrl-C, SIGTERM or SIGHUP asks the run to stop and keep its results (exit code 130); a
+    second one aborts (still 130; the rows checkpointed so far stay in the folder)."""
     stop = threading.Event()
     previous: dict[int, Any] = {}
 
@@ -84,9 +92,15 @@ def interruptible() -> Iterator[threading.Event]:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        err_console.print("[yellow]stopping: writing the results collected so far (Ctrl-C again to abort)[/]")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        with contextlib.suppress(OSError, ValueError):  # after SIGHUP the terminal may be gone
+            err_console.print(
+                f"[yellow]stopping ({name}): writing the results collected so far (Ctrl-C again to abort)[/]"
+            )
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # ignored on purpose (nohup, a background job): keep it that way
         previous[sig] = signal.signal(sig, handler)
     try:
         yield stop
@@ -99,6 +113,8 @@ def guarded(fn: Callable[[], int]) -> None:
     """Run a command body; user-facing errors become one line and exit code 2, never a traceback."""
     try:
         code = fn()
+    except RunFailed as e:
+        raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
         raise fail(str(e)) from None
     except KeyboardInterrupt:
@@ -107,9 +123,13 @@ def guarded(fn: Callable[[], int]) -> None:
 
 
 def exit_code(summary: RunSummary) -> int:
-    """Print the threshold lines; 130 if interrupted, 3 if a threshold failed, else 0."""
+    """Print the threshold lines; 130 if interrupted, 1 if the target stopped answering, 3 if a threshold
+    failed, else 0."""
     for t in summary.thresholds:
         console.print(format_result(t.model_dump()), style="green" if t.passed else "bold red")
     if summary.interrupted:
         return EXIT_INTERRUPTED
+    if summary.target_lost is not None:
+        err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
+        return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Self
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
@@ -23,6 +24,10 @@ class GrpcFactoryBuilder:
     max_inflight: int
     metadata: tuple[tuple[str, str], ...]
     connections: int = 2
+
+    def with_max_inflight(self, max_inflight: int) -> Self:
+        """The same recipe with another in-flight cap (each generator process gets its share)."""
+        return replace(self, max_inflight=max_inflight)
 
     def __call__(self) -> TransportFactory:
         from satpoint.transports.grpc_wire import grpc_factory

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Self
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
@@ -23,6 +24,10 @@ class RestFactoryBuilder:
     port: int
     requests: tuple[bytes, ...]
     max_inflight: int
+
+    def with_max_inflight(self, max_inflight: int) -> Self:
+        """The same recipe with another in-flight cap (each generator process gets its share)."""
+        return replace(self, max_inflight=max_inflight)
 
     def __call__(self) -> TransportFactory:
         return functools.partial(

@@ -16,8 +16,18 @@ class EventPrinter:
     def __init__(self, console: Console) -> None:
         self.console = console
         self._view: LiveView | None = None
+        self._gone = False  # the terminal went away (a closed ssh session): stop printing, keep measuring
 
     def __call__(self, event: Event) -> None:
+        if self._gone:
+            return
+        try:
+            self._render(event)
+        except OSError:  # EIO after a hang-up: an exception here would reach the generator's event loop
+            self._gone = True
+            self._view = None
+
+    def _render(self, event: Event) -> None:
         if isinstance(event, Snapshot):
             if self._view is not None:
                 self._view.update(event.snapshot)
@@ -35,8 +45,11 @@ class EventPrinter:
 
     def close(self) -> None:
         if self._view is not None:
-            self._view.__exit__(None, None, None)
-            self._view = None
+            view, self._view = self._view, None
+            try:
+                view.__exit__(None, None, None)
+            except OSError:
+                self._gone = True
 
     def __enter__(self) -> EventPrinter:
         return self
