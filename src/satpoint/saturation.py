@@ -38,7 +38,7 @@ from satpoint.metrics.results import Results, Segment, append_segment, write_hea
 from satpoint.metrics.stats import StageMetrics
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
-from satpoint.session import Session
+from satpoint.session import Session, announce_target
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
@@ -283,6 +283,7 @@ def search_target(
     ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
     compare configurations at equal offered loads)."""
     stop = stop or threading.Event()
+    announce_target(spec, on_event)
     prepared = prepare(spec, load.max_inflight, seed=load.seed)
     first = fopts.start_rps
     svc = probe_service_s(prepared)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
-from satpoint.endpoints.spec import PreparedTarget
+from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
@@ -25,7 +25,14 @@ from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, new_header, write_header
 from satpoint.plan import Stage
-from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
+
+
+def announce_target(spec: Target, on_event: OnEvent | None) -> None:
+    """Warnings about a target, before any request reaches it: ``--insecure`` (also recorded in
+    results.json as ``target.tls.verify: false`` and repeated in summary.json's warnings)."""
+    if spec.insecure and spec.uses_tls:
+        say(on_event, f"WARNING: {INSECURE_WARNING}", "warning")
 
 
 def run_segment(

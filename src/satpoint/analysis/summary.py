@@ -10,8 +10,10 @@ from typing import Any
 
 from satpoint.analysis.verdicts import Verdict, apply
 from satpoint.config import VerdictRules
+from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, stage_metrics
+from satpoint.redact import redact_url
 
 
 def rules_from(results: Results) -> VerdictRules:
@@ -102,6 +104,10 @@ def build_summary(results: Results) -> dict[str, Any]:
         warnings.append("the run was interrupted: the results hold what was measured until then")
     for seg in results.segments:
         warnings.extend(seg.notes)
+    tls = target.get("tls")
+    if isinstance(tls, dict) and tls.get("verify") is False:
+        warnings.append(INSECURE_WARNING)
+    url = target.get("url")
     total = sum(len(s.records) for s in results.segments)
     cpu = sum(float(s.generator.get("cpu_s", 0.0)) for s in results.segments)
     summary: dict[str, Any] = {
@@ -111,7 +117,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "mode": h.get("config", {}).get("mode", "open_loop"),
         "created_unix": h.get("created_unix"),
         "target": {
-            "url": target.get("url"),
+            "url": redact_url(url) if isinstance(url, str) else url,  # folders written before redaction
             "model": target.get("model"),
             "protocol": target.get("protocol"),
         },

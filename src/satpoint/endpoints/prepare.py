@@ -18,6 +18,7 @@ def prepare(spec: Target, max_inflight: int | None = None, payload_count: int = 
     ``max_inflight`` is the builder's cap until a segment sets its own (``session.run_segment`` always
     does: the user's cap or one derived from the plan)."""
     max_inflight = max_inflight or DEFAULT_INFLIGHT
+    spec.validate()
     if spec.protocol == "grpc":
         return prepare_grpc(spec, max_inflight, payload_count, seed)
     if spec.protocol != "rest":
@@ -40,8 +41,9 @@ def probe_service_s(target: PreparedTarget, count: int = 20) -> float | None:
     times = []
     for _ in range(count):
         t = time.perf_counter()
+        spec = target.spec
         status, _ = rest_control.infer_once(
-            target.spec.url, target.spec.model, body, target.spec.version, target.spec.headers
+            spec.url, spec.model, body, spec.version, spec.wire_headers, tls=spec.tls_options()
         )
         if status == 200:
             times.append(time.perf_counter() - t)
