@@ -41,7 +41,7 @@ def _with_cryptography(folder: Path) -> Pki:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
@@ -64,9 +64,7 @@ def _with_cryptography(folder: Path) -> Pki:
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-            )
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -91,9 +89,7 @@ def _with_cryptography(folder: Path) -> Pki:
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
             )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), critical=False)
         )
         if server:
             builder = builder.add_extension(
@@ -123,7 +119,8 @@ def _with_openssl(folder: Path) -> Pki:
     def ca(stem: str, cn: str) -> None:
         run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", f"{stem}-key.pem", "-out", f"{stem}.pem", "-days", "1", "-subj", f"/CN={cn}",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
 
     def leaf(ca_stem: str, stem: str, cn: str, ext: str) -> None:
         (folder / f"{stem}.ext").write_text(ext)

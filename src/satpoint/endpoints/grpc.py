@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
@@ -22,7 +22,7 @@ class GrpcFactoryBuilder:
     target: GrpcTarget
     messages: tuple[bytes, ...]
     max_inflight: int
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)  # it carries the credentials: not in reprs
     connections: int = 2
 
     def __call__(self) -> TransportFactory:

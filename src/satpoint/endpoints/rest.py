@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
@@ -24,7 +24,7 @@ class RestFactoryBuilder:
 
     host: str
     port: int
-    requests: tuple[bytes, ...]
+    requests: tuple[bytes, ...] = field(repr=False)  # they carry the credentials: not in reprs
     max_inflight: int
     tls: TlsOptions | None = None
 

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from satpoint.errors import ConfigError
-from satpoint.redact import redact_header_line, redact_url, secret_values
+from satpoint.redact import redact_header_line, redact_headers, redact_url, secret_values
 from satpoint.transports.tls import TlsOptions
 
 TLS_SCHEMES = ("https", "grpcs")
@@ -41,6 +41,11 @@ class Target:
     insecure: bool = False  # skip certificate and host-name verification (self-signed test clusters)
     client_cert: Path | None = None  # PEM client certificate (chain) for mTLS
     client_key: Path | None = None  # its private key (if not in client_cert)
+
+    def __repr__(self) -> str:  # redacted: a repr ends up in logs, notebooks and tracebacks
+        shown = {"url": redact_url(self.url), "headers": redact_headers(self.headers)}
+        fields = ", ".join(f"{k}={shown.get(k, getattr(self, k))!r}" for k in self.__dataclass_fields__)
+        return f"Target({fields})"
 
     @property
     def uses_tls(self) -> bool:

@@ -144,7 +144,7 @@ def _tls_call(
             authority=target.address,
             timeout_s=timeout_s,
         )
-    except ClosedEarly as e:  # after a handshake that seemed fine: a refused client certificate (TLS 1.3)
+    except ClosedEarly:  # after a handshake that seemed fine: a refused client certificate (TLS 1.3)
         why = explain_tls_error(ConnectionResetError("right after the handshake"), target.tls_options())
         raise TargetUnreachable(f"gRPC {method} at {target.address}: {why}") from None
     except UnaryError as e:
