@@ -8,7 +8,8 @@ Run it with ``python -m satpoint.servers.sim --port 0 --slots 2 --service-ms 20`
 
     satpoint sim listening on http://127.0.0.1:PORT (capacity X rps)
 
-and it serves until SIGTERM or SIGINT, then exits with code 0.
+(``https://`` with ``--tls-cert``/``--tls-key``; ``--tls-client-ca`` also requires client certificates
+signed by that CA) and it serves until SIGTERM or SIGINT, then exits with code 0.
 
 Endpoints
 ---------
