@@ -103,6 +103,9 @@ def test_target_describe_is_redacted_and_keeps_header_names() -> None:
     assert d["headers"] == [f"Authorization: Bearer {REDACTED}", "Seldon-Model: m"]
     assert d["url"] == f"http://user:{REDACTED}@127.0.0.1:8080/gw?token={REDACTED}&route=a"
     assert d["tls"] is None
+    shown = repr(_target())  # reprs end up in notebooks, logs and tracebacks
+    assert TOKEN not in shown and "s3cr3t-PASS" not in shown and "tok-77" not in shown
+    assert "Authorization" in shown and "model='m'" in shown
 
 
 def test_target_wire_headers_keep_secrets_and_add_basic_auth_from_the_url() -> None:
