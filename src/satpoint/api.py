@@ -38,7 +38,7 @@ from satpoint.reports.files import write_all
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import LOST_ERRORS, Session, check_plan_fits
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -155,6 +155,7 @@ def run(
     check_plan_fits(plan)
     load = (load or LoadOptions()).validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
@@ -187,6 +188,7 @@ def run_closed_loop(
     )
     options.validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    announce_target(target, on_event)
     prepared = prepare(target, users, seed=seed)
     options = replace(options, payload_count=len(prepared.payload_docs))
     load = LoadOptions(seed=seed, max_inflight=users, timeout_s=timeout_s, drain_s=drain_s)

@@ -40,7 +40,7 @@ from satpoint.metrics.results import Results, Segment, append_segment, write_hea
 from satpoint.metrics.stats import StageMetrics
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
-from satpoint.session import LOST_ERRORS, Session
+from satpoint.session import LOST_ERRORS, Session, announce_target
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
@@ -392,6 +392,7 @@ def search_target(
     compare configurations at equal offered loads).  ``fopts.budget_s`` covers everything after the
     pre-flight checks: stages, drains, cool-downs and the profile."""
     stop = stop or threading.Event()
+    announce_target(spec, on_event)
     prepared = prepare(spec, load.max_inflight, seed=load.seed)
     first = fopts.start_rps
     svc = probe_service_s(prepared)

@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
-from satpoint.endpoints.spec import PreparedTarget
+from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
@@ -43,7 +43,14 @@ from satpoint.metrics.results import (
     write_header,
 )
 from satpoint.plan import PlanError, RateCurve, Stage
-from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
+
+
+def announce_target(spec: Target, on_event: OnEvent | None) -> None:
+    """Warnings about a target, before any request reaches it: ``--insecure`` (also recorded in
+    results.json as ``target.tls.verify: false`` and repeated in summary.json's warnings)."""
+    if spec.insecure and spec.uses_tls:
+        say(on_event, f"WARNING: {INSECURE_WARNING}", "warning")
 
 
 def run_segment(

@@ -11,8 +11,10 @@ from typing import Any
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
 from satpoint.config import VerdictRules
+from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, stage_metrics
+from satpoint.redact import redact_url
 
 
 def rules_from(results: Results) -> VerdictRules:
@@ -106,6 +108,10 @@ def build_summary(results: Results) -> dict[str, Any]:
     lost = target_lost(results, [i for i, _ in stages])
     if lost is not None:
         warnings.insert(0, lost["message"])
+    tls = target.get("tls")
+    if isinstance(tls, dict) and tls.get("verify") is False:
+        warnings.append(INSECURE_WARNING)
+    url = target.get("url")
     total = sum(len(s.records) for s in results.segments)
     cpu = sum(float(s.generator.get("cpu_s", 0.0)) for s in results.segments)
     # segments rebuilt from checkpoints (a run cut off) have no CPU figure: leave their rows out of it
@@ -117,7 +123,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "mode": h.get("config", {}).get("mode", "open_loop"),
         "created_unix": h.get("created_unix"),
         "target": {
-            "url": target.get("url"),
+            "url": redact_url(url) if isinstance(url, str) else url,  # folders written before redaction
             "model": target.get("model"),
             "protocol": target.get("protocol"),
         },

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -19,10 +19,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
 from satpoint.errors import RunFailed, SatpointError
+from satpoint.redact import redact_text, secret_values
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -44,18 +46,43 @@ ThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),
 ]
+_FILE = {"exists": True, "dir_okay": False, "readable": True}
+CaCertOpt = Annotated[
+    Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)
+]
+InsecureOpt = Annotated[
+    bool, typer.Option("--insecure", help="https/grpcs: do NOT verify the server's certificate (test clusters)")
+]
+ClientCertOpt = Annotated[Path | None, typer.Option(help="mTLS: PEM client certificate (chain)", **_FILE)]
+ClientKeyOpt = Annotated[Path | None, typer.Option(help="mTLS: PEM private key of --client-cert", **_FILE)]
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+def tls_fields(
+    ca_cert: Path | None, insecure: bool, client_cert: Path | None, client_key: Path | None
+) -> dict[str, Any]:
+    """The TLS options as ``Target`` keyword arguments."""
+    return {"ca_cert": ca_cert, "insecure": insecure, "client_cert": client_cert, "client_key": client_key}
+
+
+def secrets_of(urls: Sequence[str | None], headers: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The literal secrets a command was given (URL passwords and tokens, secret header values), which
+    nothing it prints may show (see ``satpoint.redact``)."""
+    found = list(secret_values(None, headers))
+    for url in urls:
+        found += secret_values(url)
+    return tuple(dict.fromkeys(found))
+
+
+def fail(message: str, code: int = EXIT_USAGE, secrets: Sequence[str] = ()) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {escape(redact_text(message, secrets))}")
     return typer.Exit(code)
 
 
 def parse_headers(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     out = []
-    for v in values or []:
-        if ":" not in v:
-            raise fail(f"--header {v!r}: expected KEY:VALUE")
+    for i, v in enumerate(values or [], start=1):
+        if ":" not in v:  # the value is not echoed: it may be a token
+            raise fail(f"--header number {i}: expected KEY:VALUE (e.g. 'Seldon-Model: iris')")
         k, _, val = v.partition(":")
         out.append((k.strip(), val.strip()))
     return tuple(out)
@@ -109,14 +136,15 @@ def interruptible() -> Iterator[threading.Event]:
             signal.signal(signum, h)
 
 
-def guarded(fn: Callable[[], int]) -> None:
-    """Run a command body; user-facing errors become one line and exit code 2, never a traceback."""
+def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
+    """Run a command body; user-facing errors become one line and exit code 2, never a traceback.
+    The line is redacted, also of the literal ``secrets`` the command was given."""
     try:
         code = fn()
     except RunFailed as e:
         raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
-        raise fail(str(e)) from None
+        raise fail(str(e), secrets=secrets) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
     raise typer.Exit(code)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Self
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
+from satpoint.redact import redact_url
 from satpoint.transports import grpc_control
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
@@ -22,7 +23,7 @@ class GrpcFactoryBuilder:
     target: GrpcTarget
     messages: tuple[bytes, ...]
     max_inflight: int
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)  # it carries the credentials: not in reprs
     connections: int = 2
 
     def with_max_inflight(self, max_inflight: int) -> Self:
@@ -58,10 +59,13 @@ class GrpcFactoryBuilder:
 
 
 def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
-    target = grpc_control.parse_target(spec.url)
-    if not grpc_control.server_ready(target, spec.headers):
-        raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")
-    meta = grpc_control.model_metadata(target, spec.model, spec.version, spec.headers)
+    target = grpc_control.parse_target(spec.url, options=spec.tls_options())
+    headers = spec.wire_headers
+    if not grpc_control.server_ready(target, headers):
+        raise TargetUnreachable(
+            f"{redact_url(spec.url)} does not answer or is not ready (ServerReady failed or is false)"
+        )
+    meta = grpc_control.model_metadata(target, spec.model, spec.version, headers)
     docs = (
         from_file(spec.payload_file)
         if spec.payload_file is not None
@@ -69,7 +73,7 @@ def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     )
     messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
     t0 = time.perf_counter()
-    code, status, _ = grpc_control.infer_once(target, messages[0], spec.headers)
+    code, status, _ = grpc_control.infer_once(target, messages[0], headers)
     took_s = time.perf_counter() - t0
     if code != 0:
         raise PayloadError(f"a test request to {spec.model} failed before the run: gRPC {status}")
@@ -77,7 +81,7 @@ def prepare_grpc(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         spec=spec,
         metadata=meta,
         payload_docs=docs,
-        builder=GrpcFactoryBuilder(target, messages, max_inflight, tuple(normalize_metadata(spec.headers))),
+        builder=GrpcFactoryBuilder(target, messages, max_inflight, tuple(normalize_metadata(headers))),
         payload_bytes=len(messages[0]),
         latency_hint_s=took_s,
     )

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
+from rich.markup import escape
 
 from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.redact import redact_text
 from satpoint.reports.co_demo import ClosedLoopView
 from satpoint.reports.terminal import LiveView
 
 
 class EventPrinter:
     """An ``on_event`` callable for the command line (use as a context manager so a live view that an
-    error interrupted is closed)."""
+    error interrupted is closed).  Messages are printed redacted (``satpoint.redact``), also of the
+    literal ``secrets`` the command knows (its token, its URL's password)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, secrets: Sequence[str] = ()) -> None:
         self.console = console
+        self.secrets = tuple(secrets)
         self._view: LiveView | None = None
         self._gone = False  # the terminal went away (a closed ssh session): stop printing, keep measuring
 
@@ -41,7 +47,8 @@ class EventPrinter:
         elif isinstance(event, SegmentFinished):
             self.close()
         elif isinstance(event, Message):
-            self.console.print(event.text, style="yellow" if event.level == "warning" else None, soft_wrap=True)
+            text = escape(redact_text(event.text, self.secrets))
+            self.console.print(text, style="yellow" if event.level == "warning" else None, soft_wrap=True)
 
     def close(self) -> None:
         if self._view is not None:

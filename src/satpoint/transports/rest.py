@@ -5,14 +5,19 @@ response parser.  Request bytes (request line, headers, body) are encoded once b
 sending is one ``transport.write``.  One request per connection at a time (no pipelining), so the
 in-flight cap is the connection cap.  HTTP client libraries cost 4-40x more CPU per request here
 (see DESIGN.md §3), which is why this module speaks HTTP/1.1 itself.
+
+``https://``: the pool opens its connections with ``ssl=`` (an ``ssl.SSLContext``, see
+``transports.tls``); sending and parsing are the same code, so plain HTTP pays nothing for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl as _ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,11 +53,38 @@ def encode_json_body(doc: object) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def split_url(url: str) -> tuple[str, int]:
+@dataclass(frozen=True)
+class RestAddress:
+    """Where a REST base URL points: host, port, TLS, the path prefix and the query every request keeps."""
+
+    host: str
+    port: int
+    tls: bool = False
+    prefix: str = ""  # the base URL's path without its trailing slash (a gateway's route)
+    query: str = ""  # kept on every request (e.g. a gateway's ?token=)
+
+    def path(self, path: str) -> str:
+        """The request target for ``path`` (e.g. ``/v2/models/m/infer``) under this base."""
+        return self.prefix + path + (f"?{self.query}" if self.query else "")
+
+
+def parse_url(url: str) -> RestAddress:
+    """``http[s]://[userinfo@]host[:port][/prefix][?query]`` (scheme optional: http)."""
     parts = urlsplit(url if "://" in url else "http://" + url)
-    if parts.scheme not in ("http", ""):
-        raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http://)")
-    return parts.hostname or "127.0.0.1", parts.port or 80
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http:// or https://)")
+    tls = parts.scheme == "https"
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError:
+        raise ValueError(f"bad port in the URL ({parts.hostname})") from None
+    return RestAddress(parts.hostname or "127.0.0.1", port, tls, parts.path.rstrip("/"), parts.query)
+
+
+def split_url(url: str) -> tuple[str, int]:
+    """(host, port) of a REST base URL."""
+    address = parse_url(url)
+    return address.host, address.port
 
 
 class _Conn(asyncio.Protocol):
@@ -137,11 +169,16 @@ class RestPool:
         port: int,
         requests: Sequence[bytes],
         max_inflight: int,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self.rec = rec
         self.on_free = on_free
         self.host = host
         self.port = port
+        self.ssl = ssl
+        self.server_hostname = server_hostname
         self.requests = list(requests)
         self.max_inflight = max_inflight
         self._free: list[_Conn] = []
@@ -166,10 +203,7 @@ class RestPool:
         n = min(warm_connections, self.max_inflight)
         conns = [_Conn(self) for _ in range(n)]
         self._all.update(conns)
-        results = await asyncio.gather(
-            *(self._loop.create_connection(lambda c=c: c, self.host, self.port) for c in conns),  # type: ignore[misc]
-            return_exceptions=True,
-        )
+        results = await asyncio.gather(*(self._connect(c) for c in conns), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for c, r in zip(conns, results, strict=True):
             if isinstance(r, BaseException):
@@ -204,9 +238,15 @@ class RestPool:
         task.add_done_callback(_quiet)
         return True
 
+    def _connect(self, conn: _Conn) -> Coroutine[Any, Any, Any]:
+        if self.ssl is None:
+            return self._loop.create_connection(lambda: conn, self.host, self.port)
+        hostname = self.server_hostname or self.host
+        return self._loop.create_connection(lambda: conn, self.host, self.port, ssl=self.ssl, server_hostname=hostname)
+
     async def _open(self, conn: _Conn) -> None:
         try:
-            await self._loop.create_connection(lambda: conn, self.host, self.port)
+            await self._connect(conn)
         except ConnectionRefusedError:
             self._fail_open(conn, Outcome.CONN_REFUSED)
         except OSError:
