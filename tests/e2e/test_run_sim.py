@@ -121,7 +121,9 @@ def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
     (st,) = summary_of(tmp_path)["stages"]
     assert st["verdict"] == "stable" and st["throughput_rps"] == pytest.approx(400, rel=0.02)
     assert res.segments[0].generator["procs"] == 2
-    assert res.segments[0].generator["max_inflight_per_proc"] == 512  # each shard gets half of --max-inflight
+    gen = res.segments[0].generator
+    assert gen["max_inflight"] == 800  # automatic: 400 rps x 2 s
+    assert gen["max_inflight_per_proc"] == 400  # each shard gets half of the cap
 
 
 def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:

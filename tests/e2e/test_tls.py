@@ -124,7 +124,7 @@ def test_mutual_tls(pki: Pki, tmp_path: Path, protocol: str) -> None:
 
 
 def test_tls_options_reach_find_and_compare(pki: Pki, tmp_path: Path) -> None:
-    short = ["--budget-s", "5", "--ramp", "0.5", "--min-hold", "1", "--max-hold", "1", "--min-requests", "20"]
+    short = ["--budget-s", "15", "--ramp", "0.5", "--min-hold", "1", "--max-hold", "1", "--min-requests", "20"]
     with tls_sim(pki, "rest", mtls=True) as sim:
         client = ["--client-cert", pki.client_cert, "--client-key", pki.client_key]
         found = satpoint(
