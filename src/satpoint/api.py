@@ -9,9 +9,10 @@ results folder (``summary.json``, ``results.json``, the recorded rows, ``interva
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -24,19 +25,20 @@ import numpy.typing as npt
 from satpoint.analysis.capacity import Recommendation
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
+from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
 from satpoint.analysis.thresholds import parse_slo, parse_thresholds
 from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
-from satpoint.metrics.results import Segment, load_results
+from satpoint.metrics.results import Segment, load_results, write_header
 from satpoint.plan import Stage, validate_plan
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
-from satpoint.reports.k8s import write_k8s
+from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import Session
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -116,6 +118,20 @@ def _finish_run(session: Session, html: bool) -> RunResult:
     return RunResult(parse_summary(summary), session.out_dir)
 
 
+def _measure_kept(session: Session, measure: Callable[[], object]) -> None:
+    """Measure; a target that went away is recorded (the run then failed: ``summary.target_lost``), and
+    any other error still leaves ``summary.json`` for what was kept before it propagates."""
+    try:
+        measure()
+    except LOST_ERRORS as e:
+        session.results.header[TARGET_LOST_KEY] = {"when": "as the run started", "error": str(e)}
+        write_header(session.out_dir, session.results)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            write_all(session.out_dir, session.results, html=False)
+        raise
+
+
 def run(
     target: Target,
     stages: Sequence[Stage | str],
@@ -133,15 +149,18 @@ def run(
     ``stages`` are ``Stage(target_rps, ramp_s, hold_s)`` or ``"RPS:RAMP_S:HOLD_S"`` strings with rising
     targets.  ``thresholds`` are SLO gates (``"p99<50ms"``, ``"error_rate<1%"``) evaluated into
     ``summary.thresholds``.  Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
-    before any load is sent."""
+    before any load is sent (also a plan whose rows would not fit in memory).  Once measuring has
+    started, nothing raises for the target going away: ``summary.target_lost`` says where it did."""
     plan = _stages(stages)
+    check_plan_fits(plan)
     load = (load or LoadOptions()).validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
     session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
-    session.measure(plan, title="run")
+    _measure_kept(session, lambda: session.measure(plan, title="run"))
     return _finish_run(session, html)
 
 
@@ -170,6 +189,7 @@ def run_closed_loop(
     )
     options.validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    announce_target(target, on_event)
     prepared = prepare(target, users, seed=seed, grpc_connections=grpc_connections)
     options = replace(options, payload_count=len(prepared.payload_docs))
     load = LoadOptions(
@@ -184,7 +204,7 @@ def run_closed_loop(
     )
     out_dir = Path(out) if out is not None else default_out("run")
     session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
-    session.measure_closed(options)
+    _measure_kept(session, lambda: session.measure_closed(options))
     return _finish_run(session, html)
 
 
@@ -243,8 +263,12 @@ def find(
     summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
     files: tuple[Path, ...] = ()
     if emit_k8s is not None and summary.recommendation is not None:
-        rec = Recommendation(**summary.recommendation.model_dump())
-        files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
+        if summary.target_lost is not None:
+            say(on_event, "no Kubernetes manifests: the target stopped answering, so the search did not finish")
+        else:
+            rec = Recommendation(**summary.recommendation.model_dump())
+            files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
+            say(on_event, max_replicas_choice(rec)[1])
     return FindResult(summary, out_dir, files)
 
 

@@ -21,3 +21,8 @@ class PayloadError(SatpointError):
 
 class ConfigError(SatpointError):
     """Settings that cannot work together."""
+
+
+class RunFailed(SatpointError):
+    """The measurement itself failed after it started (every generator process died...): exit code 1,
+    unlike the other errors, which are about the input (exit code 2)."""

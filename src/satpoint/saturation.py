@@ -8,10 +8,11 @@ server's queue to drain (a cool-down) and ramps from zero.  After the search, a 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from satpoint.analysis.search import (
 )
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS
 from satpoint.analysis.summary import segment_stage_metrics
+from satpoint.analysis.target_lost import HEADER_KEY, stopped_answering_at
 from satpoint.analysis.verdicts import Verdict
 from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
@@ -38,18 +40,19 @@ from satpoint.metrics.results import Results, Segment, append_segment, write_hea
 from satpoint.metrics.stats import StageMetrics
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
-from satpoint.session import Session
+from satpoint.session import LOST_ERRORS, Session, announce_target
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
 OVERLOAD_INFLIGHT_FACTOR = 20.0
 OVERLOAD_INFLIGHT_FLOOR = 200
-
 #: a hold lasts at least this many probe latencies (slow servers: fill-up, then a window to judge)
 SLOW_HOLD_LATENCIES = 4.0
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]
+#: (at least, at most) seconds: wait until the server has drained what the last stage left
+Cooldown = Callable[[float, float], None]
 
 
 def search_params(opts: FindOptions, start_rps: float) -> SearchParams:
@@ -90,6 +93,57 @@ def start_rate_from_probe(service_s: float) -> float:
     return max(5.0, round(0.25 / max(service_s, 1e-4), 1))
 
 
+def _sleep(min_s: float, max_s: float) -> None:
+    """The cool-down without a target to probe: sleep ``min_s`` (at most ``max_s``)."""
+    time.sleep(max(0.0, min(min_s, max_s)))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``--budget-s`` for the whole of ``find``: every stage's ramp, hold and drain, the cool-downs and
+    the profile.  ``overhead_s`` is what a segment costs beyond its ramps and holds (the generator's
+    start, the drain after the last due time, writing the segment)."""
+
+    budget_s: float
+    start: float  # clock() when find began
+    clock: Callable[[], float] = time.monotonic
+    overhead_s: float = 0.0
+
+    def left(self) -> float:
+        return self.budget_s - (self.clock() - self.start)
+
+    def stage_cost(self, stages: list[Stage]) -> float:
+        return sum(s.duration_s for s in stages) + self.overhead_s
+
+
+def profile_stages(opts: FindOptions, saturation_rps: float) -> list[Stage]:
+    """The profile sequence: 50/80/90/100 % of the saturation point."""
+    out = []
+    for frac in PROFILE_FRACTIONS:
+        rate = saturation_rps * frac
+        out.append(Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s)))
+    return out
+
+
+def _profile_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
+    """What the profile will cost at most, given the best stable rate so far (the saturation point can
+    only be at or above it, and higher rates hold shorter): reserved while the search runs."""
+    if not opts.profile:
+        return 0.0
+    if best_stable_rps is None:  # nothing stable yet: the longest holds
+        stages = [Stage(1.0, opts.ramp_s, opts.max_hold_s) for _ in PROFILE_FRACTIONS]
+    else:
+        stages = profile_stages(opts, best_stable_rps)
+    return opts.cooldown_s + budget.stage_cost(stages)
+
+
+def _lost(results: Results, out_dir: Path, when: str, error: BaseException, log: Callable[[str], None]) -> None:
+    """Record that the target stopped answering between stages (nothing in the rows shows it)."""
+    results.header[HEADER_KEY] = {"when": when, "error": str(error) or type(error).__name__}
+    write_header(out_dir, results)
+    log(f"the target stopped answering ({when}): {error}; stopping the search")
+
+
 def run_search(
     results: Results,
     out_dir: Path,
@@ -99,22 +153,23 @@ def run_search(
     start_rps: float,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
-    cooldown: Callable[[float], None] = time.sleep,
+    cooldown: Cooldown = _sleep,
     clock: Callable[[], float] = time.monotonic,
+    budget: Budget | None = None,
     latency_hint_s: float | None = None,
     repeat: int = 0,
     history: list[Measured] | None = None,
-    started_at: float | None = None,
 ) -> list[Measured]:
-    """Measure stages until the search is done, the budget is spent or ``stop`` is set.
+    """Measure stages until the search is done, the budget is spent (leaving room for the profile),
+    ``stop`` is set or the target stops answering.
 
     ``latency_hint_s`` (a probe's answer time) lengthens holds for slow servers: the steady window must
-    start after the pipeline has filled (about one latency after the ramp).  ``history`` resumes a
-    search (of ``repeat``) with what it measured so far; the budget counts from ``started_at``."""
+    start after the pipeline has filled (about one latency after the ramp).  ``history`` resumes search
+    ``repeat`` with what it measured so far."""
     stop = stop or threading.Event()
+    budget = budget or Budget(opts.budget_s, clock(), clock)
     params = search_params(opts, start_rps)
     history = list(history or [])
-    t_start = clock() if started_at is None else started_at
     prev_rate = 0.0
     while not stop.is_set():
         step = next_step(history, params)
@@ -125,19 +180,33 @@ def run_search(
             hold = max(hold, SLOW_HOLD_LATENCIES * latency_hint_s)
         if step.phase == "confirm":  # the answer is checked from idle, for longer
             hold = min(2 * hold, 2 * opts.max_hold_s)
-        ramp = opts.ramp_s
-        cost = ramp + hold + (opts.cooldown_s if step.fresh else 0.0)
-        if clock() - t_start + cost > opts.budget_s:
-            log(f"budget of {opts.budget_s:g} s reached: stopping the search")
+        stage = Stage(step.rate_rps, opts.ramp_s, hold)
+        cools = step.fresh and bool(history)
+        best = bracket(history).stable_rps
+        # a stage that turns out stable may raise the saturation point: reserve the profile at the lower
+        # of the two, which is the longer profile
+        reserve = _profile_reserve(opts, budget, best)
+        spare = budget.left() - budget.stage_cost([stage]) - reserve
+        if spare < (opts.cooldown_s if cools else 0.0):
+            after = " (the profile comes next)" if opts.profile and best else ""
+            log(f"budget of {opts.budget_s:g} s reached: stopping the search{after}")
             break
-        if step.fresh and history:
-            log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
-            cooldown(opts.cooldown_s)
-        start = 0.0 if step.fresh else prev_rate
-        seg = measure([Stage(step.rate_rps, ramp, hold)], start, len(results.segments), step.phase)
+        try:
+            if cools:
+                log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
+                cooldown(opts.cooldown_s, spare)
+            start = 0.0 if step.fresh else prev_rate
+            seg = measure([stage], start, len(results.segments), step.phase)
+        except LOST_ERRORS as e:
+            _lost(results, out_dir, f"after stage {len(history)}" if history else "before the first stage", e, log)
+            break
         seg.repeat = repeat
         append_segment(out_dir, results, seg)
         if seg.interrupted:
+            break
+        if stopped_answering_at(seg.records) is not None:
+            n = len(history) + 1
+            log(f"the target stopped answering during stage {n} ({step.rate_rps:.1f} rps): stopping the search")
             break
         judged = segment_stage_metrics(seg, rules)
         if not judged:
@@ -154,83 +223,6 @@ def run_search(
     return history
 
 
-def run_find(
-    results: Results,
-    out_dir: Path,
-    measure: Measure,
-    opts: FindOptions,
-    rules: VerdictRules,
-    start_rps: float,
-    stop: threading.Event | None = None,
-    log: Callable[[str], None] = lambda s: None,
-    cooldown: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    latency_hint_s: float | None = None,
-) -> dict[int, list[Measured]]:
-    """``opts.repeats`` searches, then the latency profile of the answer (the lowest of them).
-
-    When the search confirms its answers, profile stages at or below the per-replica target that are
-    not stable count against the search that gave the answer: it continues below, and the profile is
-    measured again for the new answer.  Returns each repeat's measurements."""
-    stop = stop or threading.Event()
-    t0 = clock()
-    params = search_params(opts, start_rps)
-    histories: dict[int, list[Measured]] = {}
-
-    def search(k: int) -> None:
-        histories[k] = run_search(
-            results, out_dir, measure, opts, rules_now(), start_rps, stop, log, cooldown, clock,
-            latency_hint_s=latency_hint_s, repeat=k, history=histories.get(k), started_at=t0,
-        )  # fmt: skip
-
-    def rules_now() -> VerdictRules:  # the baseline learnt by the first search applies to the next ones
-        return results.config.rules if rules.baseline_p50_ms is None else rules
-
-    for k in range(opts.repeats):
-        if stop.is_set():
-            break
-        if opts.repeats > 1:
-            log(f"search {k + 1} of {opts.repeats}")
-        search(k)
-    profiled: float | None = None
-    while opts.profile and not stop.is_set():
-        answers = {k: b for k, h in histories.items() if (b := bracket(h).stable_rps) is not None}
-        if not answers:
-            break
-        k = min(answers, key=lambda i: answers[i])
-        sat = answers[k]
-        if sat == profiled or _limited_end(histories[k]):
-            break
-        cost = sum(st.duration_s for st in profile_stages(opts, sat)) + opts.cooldown_s
-        if clock() - t0 + cost > opts.budget_s:
-            log(f"budget of {opts.budget_s:g} s reached: no latency profile")
-            break
-        profiled = sat
-        seg = run_profile(results, out_dir, measure, opts, sat, stop, log=log, cooldown=cooldown, repeat=k)
-        if seg is None or seg.interrupted:
-            break
-        evidence = _profile_evidence(segment_stage_metrics(seg, results.config.rules), sat, params)
-        if all(m.verdict == Verdict.STABLE for m in evidence):
-            break
-        log("a profile stage at or below the per-replica target was not stable: the search continues below it")
-        histories[k] = histories[k] + evidence
-        search(k)
-    return histories
-
-
-def _limited_end(history: list[Measured]) -> bool:
-    """The search ended because the generator (or its connection cap) was the limit twice."""
-    return bool(history) and history[-1].verdict in LIMITED
-
-
-def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params: SearchParams) -> list[Measured]:
-    """Profile stages the confirming search counts (those at or below the per-replica target)."""
-    target = confirm_rate(saturation_rps, params)
-    if target is None:
-        return []
-    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= target * (1 + 1e-9)]
-
-
 def _describe(step: Step, verdict: str, tp: float, p99: float | None, ratio: float | None) -> str:
     p = f"{p99:.1f} ms" if p99 is not None else "-"
     r = f", bracket ±{ratio:.1%}" if ratio is not None else ""
@@ -245,24 +237,140 @@ def run_profile(
     saturation_rps: float,
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda s: None,
-    cooldown: Callable[[float], None] = time.sleep,
+    cooldown: Cooldown = _sleep,
+    budget: Budget | None = None,
     repeat: int = 0,
 ) -> Segment | None:
-    """One monotonic sequence at 50/80/90/100 % of the saturation point; returns it (None if stopped)."""
+    """One monotonic sequence at 50/80/90/100 % of the saturation point (skipped, and said so, when what
+    is left of ``budget`` cannot hold it); returns it, or None when it was not measured."""
     if stop is not None and stop.is_set():
         return None
     stages = profile_stages(opts, saturation_rps)
+    spare = math.inf
+    if budget is not None:
+        spare = budget.left() - budget.stage_cost(stages)
+        if spare < opts.cooldown_s:
+            need = opts.cooldown_s + budget.stage_cost(stages)
+            log(f"no profile: it needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
+            return None
     log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
-    cooldown(opts.cooldown_s)
-    seg = measure(stages, 0.0, len(results.segments), "profile")
+    try:
+        cooldown(opts.cooldown_s, spare)
+        seg = measure(stages, 0.0, len(results.segments), "profile")
+    except LOST_ERRORS as e:
+        _lost(results, out_dir, "before the profile", e, log)
+        return None
     seg.repeat = repeat
     append_segment(out_dir, results, seg)
+    if stopped_answering_at(seg.records) is not None:
+        log("the target stopped answering during the profile")
     return seg
 
 
-def profile_stages(opts: FindOptions, saturation_rps: float) -> list[Stage]:
-    rates = [saturation_rps * frac for frac in PROFILE_FRACTIONS]
-    return [Stage(r, opts.ramp_s, hold_for(r, opts.min_requests, opts.min_hold_s, opts.max_hold_s)) for r in rates]
+def run_find(
+    results: Results,
+    out_dir: Path,
+    measure: Measure,
+    opts: FindOptions,
+    rules: VerdictRules,
+    start_rps: float,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    cooldown: Cooldown = _sleep,
+    clock: Callable[[], float] = time.monotonic,
+    budget: Budget | None = None,
+    latency_hint_s: float | None = None,
+    profile_rps: float | None = None,
+) -> dict[int, list[Measured]]:
+    """``opts.repeats`` searches, then the latency profile of the answer (the lowest of them), all within
+    ``budget``; returns each search's measurements.
+
+    When the search confirms its answers, profile stages at or below the per-replica target that are not
+    stable count against the search that gave the answer: it continues below them, and the profile is
+    measured again for the new answer.  ``profile_rps`` profiles that rate instead (and only once)."""
+    stop = stop or threading.Event()
+    budget = budget or Budget(opts.budget_s, clock(), clock)
+    params = search_params(opts, start_rps)
+    histories: dict[int, list[Measured]] = {}
+
+    def search(k: int) -> None:
+        rules_now = results.config.rules if rules.baseline_p50_ms is None else rules  # the baseline learnt
+        histories[k] = run_search(
+            results, out_dir, measure, opts, rules_now, start_rps, stop, log, cooldown, budget.clock, budget,
+            latency_hint_s=latency_hint_s, repeat=k, history=histories.get(k),
+        )  # fmt: skip
+
+    for k in range(opts.repeats):
+        if stop.is_set() or _target_gone(results):
+            break
+        if opts.repeats > 1:
+            log(f"search {k + 1} of {opts.repeats}")
+        search(k)
+    if profile_rps is not None:
+        if opts.profile and not stop.is_set() and not _target_gone(results):
+            run_profile(results, out_dir, measure, opts, profile_rps, stop, log, cooldown, budget)
+        return histories
+    profiled: float | None = None
+    while opts.profile and not stop.is_set() and not _target_gone(results):
+        answers = {k: b for k, h in histories.items() if (b := bracket(h).stable_rps) is not None}
+        if not answers:
+            break
+        k = min(answers, key=lambda i: answers[i])
+        sat = answers[k]
+        if sat == profiled or _limited_end(histories[k]):
+            break
+        profiled = sat
+        seg = run_profile(results, out_dir, measure, opts, sat, stop, log, cooldown, budget, repeat=k)
+        if seg is None or seg.interrupted or _target_gone(results):
+            break
+        evidence = _profile_evidence(segment_stage_metrics(seg, results.config.rules), sat, params)
+        if all(m.verdict == Verdict.STABLE for m in evidence):
+            break
+        log("a profile stage at or below the per-replica target was not stable: the search continues below it")
+        histories[k] = histories[k] + evidence
+        search(k)
+    return histories
+
+
+def search_and_profile(
+    results: Results,
+    out_dir: Path,
+    measure: Measure,
+    opts: FindOptions,
+    rules: VerdictRules,
+    start_rps: float,
+    budget: Budget,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    cooldown: Cooldown = _sleep,
+    profile_rps: float | None = None,
+    latency_hint_s: float | None = None,
+) -> None:
+    """The searches, then (unless stopped, or the target was lost) the profile, all within ``budget``."""
+    run_find(
+        results, out_dir, measure, opts, rules, start_rps, stop, log, cooldown, budget.clock, budget,
+        latency_hint_s=latency_hint_s, profile_rps=profile_rps,
+    )  # fmt: skip
+
+
+def _target_gone(results: Results) -> bool:
+    """The target stopped answering: recorded between stages, or visible in the last segment's rows."""
+    if results.header.get(HEADER_KEY) is not None:
+        return True
+    return bool(results.segments) and stopped_answering_at(results.segments[-1].records) is not None
+
+
+def _limited_end(history: list[Measured]) -> bool:
+    """The search ended because the generator (or its connection cap) was the limit twice."""
+    return bool(history) and history[-1].verdict in LIMITED
+
+
+def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params: SearchParams) -> list[Measured]:
+    """Profile stages the confirming search counts (those at or below the per-replica target)."""
+    target = confirm_rate(saturation_rps, params)
+    if target is None:
+        return []
+    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= target * (1 + 1e-9)]
 
 
 def search_target(
@@ -281,8 +389,10 @@ def search_target(
     """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
 
     ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
-    compare configurations at equal offered loads)."""
+    compare configurations at equal offered loads).  ``fopts.budget_s`` covers everything after the
+    pre-flight checks: stages, drains, cool-downs and the profile."""
     stop = stop or threading.Event()
+    announce_target(spec, on_event)
     prepared = prepare(spec, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     first = fopts.start_rps
     svc = probe_service_s(prepared)
@@ -294,6 +404,7 @@ def search_target(
             if svc
             else "probe unavailable: first stage 10 rps",
         )
+    budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=segment_overhead_s(load))
     if svc:  # the server's answer time at low load: tells a client-side cap from a saturated server
         rules = replace(rules, baseline_service_ms=round(svc * 1000, 4))
         prepared.latency_hint_s = svc
@@ -303,37 +414,42 @@ def search_target(
     session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info)
     say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
 
-    def cooldown(min_s: float) -> None:
-        waited = wait_until_idle(prepared, min_s, svc)
+    def cooldown(min_s: float, max_s: float) -> None:
+        waited = wait_until_idle(prepared, min_s, svc, max_wait_s=max(min_s, min(60.0, max_s)))
         say(on_event, f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
 
     def log(text: str) -> None:
         say(on_event, text)
 
-    measure = _measure(session)
-    run_find(
+    search_and_profile(
         session.results,
         session.out_dir,
-        measure,
-        replace(fopts, profile=fopts.profile and profile_rps is None),
-        session.config.rules,
+        _measure(session),
+        fopts,
+        rules,
         first,
+        budget,
         stop,
-        log=log,
-        cooldown=cooldown,
+        log,
+        cooldown,
+        profile_rps,
         latency_hint_s=svc,
     )
-    if fopts.profile and profile_rps and not stop.is_set():
-        run_profile(session.results, session.out_dir, measure, fopts, profile_rps, stop, log=log, cooldown=cooldown)
     return session
+
+
+def segment_overhead_s(load: LoadOptions) -> float:
+    """A segment's cost beyond its ramps and holds: the generator's start (spawned processes take a
+    couple of seconds), the drain after the last due time, writing the rows."""
+    return (2.0 if load.procs > 1 else 0.2) + load.drain_s + 0.5
 
 
 def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> None:
     """Add a profile sequence at 50/80/90/100 % of ``rate_rps`` to a search's results."""
     svc = probe_service_s(session.prepared)
 
-    def cooldown(min_s: float) -> None:
-        wait_until_idle(session.prepared, min_s, svc)
+    def cooldown(min_s: float, max_s: float) -> None:
+        wait_until_idle(session.prepared, min_s, svc, max_wait_s=max(min_s, min(60.0, max_s)))
 
     run_profile(
         session.results,

@@ -3,7 +3,10 @@
 ``run_segment`` runs a load plan against a prepared target and returns a results segment.
 ``Session`` owns a results folder: it writes the header when it opens, measures segments (open loop
 or closed loop), reports progress as events, and appends each segment to the folder the moment it
-ends, so an error or an interruption later keeps everything measured before it.
+ends, so an error or an interruption later keeps everything measured before it.  While a segment
+runs, its rows are checkpointed to the folder about once a second (``metrics.checkpoint``): a crash,
+``kill -9`` or a full disk keeps everything up to the last checkpoint, and a segment that fails with an
+exception is kept with the rows it checkpointed before the exception is passed on.
 """
 
 from __future__ import annotations
@@ -15,18 +18,40 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import psutil
+
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
-from satpoint.endpoints.spec import PreparedTarget
-from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment
+from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
+from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
-from satpoint.metrics.results import Results, Segment, append_segment, new_header, write_header
-from satpoint.plan import Stage
-from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
+from satpoint.errors import TargetUnreachable
+from satpoint.metrics.checkpoint import CheckpointSpec
+from satpoint.metrics.records import Records
+from satpoint.metrics.results import (
+    Results,
+    Segment,
+    abandon_segment,
+    append_segment,
+    new_header,
+    recover_running,
+    start_segment,
+    write_header,
+)
+from satpoint.plan import PlanError, RateCurve, Stage
+from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
+
+
+def announce_target(spec: Target, on_event: OnEvent | None) -> None:
+    """Warnings about a target, before any request reaches it: ``--insecure`` (also recorded in
+    results.json as ``target.tls.verify: false`` and repeated in summary.json's warnings)."""
+    if spec.insecure and spec.uses_tls:
+        say(on_event, f"WARNING: {INSECURE_WARNING}", "warning")
 
 
 def run_segment(
@@ -40,8 +65,11 @@ def run_segment(
     seed_offset: int = 0,
     start_rps: float = 0.0,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
+    checkpoint: CheckpointSpec | None = None,
 ) -> Segment:
-    """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows."""
+    """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
+    (checkpointed to ``checkpoint`` while it runs, if given)."""
+    check_plan_fits(stages, start_rps)
     seed = opts.seed + seed_offset
     due = due_times(stages, opts.arrival, seed, start_rps)
     peak = max([start_rps, *(s.target_rps for s in stages)])
@@ -62,10 +90,12 @@ def run_segment(
         stop_event=stop_event,
         cpus=list(opts.generator_cpus) if opts.generator_cpus else None,
         abort_when=abort_when,
+        checkpoint=checkpoint,
     )
     n = len(out.records)
     generator = {
         "procs": opts.procs,
+        "max_inflight_per_proc": out.max_inflight_per_proc,
         "cpu_s": round(out.generator_cpu_s, 4),
         "cpu_us_per_request": round(out.generator_cpu_s / n * 1e6, 2) if n else None,
         "wall_s": round(max((s.wall_s for s in out.shards), default=0.0), 4),
@@ -140,6 +170,43 @@ class Session:
             self.on_event(SegmentFinished(seg.index, seg.purpose, seg.interrupted, len(seg.records)))
         return seg
 
+    def _begin(
+        self,
+        index: int,
+        purpose: str,
+        stages: list[Stage],
+        start_rps: float = 0.0,
+        arrival: str | None = None,
+        seed: int | None = None,
+    ) -> CheckpointSpec:
+        """Record the segment as running in ``results.json``; returns where its rows are checkpointed."""
+        load = self.config.load
+        shell = Segment(
+            index=index,
+            purpose=purpose,
+            stages=list(stages),
+            arrival=arrival or load.arrival,
+            seed=load.seed + index if seed is None else seed,
+            started_unix=time.time(),
+            records=Records.empty(np.empty(0)),
+            generator={"procs": load.procs},
+            start_rps=start_rps,
+        )
+        start_segment(self.out_dir, self.results, shell)
+        return CheckpointSpec(self.out_dir, index)
+
+    def _salvage(self, error: BaseException) -> None:
+        """A segment failed with an exception: keep the rows it checkpointed (as an interrupted segment)."""
+        running = self.results.running
+        if running is None:
+            return
+        what = "aborted" if isinstance(error, KeyboardInterrupt) else f"failed: {type(error).__name__}: {error}"
+        seg = recover_running(self.out_dir, running, f"the segment {what}; rows kept up to its last checkpoint")
+        if seg is None:
+            abandon_segment(self.out_dir, self.results)
+        else:
+            append_segment(self.out_dir, self.results, seg)
+
     def measure(
         self,
         stages: list[Stage],
@@ -151,35 +218,69 @@ class Session:
         append: bool = True,
     ) -> Segment:
         """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
-        does) and return it."""
+        does) and return it.  If it fails, the rows it checkpointed are appended before the error
+        propagates."""
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
-        seg = run_segment(
-            self.prepared,
-            stages,
-            self.config.load,
-            index=index,
-            purpose=purpose,
-            on_snapshot=self._snap(),
-            stop_event=self.stop,
-            seed_offset=index,
-            start_rps=start_rps,
-            abort_when=abort_when,
-        )
+        checkpoint = self._begin(index, purpose, stages, start_rps)
+        try:
+            seg = run_segment(
+                self.prepared,
+                stages,
+                self.config.load,
+                index=index,
+                purpose=purpose,
+                on_snapshot=self._snap(),
+                stop_event=self.stop,
+                seed_offset=index,
+                start_rps=start_rps,
+                abort_when=abort_when,
+                checkpoint=checkpoint,
+            )
+        except BaseException as e:
+            self._salvage(e)
+            raise
         return self._finish(seg, append)
 
     def measure_closed(self, options: ClosedLoopOptions, title: str = "closed loop") -> Segment:
         """Run a closed loop (users that wait for their answers), append it and return it."""
         index = len(self.results.segments)
-        self._started(
-            index,
-            "closed_loop",
-            [Stage(1.0, 0.0, options.duration_s)],
-            title,
-            users=options.users,
-            duration_s=options.duration_s,
-        )
-        seg = closed_loop_segment(
-            self.prepared.builder, options, index=index, on_snapshot=self._snap(), stop_event=self.stop
-        )
+        stages = [Stage(1.0, 0.0, options.duration_s)]  # the real target (the achieved rate) is known at the end
+        self._started(index, PURPOSE, stages, title, users=options.users, duration_s=options.duration_s)
+        checkpoint = self._begin(index, PURPOSE, stages, arrival=ARRIVAL, seed=0)
+        try:
+            seg = closed_loop_segment(
+                self.prepared.builder,
+                options,
+                index=index,
+                on_snapshot=self._snap(),
+                stop_event=self.stop,
+                checkpoint=checkpoint,
+            )
+        except BaseException as e:
+            self._salvage(e)
+            raise
         return self._finish(seg)
+
+
+#: what a target that went away raises once measuring has started: a probe (REST control calls), or a
+#: segment's first connections (either protocol); callers record it as the target lost, not bad input
+LOST_ERRORS: tuple[type[Exception], ...] = (TargetUnreachable, ConnectionError)
+
+#: memory one scheduled request needs at the peak of a segment (due times, record columns, the
+#: dispatcher's copy of the due times, checkpoint flags, merging the shards, writing the segment and its
+#: summary): about 160 bytes per row, measured with tracemalloc over 2 million rows
+BYTES_PER_ROW = 160
+
+
+def check_plan_fits(stages: list[Stage], start_rps: float = 0.0) -> None:
+    """Refuse, before anything starts, a plan whose rows would not fit in the memory available."""
+    rows = RateCurve(stages, start_rps).total
+    need = rows * BYTES_PER_ROW
+    available = psutil.virtual_memory().available
+    if need > 0.8 * available:
+        raise PlanError(
+            f"the plan schedules about {rows:,.0f} requests; their rows need about {need / 1e9:,.1f} GB of "
+            f"memory and {available / 1e9:,.1f} GB is available: shorten the holds, lower the rates or "
+            "split the plan into several runs"
+        )

@@ -7,11 +7,14 @@ import pytest
 
 from satpoint.analysis.search import Measured, SearchParams, Step, next_step
 from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary_model import FindSummary
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
+from satpoint.errors import TargetUnreachable
+from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import run_find, run_profile, run_search
+from satpoint.saturation import Budget, run_find, run_profile, run_search, search_and_profile
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 
@@ -28,7 +31,7 @@ def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "consta
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(start, {})), {"url": "offline"}, 0.0))
     history = run_search(
-        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s: None
+        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s, m: None
     )
     assert history
     return results
@@ -67,7 +70,7 @@ def test_search_replays_identically_from_recorded_results(tmp_path: Path) -> Non
         offline_measure(cfg),
         FindOptions(cooldown_s=0),
         build_summary(results)["saturation_rps"],
-        cooldown=lambda s: None,
+        cooldown=lambda s, m: None,
     )
     live = build_summary(results)
     replayed = build_summary(load_results(tmp_path))
@@ -141,13 +144,39 @@ def switching_measure(before: SimConfig, after: SimConfig, switch_at: int):  # t
     return measure
 
 
+# the budget and a target that goes away ----------------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed_measure(cfg: SimConfig, clock: FakeClock, drain_s: float, lose_at: int | None = None):  # type: ignore[no-untyped-def]
+    """The offline measure on a fake clock: a segment costs its ramps and holds plus a drain.  From
+    segment ``lose_at`` on the target is gone: every request 1.5 s into that segment is refused."""
+    inner = offline_measure(cfg)
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        seg = inner(stages, start_rps, index, purpose)
+        clock.now += sum(s.duration_s for s in stages) + drain_s
+        if lose_at is not None and index >= lose_at:
+            gone = seg.records.intended >= 1.5
+            seg.records.outcome[gone] = Outcome.CONN_REFUSED
+            seg.records.done[gone] = seg.records.sent[gone] + 1e-4
+        return seg
+
+    return measure
+
+
 def test_an_answer_its_own_confirmation_contradicts_is_never_reported(tmp_path: Path) -> None:
     # 400 rps while the search brackets it; 280 rps from the confirmation on
     fast, slow = SimConfig(slots=4, service_ms=10.0), SimConfig(slots=4, service_ms=10.0 * 400 / 280)
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
     measure = switching_measure(fast, slow, switch_at=9)
-    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
     s = build_summary(results)
     steps = s["search"]["steps"]
     assert [x["phase"] for x in steps].count("confirm") >= 2, steps  # the first confirmation failed
@@ -173,7 +202,7 @@ def test_a_failing_profile_stage_below_the_target_sends_the_search_down(tmp_path
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
         return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
 
-    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
     s = build_summary(results)
     assert seen.count("profile") == 2  # profiled again for the new, lower answer
     assert s["saturation_rps"] <= 250 * 1.02
@@ -196,7 +225,7 @@ def test_the_search_finds_a_server_that_holds_many_requests_at_once(tmp_path: Pa
         return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
 
     rules = VerdictRules(baseline_service_ms=500.0)
-    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda s: None, latency_hint_s=0.5)
+    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5)
     sat = build_summary(results)["saturation_rps"]
     assert 0.85 * 2000 <= sat <= 1.02 * 2000
 
@@ -212,7 +241,7 @@ def test_a_fixed_small_cap_is_reported_as_client_limited_not_as_saturation(tmp_p
         return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
 
     rules = VerdictRules(baseline_service_ms=500.0)
-    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda s: None, latency_hint_s=0.5)
+    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5)
     s = build_summary(results)
     assert s["search"]["steps"][-1]["verdict"] == "client_limited"
     assert any("client-limited" in n for n in s["find_notes"])
@@ -233,7 +262,7 @@ def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Pat
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
         return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
 
-    histories = run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda s: None)
+    histories = run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
     assert sorted(histories) == [0, 1]
     s = build_summary(results)
     low, high = s["saturation_range_rps"]
@@ -244,3 +273,98 @@ def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Pat
     assert s["latency_at"][-1]["offered_rps"] == pytest.approx(low, rel=0.01)  # profiled at the answer
     assert s["search"]["replay_matches"] and s["search"]["finished"]
     assert json.dumps(build_summary(load_results(tmp_path)), sort_keys=True) == json.dumps(s, sort_keys=True)
+
+
+def find_results(opts: FindOptions, start: float) -> Results:
+    return Results(new_header(RunConfig(kind="find", find=opts.describe(start, {})), {"url": "offline"}, 0.0))
+
+
+def test_the_budget_covers_the_whole_find_profile_drains_and_cool_downs_included(tmp_path: Path) -> None:
+    cfg = SimConfig(slots=4, service_ms=10.0, dist="exp", seed=2)  # 400 rps
+    # a precision this fine takes many more stages than the budget allows
+    opts = FindOptions(
+        budget_s=90, precision=0.005, cooldown_s=3, ramp_s=1, min_hold_s=3, max_hold_s=4, min_requests=400
+    )
+    clock = FakeClock()
+    cooled: list[tuple[float, float]] = []
+
+    def cooldown(min_s: float, max_s: float) -> None:
+        cooled.append((min_s, max_s))
+        clock.now += min_s
+
+    results = find_results(opts, 100.0)
+    budget = Budget(opts.budget_s, clock(), clock, overhead_s=2.5)
+    search_and_profile(
+        results,
+        tmp_path,
+        timed_measure(cfg, clock, drain_s=2.0),
+        opts,
+        VerdictRules(),
+        100.0,
+        budget,
+        cooldown=cooldown,
+    )
+    assert clock.now <= opts.budget_s, (clock.now, [s.purpose for s in results.segments])
+    assert results.segments[-1].purpose == "profile"  # room was kept for it
+    summary = build_summary(results)
+    assert [row["fraction"] for row in summary["latency_at"]] == [0.5, 0.8, 0.9, 1.0]
+    assert not summary["search"]["finished"]  # the budget ended the search, not the precision
+    assert all(max_s >= min_s for min_s, max_s in cooled)
+
+
+def test_no_profile_when_what_is_left_of_the_budget_cannot_hold_it(tmp_path: Path) -> None:
+    cfg = SimConfig(slots=4, service_ms=10.0)
+    opts = FindOptions(budget_s=20, cooldown_s=1, ramp_s=1, min_hold_s=3, max_hold_s=4, min_requests=400)
+    clock = FakeClock()
+    results = find_results(opts, 100.0)
+    lines: list[str] = []
+    clock.now = 15.0  # most of the budget is gone
+    run_profile(
+        results, tmp_path, timed_measure(cfg, clock, 1.0), opts, 380.0, log=lines.append, budget=Budget(20, 0.0, clock)
+    )
+    assert results.segments == [] and clock.now == 15.0
+    assert any("no profile" in line for line in lines)
+
+
+def test_a_target_that_stops_answering_mid_stage_ends_the_search_there(tmp_path: Path) -> None:
+    cfg = SimConfig(slots=4, service_ms=10.0)
+    opts = FindOptions(budget_s=1e9, cooldown_s=0, ramp_s=1, min_hold_s=3, max_hold_s=4, min_requests=400)
+    clock = FakeClock()
+    lines: list[str] = []
+    results = find_results(opts, 50.0)
+    budget = Budget(opts.budget_s, 0.0, clock)
+    measure = timed_measure(cfg, clock, 0.0, lose_at=2)
+    search_and_profile(results, tmp_path, measure, opts, VerdictRules(), 50.0, budget, log=lines.append)
+    assert [s.purpose for s in results.segments] == ["staircase"] * 3  # no more stages, no profile
+    assert any("stopped answering during stage 3" in line for line in lines)
+    summary = build_summary(load_results(tmp_path))
+    lost = summary["target_lost"]
+    assert lost["segment"] == 2 and lost["stage"] == 3
+    assert "stopped answering during stage 3 (200 rps)" in lost["message"]
+    # the stage it died in says nothing about capacity: 200 rps is not the unstable bound
+    assert [s["rate_rps"] for s in summary["search"]["steps"]] == [50.0, 100.0]
+    assert summary["saturation_rps"] == 100.0 and summary["unstable_rps"] is None
+    assert summary["warnings"][0] == lost["message"]
+    assert FindSummary.model_validate(summary).target_lost is not None
+
+
+def test_a_target_that_stops_answering_between_stages_ends_the_search(tmp_path: Path) -> None:
+    cfg = SimConfig(slots=4, service_ms=10.0)
+    opts = FindOptions(budget_s=1e9, cooldown_s=1, ramp_s=1, min_hold_s=3, max_hold_s=4, min_requests=400)
+    clock = FakeClock()
+    results = find_results(opts, 200.0)
+
+    def cooldown(min_s: float, max_s: float) -> None:  # the cool-down's probe finds nobody
+        raise TargetUnreachable("cannot reach http://127.0.0.1:1/v2/models/sim/infer: Connection refused")
+
+    measure = timed_measure(cfg, clock, 0.0)
+    search_and_profile(
+        results, tmp_path, measure, opts, VerdictRules(), 200.0, Budget(1e9, 0.0, clock), cooldown=cooldown
+    )
+    summary = build_summary(load_results(tmp_path))
+    n = len(summary["stages"])
+    assert n >= 2 and summary["stages"][-1]["verdict"] != "stable"  # the search had gone down: a fresh sequence
+    assert summary["target_lost"]["stage"] == n and summary["target_lost"]["segment"] is None
+    assert f"stopped answering after stage {n}" in summary["target_lost"]["message"]
+    assert "Connection refused" in summary["target_lost"]["message"]
+    assert summary["latency_at"] == []  # no profile

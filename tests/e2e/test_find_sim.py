@@ -56,6 +56,7 @@ def test_find_estimates_capacity(tmp_path: Path, slots: int, service_ms: float, 
     assert rec["replicas"] >= 5
     if profile:
         assert [row["fraction"] for row in s["latency_at"]] == [0.5, 0.8, 0.9, 1.0]
+    assert f"maxReplicas {rec['replicas']} = ceil(peak" in r.stdout  # what it chose and why
     hpa = (tmp_path / "k8s" / "sim-hpa.yaml").read_text()
     assert "type: AverageValue" in hpa and "name: infer_rps" in hpa
     model = (tmp_path / "k8s" / "sim-model.yaml").read_text()

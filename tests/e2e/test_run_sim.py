@@ -121,6 +121,9 @@ def test_two_generator_processes_merge_exactly(tmp_path: Path) -> None:
     (st,) = summary_of(tmp_path)["stages"]
     assert st["verdict"] == "stable" and st["throughput_rps"] == pytest.approx(400, rel=0.02)
     assert res.segments[0].generator["procs"] == 2
+    gen = res.segments[0].generator
+    assert gen["max_inflight"] == 800  # automatic: 400 rps x 2 s
+    assert gen["max_inflight_per_proc"] == 400  # each shard gets half of the cap
 
 
 def test_server_errors_are_counted_and_fail_the_stage(tmp_path: Path) -> None:
@@ -166,11 +169,13 @@ def test_server_killed_mid_run_keeps_results(tmp_path: Path) -> None:
         time.sleep(3.0)
         os.kill(sim.pid, signal.SIGKILL)  # the server dies mid-run (SimServer still cleans up after it)
         _, err = run.communicate(timeout=60)
-    assert run.returncode == 0, err
+    assert run.returncode == 1, err  # the run failed: not bad input (2), not a pass (0)
+    assert "the target stopped answering during stage 1 (100 rps)" in " ".join(err.split())
     s = summary_of(tmp_path)
     (st,) = s["stages"]
     assert st["verdict"] == "failing"
     assert set(st["errors"]) <= {"conn_refused", "conn_reset", "conn_error"}
+    assert s["target_lost"]["stage"] == 1 and s["target_lost"]["at_s"] > 1.0
     rec = load_results(tmp_path).segments[0].records
     assert (rec.outcome == 0).sum() > 100  # what succeeded before the kill is kept
 

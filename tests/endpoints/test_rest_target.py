@@ -98,10 +98,14 @@ def _load(prepared: Any, n: int = 20, rate: float = 200.0) -> Any:
     return rec
 
 
-def test_split_base_url() -> None:
-    assert rest.split_base_url("http://gw:8080/seldon/ns/model/") == ("gw", 8080, "/seldon/ns/model")
-    assert rest.split_base_url("http://127.0.0.1:8080") == ("127.0.0.1", 8080, "")
-    assert rest.split_base_url("http://[::1]:9000/p") == ("::1", 9000, "/p")
+def test_parse_url_keeps_the_prefix_and_the_ipv6_literal() -> None:
+    a = rest.parse_url("http://gw:8080/seldon/ns/model/")
+    assert (a.host, a.port, a.prefix) == ("gw", 8080, "/seldon/ns/model")
+    assert a.path("/v2/models/m/infer") == "/seldon/ns/model/v2/models/m/infer"
+    assert rest.parse_url("http://127.0.0.1:8080").prefix == ""
+    b = rest.parse_url("http://[::1]:9000/p")
+    assert (b.host, b.port, b.prefix) == ("::1", 9000, "/p")
+    assert rest.host_header(b.host, b.port) == "[::1]:9000"
     assert rest.split_url("http://gw:8080/seldon/ns/model") == ("gw", 8080)
 
 

@@ -81,3 +81,30 @@ def test_retries_are_counted_per_stage_and_in_the_summary(tmp_path: Path) -> Non
     doc = build_summary(load_results(tmp_path))
     assert doc["stages"][0]["retries"] == m.retries
     assert parse_summary(doc).stages[0].retries == m.retries
+
+
+def test_checkpoints_keep_it_and_older_frames_still_read(tmp_path: Path) -> None:
+    from satpoint.metrics import checkpoint as ck
+
+    t0 = 1000.0
+    rec = rows(50)
+    rec.sent += t0  # live columns hold raw clock values
+    rec.done += t0
+    writer = ck.RowCheckpoint(tmp_path / "s.rows")
+    writer.write(rec, 50, t0, t0 + 3.0, final=True)
+    writer.close()
+    got = ck.read_shard_file(tmp_path / "s.rows")
+    assert got is not None and got.final
+    assert (got.records.retried == rec.retried).all() and got.records.retried.any()
+
+    # a frame written before the column existed (magic SPCK, 38-byte rows): every row reads as not retried
+    old = np.zeros(3, dtype=ck.ROW_V1)
+    old["idx"] = [0, 1, 2]
+    old["intended"] = [0.0, 0.1, 0.2]
+    old["done"] = [0.01, 0.11, 0.21]
+    old["status"] = 200
+    header = ck._HEADER.pack(b"SPCK", ck._FINAL, len(old), 1.0, 3)
+    (tmp_path / "old.rows").write_bytes(header + old.tobytes())
+    back = ck.read_shard_file(tmp_path / "old.rows")
+    assert back is not None and len(back.records) == 3 and not back.records.retried.any()
+    assert back.records.intended.tolist() == [0.0, 0.1, 0.2]

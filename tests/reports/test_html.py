@@ -139,7 +139,7 @@ def test_find_report_has_every_plot_and_table(find_dir: Path) -> None:
     assert "replicas for peak" in page and "Latency at fractions of the saturation point" in page
     assert "no errors recorded" in page  # an empty errors plot is still drawn
     assert "saturation " in page  # the saturation line's label
-    assert SECRET not in page and "Authorization: (hidden)" in page and "X-Team: ml" in page
+    assert SECRET not in page and "Authorization: Bearer ***" in page and "X-Team: ml" in page
     assert "offline twin" in page  # header["server"]
     assert len(page) < 6_500_000  # plotly.js (~4.8 MB) plus aggregates
 

@@ -28,7 +28,7 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_shard
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports import rest
-from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, split_url
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url, split_url
 
 perf = time.perf_counter
 HOST = "127.0.0.1"
@@ -321,8 +321,14 @@ def test_paths_and_urls() -> None:
     assert split_url("http://127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert split_url("127.0.0.1:8080/v2") == ("127.0.0.1", 8080)
     assert split_url("http://localhost") == ("localhost", 80)
+    assert split_url("https://127.0.0.1:8443") == ("127.0.0.1", 8443)
+    assert split_url("https://example.com") == ("example.com", 443)
     with pytest.raises(ValueError, match="scheme"):
-        split_url("https://127.0.0.1:8443")
+        split_url("ftp://127.0.0.1:21")
+    a = parse_url("https://u:p@gw.example.com/seldon/ns/?token=t&x=1")
+    assert (a.host, a.port, a.tls) == ("gw.example.com", 443, True)
+    assert a.path(infer_path("iris")) == "/seldon/ns/v2/models/iris/infer?token=t&x=1"
+    assert parse_url("http://127.0.0.1:8080").path("/v2/x") == "/v2/x"
 
 
 def test_a_user_host_header_replaces_the_default() -> None:

@@ -35,7 +35,7 @@ import uvloop
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_shard
 from satpoint.metrics.records import Outcome, Records
-from satpoint.transports import rest
+from satpoint.transports import http_answer, rest
 from satpoint.transports.rest import RestPool, encode_request
 
 HOST = "127.0.0.1"
@@ -370,13 +370,13 @@ def test_keep_alive_header_timeout_is_honoured() -> None:
 
 
 def test_idle_limit_from_keep_alive_header() -> None:
-    assert rest.keep_alive_idle_s(5.0) == 4.0
-    assert rest.keep_alive_idle_s(1.0) == 0.5
-    assert rest.keep_alive_idle_s(75.0) == 74.0
+    assert http_answer.keep_alive_idle_s(5.0) == 4.0
+    assert http_answer.keep_alive_idle_s(1.0) == 0.5
+    assert http_answer.keep_alive_idle_s(75.0) == 74.0
     head = answer(headers=("Keep-Alive: max=100, timeout=7",))
-    assert rest.AnswerHead(head).keep_alive_timeout_s == 7.0
-    assert rest.AnswerHead(answer(headers=("Keep-Alive: timeout=abc",))).keep_alive_timeout_s is None
-    assert rest.AnswerHead(answer()).keep_alive_timeout_s is None
+    assert http_answer.AnswerHead(head).keep_alive_timeout_s == 7.0
+    assert http_answer.AnswerHead(answer(headers=("Keep-Alive: timeout=abc",))).keep_alive_timeout_s is None
+    assert http_answer.AnswerHead(answer()).keep_alive_timeout_s is None
 
 
 def test_a_reused_connection_that_fails_before_any_byte_is_resent_once() -> None:

@@ -111,9 +111,15 @@ def _searches(results: Results, stages: list[tuple[int, StageMetrics]], params: 
     return out
 
 
-def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dict[str, Any]:
+def find_fields(
+    results: Results, stages: list[tuple[int, StageMetrics]], lost: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The search's summary fields.  A stage during which the target stopped answering (``lost``, see
+    ``analysis.target_lost``) says nothing about the server's capacity: it is left out of the search."""
     f = results.header.get("config", {}).get("find", {})
     params = search_params(results)
+    if lost is not None and lost.get("segment") is not None:
+        stages = [(i, m) for i, m in stages if i != lost["segment"]]
     searches = _searches(results, stages, params)
     answered = [x for x in searches if x.answer is not None]
     # the answer is the lowest of the repeated searches (every one of them is a replica's capacity)
@@ -186,9 +192,12 @@ def find_fields(results: Results, stages: list[tuple[int, StageMetrics]]) -> dic
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
-    if f.get("profile") and sat is not None and not profile:
+    if f.get("profile") and sat is not None and not profile and lost is None:
         notes.append("the latency profile was not measured (budget or interruption): raise --budget-s")
-    if not finished and not gen_limited and not client_limited:
+    if lost is not None:
+        left_out = " and that stage is left out of it" if lost.get("segment") is not None else ""
+        notes.append(f"the search ended because the target stopped answering{left_out}")
+    elif not finished and not gen_limited and not client_limited:
         notes.append("the search stopped before reaching the requested precision (budget or interruption)")
     return {
         "saturation_rps": round(sat, 3) if sat is not None else None,

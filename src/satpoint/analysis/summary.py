@@ -8,10 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
 from satpoint.config import VerdictRules
+from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, stage_metrics
+from satpoint.redact import redact_url
 
 
 def rules_from(results: Results) -> VerdictRules:
@@ -102,8 +105,17 @@ def build_summary(results: Results) -> dict[str, Any]:
         warnings.append("the run was interrupted: the results hold what was measured until then")
     for seg in results.segments:
         warnings.extend(seg.notes)
+    lost = target_lost(results, [i for i, _ in stages])
+    if lost is not None:
+        warnings.insert(0, lost["message"])
+    tls = target.get("tls")
+    if isinstance(tls, dict) and tls.get("verify") is False:
+        warnings.append(INSECURE_WARNING)
+    url = target.get("url")
     total = sum(len(s.records) for s in results.segments)
     cpu = sum(float(s.generator.get("cpu_s", 0.0)) for s in results.segments)
+    # segments rebuilt from checkpoints (a run cut off) have no CPU figure: leave their rows out of it
+    timed = sum(len(s.records) for s in results.segments if "cpu_s" in s.generator)
     summary: dict[str, Any] = {
         "schema_version": h.get("schema_version"),
         "tool_version": h.get("tool_version"),
@@ -111,7 +123,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "mode": h.get("config", {}).get("mode", "open_loop"),
         "created_unix": h.get("created_unix"),
         "target": {
-            "url": target.get("url"),
+            "url": redact_url(url) if isinstance(url, str) else url,  # folders written before redaction
             "model": target.get("model"),
             "protocol": target.get("protocol"),
         },
@@ -120,7 +132,7 @@ def build_summary(results: Results) -> dict[str, Any]:
             "procs": h.get("config", {}).get("load", {}).get("procs"),
             "requests": total,
             "cpu_s": round(cpu, 3),
-            "cpu_us_per_request": round(cpu / total * 1e6, 2) if total else None,
+            "cpu_us_per_request": round(cpu / timed * 1e6, 2) if timed else None,
         },
         "rules": {
             "max_error_rate": rules.max_error_rate,
@@ -129,12 +141,13 @@ def build_summary(results: Results) -> dict[str, Any]:
         },
         "stages": [stage_dict(i, m) for i, m in stages],
         "interrupted": any(s.interrupted for s in results.segments),
+        "target_lost": lost,
         "warnings": warnings,
     }
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
 
-        summary.update(find_fields(results, stages))
+        summary.update(find_fields(results, stages, lost))
     if summary["mode"] == "closed_loop":  # label it: its latencies under-report, its verdicts miss queueing
         summary["closed_loop"], label = closed_loop_fields(h.get("config", {}))
         summary["warnings"].insert(0, label)

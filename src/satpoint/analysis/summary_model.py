@@ -101,6 +101,16 @@ class ThresholdOutcome(BaseModel):
     note: str | None = None
 
 
+class TargetLost(BaseModel):
+    """Where the target stopped answering once measuring had started (the run then fails: exit code 1)."""
+
+    model_config = _CONFIG
+    segment: int | None = None
+    stage: int | None = None  # 1-based, as the stage table numbers stages (None: before the first one)
+    at_s: float | None = None  # on the segment's run clock, when the rows show it
+    message: str
+
+
 class RunSummary(BaseModel):
     """``summary.json`` of any run (``kind`` ``run``, or ``find`` with the fields of ``FindSummary``)."""
 
@@ -116,6 +126,7 @@ class RunSummary(BaseModel):
     rules: Rules
     stages: list[StageResult]
     interrupted: bool
+    target_lost: TargetLost | None = None
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
     closed_loop: dict[str, Any] | None = None

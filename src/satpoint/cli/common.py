@@ -1,14 +1,17 @@
 """What every command shares: console, exit codes, option types, argument parsing, errors and signals.
 
-Exit codes: 0 success; 1 the run itself failed; 2 bad input (invalid plan, unreachable target, model
-not found, unreadable payload); 3 an SLO threshold failed; 130 interrupted (results so far written).
+Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
+started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
+unreadable payload); 3 an SLO threshold failed; 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results
+so far written).
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -16,10 +19,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
-from satpoint.errors import SatpointError
+from satpoint.errors import RunFailed, SatpointError
+from satpoint.redact import redact_text, secret_values
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -49,18 +54,43 @@ ThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),
 ]
+_FILE = {"exists": True, "dir_okay": False, "readable": True}
+CaCertOpt = Annotated[
+    Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)
+]
+InsecureOpt = Annotated[
+    bool, typer.Option("--insecure", help="https/grpcs: do NOT verify the server's certificate (test clusters)")
+]
+ClientCertOpt = Annotated[Path | None, typer.Option(help="mTLS: PEM client certificate (chain)", **_FILE)]
+ClientKeyOpt = Annotated[Path | None, typer.Option(help="mTLS: PEM private key of --client-cert", **_FILE)]
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+def tls_fields(
+    ca_cert: Path | None, insecure: bool, client_cert: Path | None, client_key: Path | None
+) -> dict[str, Any]:
+    """The TLS options as ``Target`` keyword arguments."""
+    return {"ca_cert": ca_cert, "insecure": insecure, "client_cert": client_cert, "client_key": client_key}
+
+
+def secrets_of(urls: Sequence[str | None], headers: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The literal secrets a command was given (URL passwords and tokens, secret header values), which
+    nothing it prints may show (see ``satpoint.redact``)."""
+    found = list(secret_values(None, headers))
+    for url in urls:
+        found += secret_values(url)
+    return tuple(dict.fromkeys(found))
+
+
+def fail(message: str, code: int = EXIT_USAGE, secrets: Sequence[str] = ()) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {escape(redact_text(message, secrets))}")
     return typer.Exit(code)
 
 
 def parse_headers(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     out = []
-    for v in values or []:
-        if ":" not in v:
-            raise fail(f"--header {v!r}: expected KEY:VALUE")
+    for i, v in enumerate(values or [], start=1):
+        if ":" not in v:  # the value is not echoed: it may be a token
+            raise fail(f"--header number {i}: expected KEY:VALUE (e.g. 'Seldon-Model: iris')")
         k, _, val = v.partition(":")
         out.append((k.strip(), val.strip()))
     return tuple(out)
@@ -82,9 +112,14 @@ def parse_cpus(text: str | None) -> tuple[int, ...] | None:
     return tuple(cpus)
 
 
+#: signals that stop a run the way Ctrl-C does: Ctrl-C, `timeout`/`kill`/container runtimes, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def interruptible() -> Iterator[threading.Event]:
-    """First Ctrl-C (or SIGTERM) asks the run to stop and keep its results; a second one aborts."""
+    """The first Ctrl-C, SIGTERM or SIGHUP asks the run to stop and keep its results (exit code 130); a
+    second one aborts (still 130; the rows checkpointed so far stay in the folder)."""
     stop = threading.Event()
     previous: dict[int, Any] = {}
 
@@ -92,9 +127,15 @@ def interruptible() -> Iterator[threading.Event]:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        err_console.print("[yellow]stopping: writing the results collected so far (Ctrl-C again to abort)[/]")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        with contextlib.suppress(OSError, ValueError):  # after SIGHUP the terminal may be gone
+            err_console.print(
+                f"[yellow]stopping ({name}): writing the results collected so far (Ctrl-C again to abort)[/]"
+            )
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # ignored on purpose (nohup, a background job): keep it that way
         previous[sig] = signal.signal(sig, handler)
     try:
         yield stop
@@ -103,21 +144,28 @@ def interruptible() -> Iterator[threading.Event]:
             signal.signal(signum, h)
 
 
-def guarded(fn: Callable[[], int]) -> None:
-    """Run a command body; user-facing errors become one line and exit code 2, never a traceback."""
+def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
+    """Run a command body; user-facing errors become one line and exit code 2, never a traceback.
+    The line is redacted, also of the literal ``secrets`` the command was given."""
     try:
         code = fn()
+    except RunFailed as e:
+        raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
-        raise fail(str(e)) from None
+        raise fail(str(e), secrets=secrets) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
 
 
 def exit_code(summary: RunSummary) -> int:
-    """Print the threshold lines; 130 if interrupted, 3 if a threshold failed, else 0."""
+    """Print the threshold lines; 130 if interrupted, 1 if the target stopped answering, 3 if a threshold
+    failed, else 0."""
     for t in summary.thresholds:
         console.print(format_result(t.model_dump()), style="green" if t.passed else "bold red")
     if summary.interrupted:
         return EXIT_INTERRUPTED
+    if summary.target_lost is not None:
+        err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
+        return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD

@@ -11,14 +11,20 @@ from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    CaCertOpt,
+    ClientCertOpt,
+    ClientKeyOpt,
     GrpcRawOpt,
     HeaderOpt,
+    InsecureOpt,
     PayloadOpt,
     console,
     guarded,
     interruptible,
     parse_cpus,
     parse_headers,
+    secrets_of,
+    tls_fields,
 )
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
@@ -44,8 +50,13 @@ def compare(
     max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
     min_requests: Annotated[int, typer.Option(help="aim for this many requests per hold")] = 2000,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/compare-TIMESTAMP)")] = None,
+    ca_cert: CaCertOpt = None,
+    insecure: InsecureOpt = False,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
+    secrets = secrets_of([url, grpc_url], parse_headers(header))
 
     def body() -> int:
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
@@ -57,6 +68,7 @@ def compare(
             headers=parse_headers(header),
             payload_file=payload,
             grpc_raw=grpc_raw,
+            **tls_fields(ca_cert, insecure, client_cert, client_key),
             workers=workers,
             server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
             load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus),
@@ -71,10 +83,10 @@ def compare(
             ),
         ).validate()
         out_dir = out or default_out("compare")
-        with interruptible() as stop, EventPrinter(console) as printer:
+        with interruptible() as stop, EventPrinter(console, secrets) as printer:
             outcome = run_compare(cfg, out_dir, stop=stop, on_event=printer)
         print_compare(console, outcome.doc)
         console.print(f"results: {out_dir} ({COMPARE_FILE}, report.html)")
         return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 
-    guarded(body)
+    guarded(body, secrets)

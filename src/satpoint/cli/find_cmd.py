@@ -11,11 +11,15 @@ from satpoint import api
 from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
+    CaCertOpt,
+    ClientCertOpt,
+    ClientKeyOpt,
     ErrRateOpt,
     GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
     HtmlOpt,
+    InsecureOpt,
     PayloadOpt,
     ProtocolOpt,
     ThresholdOpt,
@@ -27,6 +31,8 @@ from satpoint.cli.common import (
     interruptible,
     parse_cpus,
     parse_headers,
+    secrets_of,
+    tls_fields,
 )
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import Target
@@ -88,8 +94,14 @@ def find(
     out: Annotated[Path | None, typer.Option(help="results folder (default results/find-TIMESTAMP)")] = None,
     html: HtmlOpt = True,
     threshold: ThresholdOpt = None,
+    ca_cert: CaCertOpt = None,
+    insecure: InsecureOpt = False,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
+    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
+    secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:
         if url is not None and model is None:
@@ -123,16 +135,16 @@ def find(
             )
         else:
             assert url is not None and model is not None
-            target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw)
+            target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
-        with interruptible() as stop, EventPrinter(console) as printer:
+        with interruptible() as stop, EventPrinter(console, secrets) as printer:
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
                 thresholds=threshold or [], server=server, emit_k8s=emit_k8s, out=out, html=html,
                 on_event=printer, stop=stop, protocol=protocol, target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
-                    "batch_size": batch_size, "grpc_raw": grpc_raw,
+                    "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
                 },
             )  # fmt: skip
         summary = result.summary.model_dump()
@@ -142,4 +154,4 @@ def find(
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
         return exit_code(result.summary)
 
-    guarded(body)
+    guarded(body, secrets)

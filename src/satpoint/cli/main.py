@@ -20,12 +20,16 @@ from satpoint.cli.common import (
     EXIT_OK,
     ArrivalOpt,
     BatchOpt,
+    CaCertOpt,
+    ClientCertOpt,
+    ClientKeyOpt,
     CpusOpt,
     ErrRateOpt,
     GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
     HtmlOpt,
+    InsecureOpt,
     PayloadOpt,
     ProtocolOpt,
     ThresholdOpt,
@@ -38,6 +42,8 @@ from satpoint.cli.common import (
     interruptible,
     parse_cpus,
     parse_headers,
+    secrets_of,
+    tls_fields,
 )
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
@@ -51,6 +57,7 @@ from satpoint.reports.terminal import print_summary
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # a traceback must not print the --header tokens held in locals
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )
 
@@ -88,13 +95,19 @@ def run(
     duration: Annotated[float | None, typer.Option(help="closed loop: seconds to run")] = None,
     think_ms: Annotated[float, typer.Option(help="closed loop: pause between answer and next request")] = 0.0,
     threshold: ThresholdOpt = None,
+    ca_cert: CaCertOpt = None,
+    insecure: InsecureOpt = False,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
+    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
+    secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
-        target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw)
+        target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
         if users is None:
             if not stage:
@@ -105,7 +118,7 @@ def run(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),  # type: ignore[arg-type]
                 grpc_connections=grpc_connections,
             )  # fmt: skip
-            with interruptible() as stop, EventPrinter(console) as printer:
+            with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run(target, stage, load=load.validate(), on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
         else:
             if stage:
@@ -114,7 +127,7 @@ def run(
                 raise fail("--users needs --duration S")
             if procs != 1:
                 raise fail("a closed loop runs in one generator process (--procs 1)")
-            with interruptible() as stop, EventPrinter(console) as printer:
+            with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run_closed_loop(
                     target, users, duration, think_ms=think_ms, timeout_s=timeout, drain_s=drain, seed=seed,
                     grpc_connections=grpc_connections, on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
@@ -122,7 +135,7 @@ def run(
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
         return exit_code(result.summary)
 
-    guarded(body)
+    guarded(body, secrets)
 
 
 app.command("find")(find)
@@ -143,11 +156,17 @@ def sim(
     model: Annotated[str, typer.Option(help="model name")] = "sim",
     seed: Annotated[int, typer.Option(help="seed for service-time draws")] = 0,
     protocol: ProtocolOpt = "rest",
+    tls_cert: Annotated[Path | None, typer.Option(help="serve TLS (https/grpcs) with this PEM certificate")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert")] = None,
+    tls_client_ca: Annotated[
+        Path | None, typer.Option(help="require client certificates signed by this PEM CA (mTLS)")
+    ] = None,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests."""
     from satpoint.servers.sim import SimConfig
     from satpoint.servers.sim import run as run_rest
     from satpoint.servers.sim_grpc import run as run_grpc
+    from satpoint.servers.sim_tls import SimTls
 
     if protocol not in ("rest", "grpc"):
         raise fail("--protocol must be rest or grpc")
@@ -156,7 +175,11 @@ def sim(
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
         raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
     config = SimConfig(host, port, slots, service_ms, dist, pause_every, pause_s, error_rate, model, seed)  # type: ignore[arg-type]
-    (run_rest if protocol == "rest" else run_grpc)(config)
+    try:
+        tls = SimTls.from_paths(tls_cert, tls_key, tls_client_ca)
+    except (ValueError, OSError) as e:
+        raise fail(str(e)) from None
+    (run_rest if protocol == "rest" else run_grpc)(config, tls=tls)
 
 
 @app.command()

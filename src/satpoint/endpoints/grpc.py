@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Self
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
+from satpoint.redact import redact_url
 from satpoint.transports import grpc_control
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
@@ -21,9 +23,13 @@ class GrpcFactoryBuilder:
     target: GrpcTarget
     messages: tuple[bytes, ...]
     max_inflight: int
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)  # it carries the credentials: not in reprs
     #: HTTP/2 connections: None = automatic (two, more while the server's MAX_CONCURRENT_STREAMS binds)
     connections: int | None = None
+
+    def with_max_inflight(self, max_inflight: int) -> Self:
+        """The same recipe with another in-flight cap (each generator process gets its share)."""
+        return replace(self, max_inflight=max_inflight)
 
     def __call__(self) -> TransportFactory:
         from satpoint.transports.grpc_wire import grpc_factory
@@ -58,10 +64,13 @@ def prepare_grpc(
 ) -> PreparedTarget:
     """Check a gRPC target, build and serialize the requests once, and try one before the test;
     ``connections`` fixes the number of HTTP/2 connections (None: automatic)."""
-    target = grpc_control.parse_target(spec.url)
-    if not grpc_control.server_ready(target, spec.headers):
-        raise TargetUnreachable(f"{spec.url} answered but is not ready (ServerReady is false)")
-    meta = grpc_control.model_metadata(target, spec.model, spec.version, spec.headers)
+    target = grpc_control.parse_target(spec.url, options=spec.tls_options())
+    headers = spec.wire_headers
+    if not grpc_control.server_ready(target, headers):
+        raise TargetUnreachable(
+            f"{redact_url(spec.url)} does not answer or is not ready (ServerReady failed or is false)"
+        )
+    meta = grpc_control.model_metadata(target, spec.model, spec.version, headers)
     docs = (
         from_file(spec.payload_file)
         if spec.payload_file is not None
@@ -69,7 +78,7 @@ def prepare_grpc(
     )
     messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
     t0 = time.perf_counter()
-    code, status, _ = grpc_control.infer_once(target, messages[0], spec.headers)
+    code, status, _ = grpc_control.infer_once(target, messages[0], headers)
     took_s = time.perf_counter() - t0
     if code != 0:
         raise PayloadError(f"a test request to {spec.model} failed before the run: gRPC {status}")
@@ -78,7 +87,7 @@ def prepare_grpc(
         metadata=meta,
         payload_docs=docs,
         builder=GrpcFactoryBuilder(
-            target, messages, max_inflight, tuple(normalize_metadata(spec.headers)), connections=connections
+            target, messages, max_inflight, tuple(normalize_metadata(headers)), connections=connections
         ),
         payload_bytes=len(messages[0]),
         latency_hint_s=took_s,

@@ -7,7 +7,8 @@ import time
 from satpoint.endpoints.grpc import prepare_grpc
 from satpoint.endpoints.rest import prepare_rest
 from satpoint.endpoints.spec import PreparedTarget, Target
-from satpoint.errors import TargetUnreachable
+from satpoint.errors import SatpointError, TargetUnreachable
+from satpoint.redact import redact_text
 from satpoint.transports import rest_control
 from satpoint.transports.rest import encode_json_body
 
@@ -24,13 +25,18 @@ def prepare(
 
     ``max_inflight`` is the builder's cap until a segment sets its own (``session.run_segment`` always
     does: the user's cap or one derived from the plan).  ``grpc_connections`` fixes gRPC's HTTP/2
-    connection count (None: automatic)."""
+    connection count (None: automatic).  Errors are redacted of the target's secrets (a server may echo a
+    token back in its error body)."""
     max_inflight = max_inflight or DEFAULT_INFLIGHT
-    if spec.protocol == "grpc":
-        return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)
-    if spec.protocol != "rest":
-        raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
-    return prepare_rest(spec, max_inflight, payload_count, seed)
+    spec.validate()
+    try:
+        if spec.protocol == "grpc":
+            return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)
+        if spec.protocol != "rest":
+            raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
+        return prepare_rest(spec, max_inflight, payload_count, seed)
+    except SatpointError as e:
+        raise type(e)(redact_text(str(e), spec.secret_values())) from None
 
 
 DEFAULT_INFLIGHT = 1024
@@ -48,8 +54,9 @@ def probe_service_s(target: PreparedTarget, count: int = 20) -> float | None:
     times = []
     for _ in range(count):
         t = time.perf_counter()
+        spec = target.spec
         status, _ = rest_control.infer_once(
-            target.spec.url, target.spec.model, body, target.spec.version, target.spec.headers
+            spec.url, spec.model, body, spec.version, spec.wire_headers, tls=spec.tls_options()
         )
         if status == 200:
             times.append(time.perf_counter() - t)

@@ -5,28 +5,45 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Self
 
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
+from satpoint.redact import redact_url
 from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
-from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, split_base_url
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
+from satpoint.transports.tls import TlsOptions
 
 
 @dataclass(frozen=True)
 class RestFactoryBuilder:
-    """Picklable recipe for the REST transport, built inside each generator process."""
+    """Picklable recipe for the REST transport, built inside each generator process (which builds its
+    own TLS context from ``tls``: an ``ssl.SSLContext`` does not pickle)."""
 
     host: str
     port: int
-    requests: tuple[bytes, ...]
+    requests: tuple[bytes, ...] = field(repr=False)  # they carry the credentials: not in reprs
     max_inflight: int
+    tls: TlsOptions | None = None
+
+    def with_max_inflight(self, max_inflight: int) -> Self:
+        """The same recipe with another in-flight cap (each generator process gets its share)."""
+        return replace(self, max_inflight=max_inflight)
 
     def __call__(self) -> TransportFactory:
+        ssl_context = self.tls.context() if self.tls is not None else None
+        server_hostname = self.tls.server_hostname if self.tls is not None else None
         return functools.partial(
-            RestPool, host=self.host, port=self.port, requests=self.requests, max_inflight=self.max_inflight
+            RestPool,
+            host=self.host,
+            port=self.port,
+            requests=self.requests,
+            max_inflight=self.max_inflight,
+            ssl=ssl_context,
+            server_hostname=server_hostname,
         )
 
 
@@ -37,19 +54,20 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     every request's path, the control calls' and the load's alike."""
     base = spec.url.rstrip("/")
     try:
-        host, port, prefix = split_base_url(base)
+        address = parse_url(base)
     except ValueError as e:
         raise TargetUnreachable(str(e)) from None
-    if not rest_control.server_ready(base, spec.headers):
-        raise TargetUnreachable(f"{base} answered but is not ready (GET /v2/health/ready != 200)")
-    meta = rest_control.model_metadata(base, spec.model, spec.version, spec.headers)
+    tls, headers = spec.tls_options(), spec.wire_headers
+    if not rest_control.server_ready(base, headers, tls=tls):
+        raise TargetUnreachable(f"{redact_url(base)} answered but is not ready (GET /v2/health/ready != 200)")
+    meta = rest_control.model_metadata(base, spec.model, spec.version, headers, tls=tls)
     if spec.payload_file is not None:
         docs = from_file(spec.payload_file)
     else:
         docs = from_metadata(meta, spec.batch_size, payload_count, seed)
     bodies = [encode_json_body(d) for d in docs]
     t0 = time.perf_counter()
-    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, spec.headers)
+    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, headers, tls=tls)
     took_s = time.perf_counter() - t0
     if status != 200:
         raise PayloadError(
@@ -60,13 +78,13 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         json.loads(body)
     except ValueError:
         raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
-    path = prefix + infer_path(spec.model, spec.version)
-    reqs = tuple(encode_request(host, port, path, b, spec.headers) for b in bodies)
+    path = address.path(infer_path(spec.model, spec.version))
+    reqs = tuple(encode_request(address.host, address.port, path, b, headers) for b in bodies)
     return PreparedTarget(
         spec=spec,
         metadata=meta,
         payload_docs=docs,
-        builder=RestFactoryBuilder(host, port, reqs, max_inflight),
+        builder=RestFactoryBuilder(address.host, address.port, reqs, max_inflight, tls),
         payload_bytes=len(bodies[0]),
         latency_hint_s=took_s,
     )

@@ -31,6 +31,7 @@ open-loop runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import threading
 import time
@@ -47,6 +48,7 @@ from satpoint.engine.dispatcher import Housekeeping, Progress
 from satpoint.engine.live import LiveSnapshot, snapshot
 from satpoint.engine.runner import FactoryBuilder
 from satpoint.engine.timer import WakeTimer
+from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Segment
 from satpoint.plan import Stage
@@ -218,6 +220,9 @@ class ClosedLoopDispatcher(Housekeeping):
             t0=self.t0,
         )
 
+    def _due_rows(self) -> int:
+        return self._n
+
     async def _wait_done(self) -> None:
         """Until the duration is over and every answer is in, or the drain time after the end ends."""
         while True:
@@ -251,6 +256,7 @@ class ClosedLoopDispatcher(Housekeeping):
             self._timer.close()
             keeper.cancel()
             self._transport.abort_all(Outcome.UNFINISHED)
+            self._checkpoint(perf(), final=True)
             await self._transport.close()
             self.transport_stats = transport_stats(self._transport)
             if self._on_progress is not None:
@@ -282,8 +288,10 @@ def run_closed_loop(
     on_snapshot: Callable[[LiveSnapshot], None] | None = None,
     stop_event: threading.Event | None = None,
     lead_s: float = 0.2,
+    checkpoint: CheckpointSpec | None = None,
 ) -> ClosedLoopOutput:
-    """Run the closed loop in this process on a fresh uvloop event loop."""
+    """Run the closed loop in this process on a fresh uvloop event loop (its rows checkpointed to
+    ``checkpoint`` while it runs, if given)."""
     options.validate()
     stop = stop_event or threading.Event()
     loop = uvloop.new_event_loop()
@@ -298,8 +306,16 @@ def run_closed_loop(
 
         t0 = perf() + lead_s
         disp = ClosedLoopDispatcher(t0, factory, options, progress, stop.is_set)
+        if checkpoint is not None:
+            with contextlib.suppress(OSError):  # no checkpoints then: the rows are still kept in memory
+                disp.checkpoint = RowCheckpoint(checkpoint.path(0))
+            disp.checkpoint_interval_s = checkpoint.interval_s
         cpu0, wall0 = time.process_time(), perf()
-        rec = loop.run_until_complete(disp.run())
+        try:
+            rec = loop.run_until_complete(disp.run())
+        finally:
+            if disp.checkpoint is not None:
+                disp.checkpoint.close()
         elapsed = min(options.duration_s, disp.ended_at - t0) if disp.stopped_early else options.duration_s
         return ClosedLoopOutput(
             records=rec,
@@ -321,6 +337,7 @@ def closed_loop_segment(
     index: int = 0,
     on_snapshot: Callable[[LiveSnapshot], None] | None = None,
     stop_event: threading.Event | None = None,
+    checkpoint: CheckpointSpec | None = None,
 ) -> Segment:
     """Run a closed loop and package it as a results segment (purpose ``closed_loop``).
 
@@ -328,7 +345,7 @@ def closed_loop_segment(
     duration, so the usual steady-window metrics and verdicts apply (and are labelled closed-loop by
     the summary: they cannot see queueing).
     """
-    out = run_closed_loop(build, options, on_snapshot, stop_event)
+    out = run_closed_loop(build, options, on_snapshot, stop_event, checkpoint=checkpoint)
     n = len(out.records)
     rate = n / out.elapsed_s if n else 0.0
     generator = {

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from satpoint.engine.timer import WakeTimer
+from satpoint.metrics.checkpoint import RowCheckpoint
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
 
@@ -49,23 +50,40 @@ class Progress:
 
 class Housekeeping:
     """What the open- and closed-loop dispatchers share: four times a second, time out old requests,
-    report progress and honour a stop request (the run then ends early, keeping its rows)."""
+    report progress, checkpoint the rows to disk (every ``checkpoint_interval_s``) and honour a stop
+    request (the run then ends early, keeping its rows)."""
 
     _transport: HotTransport | None
     _on_progress: Callable[[Progress, Records], None] | None
     _stop_requested: Callable[[], bool]
     _finished: asyncio.Future[None] | None
     rec: Records
+    t0: float
     stopped_early: bool
+    checkpoint: RowCheckpoint | None = None
+    checkpoint_interval_s: float = 1.0
 
     def _progress(self) -> Progress:
         raise NotImplementedError
 
+    def _due_rows(self) -> int:
+        """How many leading rows are due (or, in a closed loop, sent) so far."""
+        raise NotImplementedError
+
+    def _checkpoint(self, now: float, final: bool = False) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint.write(self.rec, self._due_rows(), self.t0, now, final=final)
+
     async def _housekeeping(self, timeout_s: float) -> None:
         assert self._transport is not None
+        next_checkpoint = perf() + self.checkpoint_interval_s
         while True:
             await asyncio.sleep(0.25)
-            self._transport.expire(perf(), timeout_s)
+            now = perf()
+            self._transport.expire(now, timeout_s)
+            if self.checkpoint is not None and now >= next_checkpoint:
+                self._checkpoint(now)
+                next_checkpoint = now + self.checkpoint_interval_s
             if self._on_progress is not None:
                 self._on_progress(self._progress(), self.rec)
             if self._stop_requested():
@@ -166,6 +184,9 @@ class OpenLoopDispatcher(Housekeeping):
             t0=self.t0,
         )
 
+    def _due_rows(self) -> int:
+        return self._next
+
     async def _wait_done(self) -> None:
         """Until every request is due and finished, or the drain time after the last due time ends."""
         last_due = self._due[self._n - 1] if self._n else perf()
@@ -195,6 +216,7 @@ class OpenLoopDispatcher(Housekeeping):
             self._timer.close()
             keeper.cancel()
             self._finish_rows()
+            self._checkpoint(perf(), final=True)
             await self._transport.close()
             self.transport_stats = transport_stats(self._transport)
             if self._on_progress is not None:

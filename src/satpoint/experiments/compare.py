@@ -41,6 +41,10 @@ class CompareConfig:
     server_cpus: tuple[int, ...] | None = None
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, profile=False))
+    ca_cert: Path | None = None  # TLS settings for the https:// / grpcs:// URLs among url and grpc_url
+    insecure: bool = False
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
     def validate(self) -> CompareConfig:
         protos = self.protocols
@@ -50,6 +54,10 @@ class CompareConfig:
             raise ValueError("a URL needs a model name")
         if self.url is not None and "grpc" in protos and self.grpc_url is None:
             raise ValueError("comparing gRPC on a given server needs its gRPC address")
+        tls_given = self.insecure or any(p is not None for p in (self.ca_cert, self.client_cert, self.client_key))
+        urls = [u for u in (self.url, self.grpc_url) if u is not None]
+        if tls_given and not any(u.startswith(("https://", "grpcs://")) for u in urls):
+            raise ValueError("--ca-cert/--insecure/--client-cert/--client-key need an https:// or grpcs:// URL")
         self.find.validate()
         return self
 
@@ -79,6 +87,23 @@ def compare_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _target(cfg: CompareConfig, url: str, model: str, protocol: str) -> Target:
+    """The target of one protocol; the TLS settings go to the URLs that use TLS."""
+    tls = Target(url, model).uses_tls
+    return Target(
+        url=url,
+        model=model,
+        protocol=protocol,
+        headers=cfg.headers,
+        payload_file=cfg.payload_file,
+        grpc_raw=cfg.grpc_raw,
+        ca_cert=cfg.ca_cert if tls else None,
+        insecure=cfg.insecure and tls,
+        client_cert=cfg.client_cert if tls else None,
+        client_key=cfg.client_key if tls else None,
+    )
+
+
 def run_compare(
     cfg: CompareConfig, out_dir: Path, *, stop: threading.Event | None = None, on_event: OnEvent | None = None
 ) -> CompareOutcome:
@@ -101,17 +126,7 @@ def run_compare(
             addr = {"rest": server.rest_url, "grpc": server.grpc_address}
             name = server.model_name
         assert name is not None
-        specs = {
-            p: Target(
-                url=str(addr[p]),
-                model=name,
-                protocol=p,
-                headers=cfg.headers,
-                payload_file=cfg.payload_file,
-                grpc_raw=cfg.grpc_raw,
-            )
-            for p in cfg.protocols
-        }
+        specs = {p: _target(cfg, str(addr[p]), name, p) for p in cfg.protocols}
         for p in cfg.protocols:
             if stop.is_set():
                 break

@@ -73,10 +73,13 @@ def from_file(path: Path) -> list[dict[str, Any]]:
         raise PayloadError(f"cannot read payload file {path}: {e.strerror or e}") from None
     try:
         doc = json.loads(text)
-        docs = doc if isinstance(doc, list) else [doc]
-        return [_check_doc(d, f"{path} item {i + 1}") for i, d in enumerate(docs)]
     except json.JSONDecodeError:
         pass
+    else:
+        docs = doc if isinstance(doc, list) else [doc]
+        if not docs:
+            raise PayloadError(f"payload file {path} holds an empty list: give at least one OIP inference request")
+        return [_check_doc(d, f"{path} item {i + 1}") for i, d in enumerate(docs)]
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -14,6 +14,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from satpoint.redact import redact_url
 from satpoint.reports.html_data import MAX_POINTS, FolderData, folder_labels, load_folder
 from satpoint.reports.html_plots import PLOTS, folder_colour
 from satpoint.reports.html_tables import (
@@ -141,9 +142,10 @@ def _subtitle(folders: list[FolderData]) -> str:
     for f in folders:
         t = f.summary.get("target", {})
         sw = f'<span class="swatch" style="background:{esc(f.colour)}"></span>' if len(folders) > 1 else ""
+        url = redact_url(str(t.get("url") or "?"))
         parts.append(
             f"<div>{sw}<strong>{esc(f.kind)}</strong> · {esc(t.get('protocol') or '?')} "
-            f'<span class="path">{esc(t.get("url") or "?")}</span> · model <strong>{esc(t.get("model") or "?")}'
+            f'<span class="path">{esc(url)}</span> · model <strong>{esc(t.get("model") or "?")}'
             f"</strong> · created {fmt_time(f.summary.get('created_unix'))} · satpoint "
             f"{esc(f.summary.get('tool_version') or '?')}</div>"
         )

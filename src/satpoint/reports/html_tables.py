@@ -9,11 +9,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from satpoint.redact import redact_header_line, redact_text, redact_url
 from satpoint.reports.html_data import FolderData
 from satpoint.reports.html_plots import verdict_colour
 
 MAX_VALUE_CHARS = 400
-SECRET_WORDS = ("authorization", "auth", "token", "secret", "password", "cookie", "api-key", "apikey", "key")
 
 
 def esc(x: object) -> str:
@@ -123,20 +123,20 @@ def flatten(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
     return out
 
 
-def redact_header(h: str) -> str:
-    name, sep, _ = h.partition(":")
-    if sep and any(w in name.strip().lower() for w in SECRET_WORDS):
-        return f"{name}: (hidden)"
-    return h
-
-
 def target_pairs(target: dict[str, Any]) -> list[tuple[str, str]]:
+    """The results header's target as table rows; URL and headers redacted again (``satpoint.redact``),
+    for folders written before results.json was redacted."""
     t = dict(target)
     headers = t.pop("headers", None)
     meta = t.pop("metadata", None)
+    if isinstance(t.get("url"), str):
+        t["url"] = redact_url(t["url"])
     pairs = flatten(t)
     if headers:
-        shown = [redact_header(str(h)) for h in headers] if isinstance(headers, list) else headers
+        if isinstance(headers, list):
+            shown: Any = [redact_header_line(str(h)) for h in headers]
+        else:
+            shown = redact_text(str(headers))
         pairs.append(("headers", value_html(shown)))
     if isinstance(meta, dict):
         pairs.extend(flatten(meta, "metadata"))
@@ -266,7 +266,7 @@ def headline_rows(folders: list[FolderData]) -> list[tuple[str, list[str]]]:
         return name, [fn(f) for f in folders]
 
     def tgt(f: FolderData, k: str) -> str:
-        return esc(f.summary.get("target", {}).get(k) or "–")
+        return esc(redact_url(str(f.summary.get("target", {}).get(k) or "–")))
 
     def stable_max(f: FolderData) -> str:
         st = [s for s in f.summary.get("stages", []) if s.get("verdict") == "stable"]

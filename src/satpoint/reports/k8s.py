@@ -39,11 +39,28 @@ spec:
 """
 
 
+def max_replicas_choice(rec: Recommendation) -> tuple[int, str]:
+    """The HPA's maxReplicas and a sentence saying why: ``ceil(peak / target)`` with a peak; without one
+    there is nothing to size it by, so it stays at minReplicas (the HPA cannot scale out)."""
+    target = quantity(rec.target_rps_per_replica)
+    if rec.replicas:
+        return rec.replicas, (
+            f"maxReplicas {rec.replicas} = ceil(peak {rec.peak_rps:g} rps / {target} rps per replica)"
+        )
+    chosen = max(rec.min_replicas or 1, 1)
+    return chosen, (
+        f"maxReplicas {chosen} (= minReplicas): no --peak-rps was given, so there is nothing to size it by and "
+        f"the HPA cannot scale out; give --peak-rps P for maxReplicas = ceil(P / {target} rps per replica), "
+        "or edit maxReplicas"
+    )
+
+
 def hpa_yaml(model: str, rec: Recommendation, namespace: str) -> str:
-    max_replicas = rec.replicas or max(rec.min_replicas or 1, 1)
+    max_replicas, why = max_replicas_choice(rec)
     min_replicas = rec.min_replicas or 1
     average = quantity(rec.target_rps_per_replica)
-    return f"""apiVersion: autoscaling/v2
+    return f"""# satpoint: {why}
+apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:
   name: {model}-model-hpa

@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.plan import RateCurve, Stage, StageSpan, spans
+from satpoint.redact import redact_url
 
 VERDICT_STYLE = {
     "stable": "green",
@@ -127,7 +129,8 @@ def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windo
 
 def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> None:
     tgt = summary["target"]
-    console.print(f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {tgt['url']} model [bold]{tgt['model']}[/]")
+    url = escape(redact_url(str(tgt["url"])))
+    console.print(f"[bold]satpoint[/] {summary['kind']} · {tgt['protocol']} {url} model [bold]{tgt['model']}[/]")
     console.print(stage_table(summary["stages"]))
     if summary.get("mode") == "closed_loop":
         console.print("closed loop: each user waits for its response; latency = done − actual send (hides queueing)")

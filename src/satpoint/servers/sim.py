@@ -8,7 +8,8 @@ Run it with ``python -m satpoint.servers.sim --port 0 --slots 2 --service-ms 20`
 
     satpoint sim listening on http://127.0.0.1:PORT (capacity X rps)
 
-and it serves until SIGTERM or SIGINT, then exits with code 0.
+(``https://`` with ``--tls-cert``/``--tls-key``; ``--tls-client-ca`` also requires client certificates
+signed by that CA) and it serves until SIGTERM or SIGINT, then exits with code 0.
 
 Endpoints
 ---------
@@ -89,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered HTTP 500")
     p.add_argument("--model", default=d.model, help=f"model name served (default {d.model})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
+    p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
+    p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")
     return p
 
 
@@ -98,15 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns 0 after a clean stop, 1 if it cannot listen; bad arguments exit with argparse's code 2.
     """
     from satpoint.errors import ConfigError, SatpointError
+    from satpoint.servers.sim_tls import SimTls
 
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         config = SimConfig.from_args(args)
-    except ConfigError as exc:
+        tls = SimTls.from_paths(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except (ConfigError, ValueError) as exc:
         parser.error(str(exc))
     try:
-        run(config)
+        run(config, tls=tls)
     except SatpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ from typing import Any
 import grpc
 
 from satpoint.servers.sim_model import DISTS, SimConfig, SlotScheduler
+from satpoint.servers.sim_tls import SimTls
 from satpoint.transports.grpc_proto import SERVICE, message
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
@@ -137,11 +138,12 @@ async def serve(
     stop: asyncio.Event | None = None,
     on_listening: Callable[[str, int], None] | None = None,
     handle_signals: bool = True,
-    tls: tuple[bytes, bytes] | None = None,
+    tls: SimTls | tuple[bytes, bytes] | None = None,
 ) -> int:
     """Serve ``config`` over gRPC until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``).
 
-    ``tls`` = (certificate chain PEM, private key PEM) serves TLS.  Calls ``on_listening(host, port)``
+    ``tls`` serves TLS: a :class:`SimTls` (with ``client_ca_file``: mTLS), or (certificate chain PEM,
+    private key PEM).  Calls ``on_listening(host, port)``
     once listening (the real port, also when ``config.port`` is 0).  Returns the number of answers.
     """
     loop = asyncio.get_running_loop()
@@ -152,7 +154,7 @@ async def serve(
     server.add_generic_rpc_handlers((_handler(servicer),))
     host = f"[{config.host}]" if ":" in config.host else config.host
     if tls is not None:
-        creds = grpc.ssl_server_credentials([(tls[1], tls[0])])
+        creds = tls.grpc_credentials() if isinstance(tls, SimTls) else grpc.ssl_server_credentials([(tls[1], tls[0])])
         port = server.add_secure_port(f"{host}:{config.port}", creds)
     else:
         port = server.add_insecure_port(f"{host}:{config.port}")
@@ -185,7 +187,7 @@ def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False
     return f"satpoint sim listening on {scheme}://{h}:{port} (capacity {config.capacity_rps:.6g} rps)"
 
 
-def run(config: SimConfig, *, tls: tuple[bytes, bytes] | None = None) -> None:
+def run(config: SimConfig, *, tls: SimTls | tuple[bytes, bytes] | None = None) -> None:
     """Run the gRPC sim on uvloop until SIGTERM/SIGINT, printing the listening line to stdout."""
     import uvloop
 
@@ -218,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
+    p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")
     return p
 
 
@@ -230,12 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = SimConfig.from_args(args)
     except ConfigError as exc:
         parser.error(str(exc))
-    tls = None
-    if args.tls_cert or args.tls_key:
-        if not (args.tls_cert and args.tls_key):
-            parser.error("--tls-cert and --tls-key go together")
-        with open(args.tls_cert, "rb") as c, open(args.tls_key, "rb") as k:
-            tls = (c.read(), k.read())
+    try:
+        tls = SimTls.from_paths(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except ValueError as exc:
+        parser.error(str(exc))
     run(config, tls=tls)
     return 0
 

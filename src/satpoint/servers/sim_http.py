@@ -25,6 +25,7 @@ import httptools
 
 from satpoint.errors import SatpointError
 from satpoint.servers.sim_model import SimConfig, SlotScheduler
+from satpoint.servers.sim_tls import SimTls
 
 SERVER_NAME = "satpoint-sim"
 SERVER_VERSION = "0.1.0"
@@ -376,17 +377,22 @@ async def serve(
     stop: asyncio.Event | None = None,
     on_listening: Callable[[str, int], None] | None = None,
     handle_signals: bool = True,
+    tls: SimTls | None = None,
 ) -> int:
     """Serve ``config`` until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``).
 
     Calls ``on_listening(host, port)`` once listening (the real port, also when ``config.port`` is 0).
-    Returns the number of responses written.
+    ``tls`` serves HTTPS (with ``client_ca_file``: clients must present a certificate).  Returns the
+    number of responses written.
     """
     loop = asyncio.get_running_loop()
     stop_event = stop if stop is not None else asyncio.Event()
     state = _SimServer(config, loop, time.perf_counter())
+    ssl_context = tls.ssl_context() if tls is not None else None
     try:
-        server = await loop.create_server(state.new_protocol, config.host, config.port, reuse_address=True)
+        server = await loop.create_server(
+            state.new_protocol, config.host, config.port, reuse_address=True, ssl=ssl_context
+        )
     except OSError as exc:
         raise SatpointError(
             f"sim: cannot listen on {_url_host(config.host)}:{config.port}: {exc.strerror or exc}"
@@ -416,11 +422,12 @@ async def serve(
     return state.answered
 
 
-def listening_line(host: str, port: int, config: SimConfig) -> str:
-    return f"satpoint sim listening on http://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
+    scheme = "https" if tls else "http"
+    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
 
 
-def run(config: SimConfig) -> None:
+def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
     """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
 
     Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
@@ -428,11 +435,11 @@ def run(config: SimConfig) -> None:
     import uvloop
 
     def announce(host: str, port: int) -> None:
-        print(listening_line(host, port, config), flush=True)
+        print(listening_line(host, port, config, tls=tls is not None), flush=True)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         try:
-            answered = runner.run(serve(config, on_listening=announce))
+            answered = runner.run(serve(config, on_listening=announce, tls=tls))
         except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
             return
     print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)

@@ -10,8 +10,9 @@ to the log::
     satpoint sim listening on grpc://127.0.0.1:PORT (capacity X rps)     # gRPC
 
 and :attr:`SimServer.url` is then what satpoint's ``--url`` takes for that protocol:
-``http://127.0.0.1:PORT`` for REST, ``127.0.0.1:PORT`` for gRPC (``grpcs://127.0.0.1:PORT`` if TLS was
-asked for through ``extra_args``)::
+``http://127.0.0.1:PORT`` for REST, ``127.0.0.1:PORT`` for gRPC; with ``tls_cert``/``tls_key`` (or TLS
+asked for through ``extra_args``) ``https://127.0.0.1:PORT`` and ``grpcs://127.0.0.1:PORT``, and with
+``tls_client_ca`` the server requires client certificates signed by that CA (mTLS)::
 
     with SimServer(slots=4, service_ms=10) as sim:           # capacity 400 rps
         run(sim.target(), ...)                              # Target(url=sim.url, model="sim", protocol="rest")
@@ -83,6 +84,9 @@ class SimServer:
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 20.0,
         log_dir: Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        tls_client_ca: str | Path | None = None,
     ) -> None:
         _check_int("slots", slots, minimum=1)
         _check_number("service_ms", service_ms, positive=True)
@@ -108,6 +112,8 @@ class SimServer:
         if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
             raise ValueError(f"SimServer: extra_args must be a sequence of strings, got {extra_args!r}")
         _check_number("startup_timeout_s", startup_timeout_s, positive=True)
+        if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+            raise ValueError("SimServer: tls_cert and tls_key go together; tls_client_ca needs them")
 
         self.slots = slots
         self.service_ms = float(service_ms)
@@ -122,6 +128,7 @@ class SimServer:
         self.extra_args = tuple(extra_args)
         self.startup_timeout_s = float(startup_timeout_s)
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.tls_files = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--tls-client-ca": tls_client_ca}
         #: long-run completion rate when overloaded, without pauses: ``slots / (service_ms / 1000)``.
         self.capacity_rps = slots / (self.service_ms / 1000.0)
 
@@ -141,6 +148,9 @@ class SimServer:
         if self.pause_every_s is not None:
             argv += ["--pause-every", repr(float(self.pause_every_s)), "--pause-s", repr(self.pause_s)]
         argv += ["--error-rate", repr(self.error_rate), "--model", self.model, "--seed", str(self.seed)]
+        for flag, path in self.tls_files.items():
+            if path is not None:
+                argv += [flag, str(path)]
         return [*argv, *self.extra_args]
 
     # -- lifecycle --------------------------------------------------------------------------------------

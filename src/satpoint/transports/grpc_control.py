@@ -3,10 +3,16 @@ the hot path.  The functions mirror ``rest_control`` so callers can switch on th
 
 Targets are ``host:port``, ``grpc://host:port`` or ``grpcs://host:port`` (TLS).  ``headers`` become
 gRPC metadata (e.g. ``[("seldon-model", "iris")]`` for Seldon Core 2 routing).
+
+Plaintext calls go through grpcio.  TLS calls go through ``grpc_unary`` with the same ``ssl.SSLContext``
+as the hot path (grpcio has its own TLS stack and roots, and cannot skip verification for
+``--insecure``); its failures look like grpcio's (``grpc.RpcError`` with ``code()``/``details()``), and a
+certificate that does not verify raises ``TargetUnreachable`` saying what to do.
 """
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +25,10 @@ import grpc
 from satpoint.errors import ConfigError, ModelNotFound, TargetUnreachable
 from satpoint.transports.grpc_codec import metadata_to_dict, normalize_metadata, status_name
 from satpoint.transports.grpc_proto import message, method_path
+from satpoint.transports.grpc_unary import ClosedEarly, UnaryError, unary_call
+from satpoint.transports.tls import TlsOptions, explain_tls_error
+
+_STATUS = {c.value[0]: c for c in grpc.StatusCode}
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,7 @@ class GrpcTarget:
     cert_file: str | None = None  # client certificate chain (mTLS)
     key_file: str | None = None
     server_name: str | None = None  # TLS name to verify, if not the host
+    verify: bool = True  # False: skip certificate and host-name verification (--insecure)
 
     @property
     def address(self) -> str:
@@ -42,11 +53,23 @@ class GrpcTarget:
             return None
         from satpoint.transports.grpc_wire import client_ssl_context
 
-        return client_ssl_context(self.ca_file, self.cert_file, self.key_file)
+        return client_ssl_context(self.ca_file, self.cert_file, self.key_file, verify=self.verify)
+
+    def tls_options(self) -> TlsOptions | None:
+        if not self.tls:
+            return None
+        return TlsOptions(self.ca_file, self.cert_file, self.key_file, self.verify, self.server_name)
 
 
-def parse_target(url: str, *, tls: bool | None = None, ca_file: str | None = None) -> GrpcTarget:
-    """``grpc://h:p`` / ``grpcs://h:p`` / ``h:p`` (port default 8081, MLServer's gRPC port)."""
+def parse_target(
+    url: str,
+    *,
+    tls: bool | None = None,
+    ca_file: str | None = None,
+    options: TlsOptions | None = None,
+) -> GrpcTarget:
+    """``grpc://h:p`` / ``grpcs://h:p`` / ``h:p`` (port default 8081, MLServer's gRPC port); ``options``
+    sets up TLS (CA, client certificate, verification) when the target uses it."""
     parts = urlsplit(url if "://" in url else "grpc://" + url)
     if parts.scheme not in ("grpc", "grpcs", "http", "https"):
         raise ConfigError(f"unsupported URL scheme {parts.scheme!r} for gRPC (use grpc:// or grpcs://)")
@@ -57,7 +80,19 @@ def parse_target(url: str, *, tls: bool | None = None, ca_file: str | None = Non
         port = parts.port or 8081
     except ValueError:
         raise ConfigError(f"bad port in {url!r}") from None
-    return GrpcTarget(parts.hostname or "127.0.0.1", port, use_tls, ca_file)
+    host = parts.hostname or "127.0.0.1"
+    if options is None:
+        return GrpcTarget(host, port, use_tls, ca_file)
+    return GrpcTarget(
+        host,
+        port,
+        use_tls,
+        options.ca_file or ca_file,
+        options.cert_file,
+        options.key_file,
+        options.server_hostname,
+        options.verify,
+    )
 
 
 def _read(path: str | None) -> bytes | None:
@@ -74,6 +109,55 @@ def open_channel(target: GrpcTarget) -> grpc.Channel:
     return grpc.insecure_channel(target.address, options=options)
 
 
+class WireRpcError(grpc.RpcError):  # type: ignore[misc]
+    """A failed TLS control call, shaped like grpcio's errors."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self._code = _STATUS.get(code, grpc.StatusCode.UNKNOWN)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def _tls_call(
+    target: GrpcTarget, method: str, request: bytes, meta: Sequence[tuple[str, str]], timeout_s: float
+) -> bytes:
+    """One unary call over TLS with the hot path's context (see the module docstring)."""
+    try:
+        context = target.ssl_context()
+    except (OSError, ssl.SSLError) as e:
+        raise TargetUnreachable(f"cannot set up TLS for {target.address}: {e}") from None
+    try:
+        return unary_call(
+            target.host,
+            target.port,
+            method_path(method),
+            request,
+            metadata=meta,
+            ssl_context=context,
+            server_hostname=target.server_name,
+            authority=target.address,
+            timeout_s=timeout_s,
+        )
+    except ClosedEarly:  # after a handshake that seemed fine: a refused client certificate (TLS 1.3)
+        why = explain_tls_error(ConnectionResetError("right after the handshake"), target.tls_options())
+        raise TargetUnreachable(f"gRPC {method} at {target.address}: {why}") from None
+    except UnaryError as e:
+        raise WireRpcError(e.code, e.details) from None
+    except ConnectionRefusedError as e:
+        raise WireRpcError(14, str(e)) from None
+    except OSError as e:  # ssl.SSLError included
+        why = explain_tls_error(e, target.tls_options())
+        if why is not None:
+            raise TargetUnreachable(f"gRPC {method} at {target.address}: {why}") from None
+        raise WireRpcError(4 if isinstance(e, socket.timeout) else 14, str(e)) from None
+
+
 def _call(
     target: GrpcTarget,
     method: str,
@@ -83,6 +167,8 @@ def _call(
     timeout_s: float = 5.0,
 ) -> Any:
     meta = normalize_metadata(headers)
+    if target.tls:
+        return message(response).FromString(_tls_call(target, method, request.SerializeToString(), meta, timeout_s))
     with open_channel(target) as channel:
         call = channel.unary_unary(
             method_path(method),
@@ -157,6 +243,8 @@ def infer_once(
     """
     meta = normalize_metadata(headers)
     try:
+        if target.tls:
+            return 0, "OK", _tls_call(target, "ModelInfer", request, meta, timeout_s)
         with open_channel(target) as channel:
             call = channel.unary_unary(method_path("ModelInfer"))  # bytes in, bytes out
             resp: bytes = call(request, metadata=meta or None, timeout=timeout_s)

@@ -57,6 +57,7 @@ from hpack import Decoder, HPACKError
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports.grpc_codec import grpc_frame
 from satpoint.transports.grpc_proto import method_path
+from satpoint.transports.tls import TlsOptions
 
 perf = time.perf_counter
 
@@ -830,11 +831,4 @@ def client_ssl_context(
     ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None, verify: bool = True
 ) -> _ssl.SSLContext:
     """A TLS client context for gRPC: ALPN ``h2``, optional CA bundle and client certificate (mTLS)."""
-    ctx = _ssl.create_default_context(cafile=ca_file)
-    if not verify:
-        ctx.check_hostname = False
-        ctx.verify_mode = _ssl.CERT_NONE
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file)
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
+    return TlsOptions(ca_file, cert_file, key_file, verify).context(alpn=("h2",))

@@ -26,22 +26,26 @@ chunked: an HTTP/1.0 proxy's 503 page) -> its status; interim 1xx answers are sk
 nobody asked for drops its connection.  Connects are bounded: ``prepare`` by ``PREPARE_CONNECT_S``, a
 connect on demand by the request's timeout (``expire`` cancels it, so a late connect never sends a
 request that has already timed out).
+
+``https://``: the pool opens its connections with ``ssl=`` (an ``ssl.SSLContext``, see
+``transports.tls``); sending and parsing are the same code, so plain HTTP pays nothing for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import math
+import ssl as _ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 
 from satpoint.metrics.records import Outcome, Records
+from satpoint.transports.http_answer import AnswerHead, keep_alive_idle_s
 
 perf = time.perf_counter
 _OK, _HTTP_ERROR = int(Outcome.OK), int(Outcome.HTTP_ERROR)
@@ -84,69 +88,38 @@ def encode_json_body(doc: object) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def split_url(url: str) -> tuple[str, int]:
-    host, port, _ = split_base_url(url)
-    return host, port
+@dataclass(frozen=True)
+class RestAddress:
+    """Where a REST base URL points: host, port, TLS, the path prefix and the query every request keeps."""
+
+    host: str
+    port: int
+    tls: bool = False
+    prefix: str = ""  # the base URL's path without its trailing slash (a gateway's route)
+    query: str = ""  # kept on every request (e.g. a gateway's ?token=)
+
+    def path(self, path: str) -> str:
+        """The request target for ``path`` (e.g. ``/v2/models/m/infer``) under this base."""
+        return self.prefix + path + (f"?{self.query}" if self.query else "")
 
 
-def split_base_url(url: str) -> tuple[str, int, str]:
-    """(host, port, path prefix) of a REST base URL; the prefix (``/seldon/ns/model`` behind a gateway)
-    has no trailing slash and goes in front of every OIP path."""
+def parse_url(url: str) -> RestAddress:
+    """``http[s]://[userinfo@]host[:port][/prefix][?query]`` (scheme optional: http)."""
     parts = urlsplit(url if "://" in url else "http://" + url)
-    if parts.scheme not in ("http", ""):
-        raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http://)")
-    return parts.hostname or "127.0.0.1", parts.port or 80, parts.path.rstrip("/")
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} for REST (use http:// or https://)")
+    tls = parts.scheme == "https"
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError:
+        raise ValueError(f"bad port in the URL ({parts.hostname})") from None
+    return RestAddress(parts.hostname or "127.0.0.1", port, tls, parts.path.rstrip("/"), parts.query)
 
 
-def keep_alive_idle_s(timeout_s: float) -> float:
-    """How long to keep a connection idle when the server keeps it ``timeout_s``: a margin under it
-    (the sweep runs every 0.25 s and the server's timer is not ours)."""
-    return max(0.5 * timeout_s, timeout_s - 1.0)
-
-
-class AnswerHead:
-    """A careful parse of the first bytes of an answer (off the hot path): status, framing, Keep-Alive."""
-
-    def __init__(self, data: bytes) -> None:
-        self.status = 0
-        self.headers_done = False
-        self.complete = False
-        self.framed = False  # Content-Length or Transfer-Encoding: the answer does not end at EOF
-        self.keep_alive_timeout_s: float | None = None
-        parser = httptools.HttpResponseParser(self)
-        with contextlib.suppress(httptools.HttpParserError):
-            parser.feed_data(data)
-        if self.headers_done:
-            self.status = parser.get_status_code()
-
-    # httptools callbacks
-    def on_message_begin(self) -> None:
-        self.headers_done = self.complete = self.framed = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.lower()
-        if key in (b"content-length", b"transfer-encoding"):
-            self.framed = True
-        elif key == b"keep-alive":
-            for part in value.split(b","):
-                k, _, v = part.partition(b"=")
-                if k.strip().lower() == b"timeout":
-                    with contextlib.suppress(ValueError):
-                        t = float(v.strip().strip(b'"'))
-                        if math.isfinite(t) and t >= 0:
-                            self.keep_alive_timeout_s = t
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-    @property
-    def ends_at_close(self) -> bool:
-        """The answer's body runs until the server closes (RFC 9112 §6.3 rule 8), so an EOF completes it."""
-        body_allowed = self.status >= 200 and self.status not in (204, 304)
-        return self.headers_done and not self.complete and not self.framed and body_allowed
+def split_url(url: str) -> tuple[str, int]:
+    """(host, port) of a REST base URL."""
+    address = parse_url(url)
+    return address.host, address.port
 
 
 class _Conn(asyncio.Protocol):
@@ -294,11 +267,16 @@ class RestPool:
         requests: Sequence[bytes],
         max_inflight: int,
         idle_s: float = DEFAULT_IDLE_S,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self.rec = rec
         self.on_free = on_free
         self.host = host
         self.port = port
+        self.ssl = ssl
+        self.server_hostname = server_hostname
         self.requests = list(requests)
         self.max_inflight = max_inflight
         self.idle_s = idle_s
@@ -332,11 +310,7 @@ class RestPool:
         self._all.update(conns)
         self.connections_opened += n
         results = await asyncio.gather(
-            *(
-                asyncio.wait_for(self._loop.create_connection(lambda c=c: c, self.host, self.port), PREPARE_CONNECT_S)  # type: ignore[misc]
-                for c in conns
-            ),
-            return_exceptions=True,
+            *(asyncio.wait_for(self._connect(c), PREPARE_CONNECT_S) for c in conns), return_exceptions=True
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         for c, r in zip(conns, results, strict=True):
@@ -373,18 +347,25 @@ class RestPool:
         self._sent[idx] = now
         conn.sent_at = now
         conn.pending = self.requests[payload_idx]
-        self._connect(conn)
+        self._start_open(conn)
         return True
 
-    def _connect(self, conn: _Conn) -> None:
+    def _start_open(self, conn: _Conn) -> None:
+        """Open a connection for ``conn`` in the background (its request is written once connected)."""
         self.connections_opened += 1
         task = self._loop.create_task(self._open(conn))
         task.add_done_callback(_quiet)
         conn.opener = task
 
+    def _connect(self, conn: _Conn) -> Coroutine[Any, Any, Any]:
+        if self.ssl is None:
+            return self._loop.create_connection(lambda: conn, self.host, self.port)
+        hostname = self.server_hostname or self.host
+        return self._loop.create_connection(lambda: conn, self.host, self.port, ssl=self.ssl, server_hostname=hostname)
+
     async def _open(self, conn: _Conn) -> None:
         try:
-            await self._loop.create_connection(lambda: conn, self.host, self.port)
+            await self._connect(conn)
         except ConnectionRefusedError:
             self._fail_open(conn, Outcome.CONN_REFUSED)
         except OSError:
@@ -409,7 +390,7 @@ class RestPool:
         conn.sent_at = old.sent_at
         conn.pending = old.req
         self._all.add(conn)
-        self._connect(conn)
+        self._start_open(conn)
 
     def _release(self, conn: _Conn) -> None:
         if self._closing:

@@ -1,14 +1,31 @@
-"""Control calls over OIP REST (readiness, metadata, model list): stdlib HTTP, off the hot path."""
+"""Control calls over OIP REST (readiness, metadata, model list): stdlib HTTP, off the hot path.
+
+``base_url`` is ``http[s]://host[:port][/prefix][?query]``: paths go after the prefix and the query
+(e.g. a gateway's ``?token=``) is kept on every call; userinfo is never sent as part of the URL (the
+caller turns it into an ``Authorization`` header, see ``endpoints.spec.Target.wire_headers``).  ``tls``
+sets up ``https://`` (verification, CA, client certificate).  Errors name the URL redacted.
+"""
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from satpoint.errors import ModelNotFound, TargetUnreachable
+from satpoint.redact import redact_url
+from satpoint.transports.tls import TlsOptions, explain_tls_error
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """``base_url`` + ``path`` after its path prefix, keeping its query, without its userinfo."""
+    parts = urlsplit(base_url if "://" in base_url else "http://" + base_url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + path, parts.query, ""))
 
 
 def _request(
@@ -17,31 +34,40 @@ def _request(
     body: bytes | None = None,
     headers: Sequence[tuple[str, str]] = (),
     timeout_s: float = 5.0,
+    tls: TlsOptions | None = None,
 ) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method=method)
     for k, v in headers:
         req.add_header(k, v)
     if body is not None:
         req.add_header("Content-Type", "application/json")
+    context: ssl.SSLContext | None = None
+    if url.startswith("https:"):
+        try:
+            context = (tls or TlsOptions()).context()
+        except (OSError, ssl.SSLError) as e:
+            raise TargetUnreachable(f"cannot set up TLS for {redact_url(url)}: {e}") from None
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
             return int(resp.status), resp.read()
     except urllib.error.HTTPError as e:
         return int(e.code), e.read()
     except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise TargetUnreachable(f"cannot reach {url}: {reason}") from None
+        reason = explain_tls_error(e, (tls or TlsOptions()) if context is not None else None)
+        if reason is None:
+            reason = str(getattr(e, "reason", e))
+        raise TargetUnreachable(f"cannot reach {redact_url(url)}: {reason}") from None
 
 
-def server_ready(base_url: str, headers: Sequence[tuple[str, str]] = ()) -> bool:
-    status, _ = _request(base_url.rstrip("/") + "/v2/health/ready", headers=headers)
+def server_ready(base_url: str, headers: Sequence[tuple[str, str]] = (), *, tls: TlsOptions | None = None) -> bool:
+    status, _ = _request(endpoint_url(base_url, "/v2/health/ready"), headers=headers, tls=tls)
     return status == 200
 
 
-def list_models(base_url: str, headers: Sequence[tuple[str, str]] = ()) -> list[str]:
+def list_models(base_url: str, headers: Sequence[tuple[str, str]] = (), *, tls: TlsOptions | None = None) -> list[str]:
     """Model names from MLServer's repository index (empty if the server has no such route)."""
     try:
-        status, body = _request(base_url.rstrip("/") + "/v2/repository/index", "POST", b"{}", headers)
+        status, body = _request(endpoint_url(base_url, "/v2/repository/index"), "POST", b"{}", headers, tls=tls)
     except TargetUnreachable:
         return []
     if status != 200:
@@ -59,15 +85,19 @@ def model_path(model: str, version: str | None) -> str:
 
 
 def model_metadata(
-    base_url: str, model: str, version: str | None = None, headers: Sequence[tuple[str, str]] = ()
+    base_url: str,
+    model: str,
+    version: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    tls: TlsOptions | None = None,
 ) -> dict[str, Any]:
     """``GET /v2/models/{model}``; a clear error naming the models the server has when not found."""
-    base = base_url.rstrip("/")
-    status, body = _request(base + model_path(model, version), headers=headers)
+    status, body = _request(endpoint_url(base_url, model_path(model, version)), headers=headers, tls=tls)
     if status == 404 or status == 400:
-        known = list_models(base, headers)
+        known = list_models(base_url, headers, tls=tls)
         hint = f"; the server has: {', '.join(known)}" if known else ""
-        raise ModelNotFound(f"model {model!r} not found at {base_url}{hint}")
+        raise ModelNotFound(f"model {model!r} not found at {redact_url(base_url)}{hint}")
     if status != 200:
         raise TargetUnreachable(f"model metadata for {model!r} failed: HTTP {status}: {body[:200]!r}")
     try:
@@ -79,8 +109,15 @@ def model_metadata(
     return doc
 
 
-def model_ready(base_url: str, model: str, version: str | None = None, headers: Sequence[tuple[str, str]] = ()) -> bool:
-    status, _ = _request(base_url.rstrip("/") + model_path(model, version) + "/ready", headers=headers)
+def model_ready(
+    base_url: str,
+    model: str,
+    version: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    tls: TlsOptions | None = None,
+) -> bool:
+    status, _ = _request(endpoint_url(base_url, model_path(model, version) + "/ready"), headers=headers, tls=tls)
     return status == 200
 
 
@@ -91,7 +128,9 @@ def infer_once(
     version: str | None = None,
     headers: Sequence[tuple[str, str]] = (),
     timeout_s: float = 30.0,
+    *,
+    tls: TlsOptions | None = None,
 ) -> tuple[int, bytes]:
     """One inference, used to check a payload before the run."""
-    url = base_url.rstrip("/") + model_path(model, version) + "/infer"
-    return _request(url, "POST", body, headers, timeout_s)
+    url = endpoint_url(base_url, model_path(model, version) + "/infer")
+    return _request(url, "POST", body, headers, timeout_s, tls=tls)

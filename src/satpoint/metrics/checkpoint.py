@@ -1,0 +1,272 @@
+"""Row checkpoints: an append-only file per generator process, so a cut-off run keeps its rows.
+
+While a segment runs, each generator process (shard) appends *frames* to its own file
+``segment-NNN.shard-K.rows`` about once a second.  A frame holds the rows that became due since the
+previous frame (whatever their state: in flight, waiting for a slot, already answered) and the rows that
+have changed since they were last written (answered, or sent after waiting), with their row index.
+Reading a file back, the last version of each row wins.  Every row is therefore written at most a few
+times (due, sent after waiting, finished), so the total cost is linear in the run's length and the
+cost of one checkpoint is proportional to the rows of the last interval, not to the run so far.
+
+Frame layout (little endian)::
+
+    b"SPC2"  u32 flags (1 = final)  i64 rows  f64 now_s  i64 due    then rows x ROW (39 bytes)
+
+(``b"SPCK"`` frames, from before the ``retried`` column, have 38-byte rows without it; they still read.)
+
+``now_s`` is the run clock when the frame was taken and ``due`` the number of rows due by then (the
+shard's first ``due`` rows).  A final frame is written when the shard ends normally: its rows are the
+shard's records exactly.  Without one (the process was killed, the disk filled up), rows that were
+still in flight at the last frame become ``UNFINISHED`` and rows still waiting for a slot ``NOT_SENT``,
+both censored at the last frame's time, as an interruption would have left them.  A frame cut short
+by the crash is ignored.
+
+Building a frame happens on the event loop (a few vectorised numpy operations over the rows of the
+last interval); the write itself happens on a background thread, so a slow disk never stalls sending.
+A write error (a full disk) stops checkpointing for the rest of the segment and is reported once; the
+rows stay in memory and the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from satpoint.metrics.records import Outcome, Records
+
+ROW = np.dtype(
+    [
+        ("idx", "<i8"),
+        ("intended", "<f8"),
+        ("sent", "<f8"),
+        ("done", "<f8"),
+        ("outcome", "i1"),
+        ("status", "<i4"),
+        ("waited", "?"),
+        ("retried", "?"),
+    ]
+)
+#: the row layout of ``b"SPCK"`` frames (no ``retried``)
+ROW_V1 = np.dtype(
+    [
+        ("idx", "<i8"),
+        ("intended", "<f8"),
+        ("sent", "<f8"),
+        ("done", "<f8"),
+        ("outcome", "i1"),
+        ("status", "<i4"),
+        ("waited", "?"),
+    ]
+)
+_HEADER = struct.Struct("<4sIqdq")
+_MAGIC = b"SPC2"
+_LAYOUTS = {_MAGIC: ROW, b"SPCK": ROW_V1}
+_FINAL = 1
+#: seconds between checkpoints while a segment runs
+INTERVAL_S = 1.0
+
+
+def shard_file(out_dir: Path, segment: int, shard: int) -> Path:
+    return Path(out_dir) / f"segment-{segment:03d}.shard-{shard}.rows"
+
+
+def shard_files(out_dir: Path, segment: int) -> list[Path]:
+    """The checkpoint files of a segment, in shard order."""
+    files = Path(out_dir).glob(f"segment-{segment:03d}.shard-*.rows")
+    return sorted(files, key=lambda p: int(p.name.rsplit(".", 2)[-2].split("-")[1]))
+
+
+def remove_shard_files(out_dir: Path, segment: int) -> None:
+    for path in shard_files(out_dir, segment):
+        path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where a segment's shards write their checkpoints (picklable: it travels to generator processes)."""
+
+    out_dir: Path
+    segment: int
+    interval_s: float = INTERVAL_S
+
+    def path(self, shard: int) -> Path:
+        return shard_file(self.out_dir, self.segment, shard)
+
+
+class RowCheckpoint:
+    """Appends frames of one shard's rows to its file (see the module docstring).
+
+    ``write`` is called on the event loop with the live columns (``sent``/``done`` hold raw
+    ``perf_counter`` values, ``t0`` is the run clock's origin) and ``due``, the number of leading rows
+    that are due so far."""
+
+    def __init__(self, path: Path, on_error: Callable[[str], None] | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="satpoint-checkpoint")
+        self._lock = threading.Lock()
+        self._on_error = on_error
+        self.error: str | None = None
+        self._good_size = 0
+        self._due_written = 0  # rows [0, _due_written) were written at least once
+        self._lo = 0  # every row below is written in its final state
+        self._final = np.zeros(0, dtype=np.bool_)  # written in its final state (answered or given up)
+        self._sent = np.zeros(0, dtype=np.bool_)  # written with its send time
+        self._pending: list[Future[None]] = []
+        self.frames = 0
+        self.rows_written = 0
+
+    def write(self, rec: Records, due: int, t0: float, now: float, final: bool = False) -> None:
+        if self.error is not None or (due <= 0 and not final):
+            return  # nothing due yet (the generator starts ahead of its clock): nothing to keep
+        if len(self._final) < len(rec):
+            grow = len(rec) - len(self._final)
+            self._final = np.concatenate([self._final, np.zeros(grow, dtype=np.bool_)])
+            self._sent = np.concatenate([self._sent, np.zeros(grow, dtype=np.bool_)])
+        lo, new = self._lo, self._due_written
+        due = min(due, len(rec))
+        done = rec.done[lo:due]
+        sent = rec.sent[lo:due]
+        is_final = ~np.isnan(done)
+        is_sent = ~np.isnan(sent)
+        changed = (is_final & ~self._final[lo:due]) | (is_sent & ~self._sent[lo:due])
+        if new > lo:
+            changed[new - lo :] = True  # newly due rows are written whatever their state
+        else:
+            changed[:] = True
+        rows = np.flatnonzero(changed) + lo
+        frame = np.empty(len(rows), dtype=ROW)
+        frame["idx"] = rows
+        frame["intended"] = rec.intended[rows]
+        frame["sent"] = rec.sent[rows] - t0
+        frame["done"] = rec.done[rows] - t0
+        frame["outcome"] = rec.outcome[rows]
+        frame["status"] = rec.status[rows]
+        frame["waited"] = rec.waited[rows]
+        frame["retried"] = rec.retried[rows]
+        self._final[lo:due] |= is_final
+        self._sent[lo:due] |= is_sent
+        unfinished = np.flatnonzero(~self._final[lo:due])
+        self._lo = lo + int(unfinished[0]) if len(unfinished) else due
+        self._due_written = max(new, due)
+        header = _HEADER.pack(_MAGIC, _FINAL if final else 0, len(frame), now - t0, due)
+        self.frames += 1
+        self.rows_written += len(frame)
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._pool.submit(self._append, header + frame.tobytes()))
+
+    def _append(self, data: bytes) -> None:
+        with self._lock:
+            if self.error is not None:
+                return
+            try:
+                self._file.write(data)
+                self._file.flush()
+                self._good_size += len(data)
+            except OSError as e:
+                self.error = f"checkpoint {self.path.name}: {e.strerror or e}; rows are kept in memory"
+                with contextlib.suppress(OSError):  # leave no partial frame behind (readers stop there)
+                    self._file.truncate(self._good_size)
+                if self._on_error is not None:
+                    self._on_error(self.error)
+
+    def flush(self) -> None:
+        """Wait until every frame handed over so far is written (or failed)."""
+        for f in self._pending:
+            f.result()
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Wait for pending writes and close the file."""
+        self._pool.shutdown(wait=True)
+        try:
+            self._file.close()
+        except OSError as e:
+            self.error = self.error or f"checkpoint {self.path.name}: {e.strerror or e}"
+
+
+@dataclass
+class Recovered:
+    records: Records
+    final: bool  # the shard wrote its final frame: these are its rows exactly
+    now_s: float  # run clock of the last frame
+    frames: int
+
+
+def read_shard_file(path: Path) -> Recovered | None:
+    """The rows of one shard's checkpoint file (None if it holds no complete frame)."""
+    data = Path(path).read_bytes()
+    pos, parts = 0, []
+    now_s, due, final = 0.0, 0, False
+    while pos + _HEADER.size <= len(data):
+        magic, flags, n, t, d = _HEADER.unpack_from(data, pos)
+        layout = _LAYOUTS.get(magic)
+        end = pos + _HEADER.size + n * (layout.itemsize if layout is not None else 0)
+        if layout is None or n < 0 or end > len(data):
+            break  # a frame cut short by the crash
+        frame = np.frombuffer(data, dtype=layout, count=n, offset=pos + _HEADER.size)
+        if layout is not ROW:  # an older frame: no row was retried
+            wide = np.zeros(n, dtype=ROW)
+            for name in ROW_V1.fields or ():
+                wide[name] = frame[name]
+            frame = wide
+        parts.append(frame)
+        now_s, due, final = float(t), int(d), bool(flags & _FINAL)
+        pos = end
+    if not parts:
+        return None
+    rows = np.concatenate(parts)
+    # the last version of each row wins: unique over the reversed rows keeps the last occurrence
+    idx_rev = rows["idx"][::-1]
+    uniq, first = np.unique(idx_rev, return_index=True)
+    latest = rows[::-1][first]
+    latest = latest[uniq < due]
+    rec = Records(
+        intended=latest["intended"].astype(np.float64),
+        sent=latest["sent"].astype(np.float64),
+        done=latest["done"].astype(np.float64),
+        outcome=latest["outcome"].astype(np.int8),
+        status=latest["status"].astype(np.int32),
+        waited=latest["waited"].astype(np.bool_),
+        retried=latest["retried"].astype(np.bool_),
+    )
+    if not final:
+        _censor_open_rows(rec, now_s)
+    return Recovered(rec, final, now_s, len(parts))
+
+
+def _censor_open_rows(rec: Records, now_s: float) -> None:
+    """Rows still open at the last frame: in flight -> UNFINISHED, waiting -> NOT_SENT, both at ``now_s``."""
+    open_rows: npt.NDArray[np.bool_] = np.isnan(rec.done)
+    inflight = open_rows & ~np.isnan(rec.sent)
+    rec.outcome[inflight] = Outcome.UNFINISHED
+    rec.outcome[open_rows & ~inflight] = Outcome.NOT_SENT
+    rec.done[open_rows] = np.maximum(now_s, rec.intended[open_rows])
+
+
+def recover_segment_rows(out_dir: Path, segment: int) -> tuple[Records, list[str]] | None:
+    """The merged rows of every shard's checkpoint of a segment, with notes; None if there are none."""
+    parts, notes = [], []
+    for path in shard_files(out_dir, segment):
+        try:
+            got = read_shard_file(path)
+        except OSError as e:
+            notes.append(f"{path.name}: unreadable ({e.strerror or e})")
+            continue
+        if got is None:
+            continue
+        parts.append(got.records)
+        state = f"the process ended at {got.now_s:.1f} s" if got.final else f"cut off at {got.now_s:.1f} s"
+        notes.append(f"{path.name}: {len(got.records)} rows recovered ({state})")
+    if not parts:
+        return None
+    return Records.merge(parts), notes
