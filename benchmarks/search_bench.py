@@ -65,7 +65,7 @@ from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import Measure, overload_rule, run_search, start_rate_from_probe
+from satpoint.saturation import Measure, SearchRun, overload_rule, run_search, start_rate_from_probe
 from satpoint.servers.sim_model import SimConfig
 from satpoint.servers.sim_process import SimServer
 
@@ -206,12 +206,12 @@ def satpoint_search(
     measure = measure_for(results)
     cooled = [0.0]
 
-    def cool(s: float) -> None:
+    def cool(s: float, most_s: float = float("inf")) -> None:
         cooled[0] += s
         cooldown(s)
 
     t0 = time.monotonic()
-    history = run_search(results, out, measure, fopts, VerdictRules(), start, cooldown=cool)
+    history = run_search(SearchRun(results, out, measure, fopts, cooldown=cool), VerdictRules(), start)
     wall = time.monotonic() - t0
     summary = build_summary(results)
     return {

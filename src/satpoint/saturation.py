@@ -8,11 +8,10 @@ server's queue to drain (a cool-down) and ramps from zero.  After the search, a 
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,47 +136,75 @@ def _profile_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float |
     return opts.cooldown_s + budget.stage_cost(stages)
 
 
-def _lost(results: Results, out_dir: Path, when: str, error: BaseException, log: Callable[[str], None]) -> None:
-    """Record that the target stopped answering between stages (nothing in the rows shows it)."""
-    results.header[HEADER_KEY] = {"when": when, "error": str(error) or type(error).__name__}
-    write_header(out_dir, results)
-    log(f"the target stopped answering ({when}): {error}; stopping the search")
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class SearchRun:
+    """What every step of one ``find`` shares: the results being written and where, how a stage is
+    measured, the search's options, the stop event, what it says, how it cools down, its budget, and
+    the latency a probe saw before the run (slow servers get longer holds)."""
+
+    results: Results
+    out_dir: Path
+    measure: Measure
+    opts: FindOptions
+    stop: threading.Event = field(default_factory=threading.Event)
+    log: Callable[[str], None] = _quiet
+    cooldown: Cooldown = _sleep
+    budget: Budget | None = None
+    latency_hint_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = Budget(self.opts.budget_s, time.monotonic())
+
+    @property
+    def spend(self) -> Budget:
+        assert self.budget is not None
+        return self.budget
+
+    def target_gone(self) -> bool:
+        """The target stopped answering: recorded between stages, or visible in the last segment's rows."""
+        if self.results.header.get(HEADER_KEY) is not None:
+            return True
+        segs = self.results.segments
+        return bool(segs) and stopped_answering_at(segs[-1].records) is not None
+
+    def append(self, seg: Segment, repeat: int) -> None:
+        seg.repeat = repeat
+        append_segment(self.out_dir, self.results, seg)
+
+    def lost(self, when: str, error: BaseException) -> None:
+        """Record that the target stopped answering between stages (nothing in the rows shows it)."""
+        self.results.header[HEADER_KEY] = {"when": when, "error": str(error) or type(error).__name__}
+        write_header(self.out_dir, self.results)
+        self.log(f"the target stopped answering ({when}): {error}; stopping the search")
 
 
 def run_search(
-    results: Results,
-    out_dir: Path,
-    measure: Measure,
-    opts: FindOptions,
+    run: SearchRun,
     rules: VerdictRules,
     start_rps: float,
-    stop: threading.Event | None = None,
-    log: Callable[[str], None] = lambda s: None,
-    cooldown: Cooldown = _sleep,
-    clock: Callable[[], float] = time.monotonic,
-    budget: Budget | None = None,
-    latency_hint_s: float | None = None,
     repeat: int = 0,
     history: list[Measured] | None = None,
 ) -> list[Measured]:
     """Measure stages until the search is done, the budget is spent (leaving room for the profile),
-    ``stop`` is set or the target stops answering.
-
-    ``latency_hint_s`` (a probe's answer time) lengthens holds for slow servers: the steady window must
-    start after the pipeline has filled (about one latency after the ramp).  ``history`` resumes search
-    ``repeat`` with what it measured so far."""
-    stop = stop or threading.Event()
-    budget = budget or Budget(opts.budget_s, clock(), clock)
+    ``stop`` is set or the target stops answering.  ``history`` resumes search ``repeat`` with what it
+    measured so far.  Holds last at least ``SLOW_HOLD_LATENCIES`` probe latencies: the steady window
+    of a slow server must start after its pipeline has filled (about one latency after the ramp)."""
+    opts, budget, log = run.opts, run.spend, run.log
     params = search_params(opts, start_rps)
     history = list(history or [])
     prev_rate = 0.0
-    while not stop.is_set():
+    while not run.stop.is_set():
         step = next_step(history, params)
         if step is None:
             break
         hold = hold_for(step.rate_rps, opts.min_requests, opts.min_hold_s, opts.max_hold_s)
-        if latency_hint_s:
-            hold = max(hold, SLOW_HOLD_LATENCIES * latency_hint_s)
+        if run.latency_hint_s:
+            hold = max(hold, SLOW_HOLD_LATENCIES * run.latency_hint_s)
         if step.phase == "confirm":  # the answer is checked from idle, for longer
             hold = min(2 * hold, 2 * opts.max_hold_s)
         stage = Stage(step.rate_rps, opts.ramp_s, hold)
@@ -194,14 +221,13 @@ def run_search(
         try:
             if cools:
                 log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
-                cooldown(opts.cooldown_s, spare)
+                run.cooldown(opts.cooldown_s, spare)
             start = 0.0 if step.fresh else prev_rate
-            seg = measure([stage], start, len(results.segments), step.phase)
+            seg = run.measure([stage], start, len(run.results.segments), step.phase)
         except LOST_ERRORS as e:
-            _lost(results, out_dir, f"after stage {len(history)}" if history else "before the first stage", e, log)
+            run.lost(f"after stage {len(history)}" if history else "before the first stage", e)
             break
-        seg.repeat = repeat
-        append_segment(out_dir, results, seg)
+        run.append(seg, repeat)
         if seg.interrupted:
             break
         if stopped_answering_at(seg.records) is not None:
@@ -215,8 +241,8 @@ def run_search(
         if rules.baseline_p50_ms is None and m.verdict == Verdict.STABLE and m.latency_ms.get("p50") is not None:
             # the first stable stage's p50 is the low-load baseline for the latency-knee rule
             rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
-            results.config = results.config.with_rules(rules)
-            write_header(out_dir, results)
+            run.results.config = run.results.config.with_rules(rules)
+            write_header(run.out_dir, run.results)
         history.append(Measured(step.rate_rps, m.verdict, step.phase))
         log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
         prev_rate = step.rate_rps
@@ -229,89 +255,60 @@ def _describe(step: Step, verdict: str, tp: float, p99: float | None, ratio: flo
     return f"{step.phase:9s} {step.rate_rps:9.1f} rps → {verdict:17s} (throughput {tp:.1f}/s, p99 {p}{r})"
 
 
-def run_profile(
-    results: Results,
-    out_dir: Path,
-    measure: Measure,
-    opts: FindOptions,
-    saturation_rps: float,
-    stop: threading.Event | None = None,
-    log: Callable[[str], None] = lambda s: None,
-    cooldown: Cooldown = _sleep,
-    budget: Budget | None = None,
-    repeat: int = 0,
-) -> Segment | None:
+def run_profile(run: SearchRun, saturation_rps: float, repeat: int = 0) -> Segment | None:
     """One monotonic sequence at 50/80/90/100 % of the saturation point (skipped, and said so, when what
-    is left of ``budget`` cannot hold it); returns it, or None when it was not measured."""
-    if stop is not None and stop.is_set():
+    is left of the budget cannot hold it); returns it, or None when it was not measured."""
+    if run.stop.is_set():
         return None
+    opts, budget = run.opts, run.spend
     stages = profile_stages(opts, saturation_rps)
-    spare = math.inf
-    if budget is not None:
-        spare = budget.left() - budget.stage_cost(stages)
-        if spare < opts.cooldown_s:
-            need = opts.cooldown_s + budget.stage_cost(stages)
-            log(f"no profile: it needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
-            return None
-    log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
-    try:
-        cooldown(opts.cooldown_s, spare)
-        seg = measure(stages, 0.0, len(results.segments), "profile")
-    except LOST_ERRORS as e:
-        _lost(results, out_dir, "before the profile", e, log)
+    spare = budget.left() - budget.stage_cost(stages)
+    if spare < opts.cooldown_s:
+        need = opts.cooldown_s + budget.stage_cost(stages)
+        run.log(f"no profile: it needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
         return None
-    seg.repeat = repeat
-    append_segment(out_dir, results, seg)
+    run.log(f"profile: latency at {', '.join(f'{f:.0%}' for f in PROFILE_FRACTIONS)} of {saturation_rps:.1f} rps")
+    try:
+        run.cooldown(opts.cooldown_s, spare)
+        seg = run.measure(stages, 0.0, len(run.results.segments), "profile")
+    except LOST_ERRORS as e:
+        run.lost("before the profile", e)
+        return None
+    run.append(seg, repeat)
     if stopped_answering_at(seg.records) is not None:
-        log("the target stopped answering during the profile")
+        run.log("the target stopped answering during the profile")
     return seg
 
 
 def run_find(
-    results: Results,
-    out_dir: Path,
-    measure: Measure,
-    opts: FindOptions,
-    rules: VerdictRules,
-    start_rps: float,
-    stop: threading.Event | None = None,
-    log: Callable[[str], None] = lambda s: None,
-    cooldown: Cooldown = _sleep,
-    clock: Callable[[], float] = time.monotonic,
-    budget: Budget | None = None,
-    latency_hint_s: float | None = None,
-    profile_rps: float | None = None,
+    run: SearchRun, rules: VerdictRules, start_rps: float, profile_rps: float | None = None
 ) -> dict[int, list[Measured]]:
     """``opts.repeats`` searches, then the latency profile of the answer (the lowest of them), all within
-    ``budget``; returns each search's measurements.
+    the budget; returns each search's measurements.
 
     When the search confirms its answers, profile stages at or below the per-replica target that are not
     stable count against the search that gave the answer: it continues below them, and the profile is
     measured again for the new answer.  ``profile_rps`` profiles that rate instead (and only once)."""
-    stop = stop or threading.Event()
-    budget = budget or Budget(opts.budget_s, clock(), clock)
+    opts = run.opts
     params = search_params(opts, start_rps)
     histories: dict[int, list[Measured]] = {}
 
     def search(k: int) -> None:
-        rules_now = results.config.rules if rules.baseline_p50_ms is None else rules  # the baseline learnt
-        histories[k] = run_search(
-            results, out_dir, measure, opts, rules_now, start_rps, stop, log, cooldown, budget.clock, budget,
-            latency_hint_s=latency_hint_s, repeat=k, history=histories.get(k),
-        )  # fmt: skip
+        rules_now = run.results.config.rules if rules.baseline_p50_ms is None else rules  # the baseline learnt
+        histories[k] = run_search(run, rules_now, start_rps, repeat=k, history=histories.get(k))
 
     for k in range(opts.repeats):
-        if stop.is_set() or _target_gone(results):
+        if run.stop.is_set() or run.target_gone():
             break
         if opts.repeats > 1:
-            log(f"search {k + 1} of {opts.repeats}")
+            run.log(f"search {k + 1} of {opts.repeats}")
         search(k)
     if profile_rps is not None:
-        if opts.profile and not stop.is_set() and not _target_gone(results):
-            run_profile(results, out_dir, measure, opts, profile_rps, stop, log, cooldown, budget)
+        if opts.profile and not run.stop.is_set() and not run.target_gone():
+            run_profile(run, profile_rps)
         return histories
     profiled: float | None = None
-    while opts.profile and not stop.is_set() and not _target_gone(results):
+    while opts.profile and not run.stop.is_set() and not run.target_gone():
         answers = {k: b for k, h in histories.items() if (b := bracket(h).stable_rps) is not None}
         if not answers:
             break
@@ -320,44 +317,16 @@ def run_find(
         if sat == profiled or _limited_end(histories[k]):
             break
         profiled = sat
-        seg = run_profile(results, out_dir, measure, opts, sat, stop, log, cooldown, budget, repeat=k)
-        if seg is None or seg.interrupted or _target_gone(results):
+        seg = run_profile(run, sat, repeat=k)
+        if seg is None or seg.interrupted or run.target_gone():
             break
-        evidence = _profile_evidence(segment_stage_metrics(seg, results.config.rules), sat, params)
+        evidence = _profile_evidence(segment_stage_metrics(seg, run.results.config.rules), sat, params)
         if all(m.verdict == Verdict.STABLE for m in evidence):
             break
-        log("a profile stage at or below the per-replica target was not stable: the search continues below it")
+        run.log("a profile stage at or below the per-replica target was not stable: the search continues below it")
         histories[k] = histories[k] + evidence
         search(k)
     return histories
-
-
-def search_and_profile(
-    results: Results,
-    out_dir: Path,
-    measure: Measure,
-    opts: FindOptions,
-    rules: VerdictRules,
-    start_rps: float,
-    budget: Budget,
-    stop: threading.Event | None = None,
-    log: Callable[[str], None] = lambda s: None,
-    cooldown: Cooldown = _sleep,
-    profile_rps: float | None = None,
-    latency_hint_s: float | None = None,
-) -> None:
-    """The searches, then (unless stopped, or the target was lost) the profile, all within ``budget``."""
-    run_find(
-        results, out_dir, measure, opts, rules, start_rps, stop, log, cooldown, budget.clock, budget,
-        latency_hint_s=latency_hint_s, profile_rps=profile_rps,
-    )  # fmt: skip
-
-
-def _target_gone(results: Results) -> bool:
-    """The target stopped answering: recorded between stages, or visible in the last segment's rows."""
-    if results.header.get(HEADER_KEY) is not None:
-        return True
-    return bool(results.segments) and stopped_answering_at(results.segments[-1].records) is not None
 
 
 def _limited_end(history: list[Measured]) -> bool:
@@ -421,20 +390,8 @@ def search_target(
     def log(text: str) -> None:
         say(on_event, text)
 
-    search_and_profile(
-        session.results,
-        session.out_dir,
-        _measure(session),
-        fopts,
-        rules,
-        first,
-        budget,
-        stop,
-        log,
-        cooldown,
-        profile_rps,
-        latency_hint_s=svc,
-    )
+    run = SearchRun(session.results, session.out_dir, _measure(session), fopts, stop, log, cooldown, budget, svc)
+    run_find(run, rules, first, profile_rps)
     return session
 
 
@@ -451,16 +408,11 @@ def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> No
     def cooldown(min_s: float, max_s: float) -> None:
         wait_until_idle(session.prepared, min_s, svc, max_wait_s=max(min_s, min(60.0, max_s)))
 
-    run_profile(
-        session.results,
-        session.out_dir,
-        _measure(session),
-        fopts,
-        rate_rps,
-        session.stop,
-        log=lambda text: say(session.on_event, text),
-        cooldown=cooldown,
-    )
+    def log(text: str) -> None:
+        say(session.on_event, text)
+
+    run = SearchRun(session.results, session.out_dir, _measure(session), fopts, session.stop, log, cooldown)
+    run_profile(run, rate_rps)
 
 
 def _measure(session: Session) -> Measure:

@@ -14,7 +14,7 @@ from satpoint.errors import TargetUnreachable
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import Budget, run_find, run_profile, run_search, search_and_profile
+from satpoint.saturation import Budget, SearchRun, run_find, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 
@@ -30,9 +30,8 @@ def offline_measure(cfg: SimConfig, arrival: str = "constant"):  # type: ignore[
 def find_offline(tmp: Path, cfg: SimConfig, start: float, arrival: str = "constant") -> Results:
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(start, {})), {"url": "offline"}, 0.0))
-    history = run_search(
-        results, tmp, offline_measure(cfg, arrival), opts, VerdictRules(), start, cooldown=lambda s, m: None
-    )
+    run = SearchRun(results, tmp, offline_measure(cfg, arrival), opts, cooldown=lambda s, m: None)
+    history = run_search(run, VerdictRules(), start)
     assert history
     return results
 
@@ -64,14 +63,8 @@ def test_saturation_estimate_is_close_to_capacity(
 def test_search_replays_identically_from_recorded_results(tmp_path: Path) -> None:
     cfg = SimConfig(slots=4, service_ms=10.0, dist="exp", seed=2)
     results = find_offline(tmp_path, cfg, 25.0)
-    run_profile(
-        results,
-        tmp_path,
-        offline_measure(cfg),
-        FindOptions(cooldown_s=0),
-        build_summary(results)["saturation_rps"],
-        cooldown=lambda s, m: None,
-    )
+    run = SearchRun(results, tmp_path, offline_measure(cfg), FindOptions(cooldown_s=0), cooldown=lambda s, m: None)
+    run_profile(run, build_summary(results)["saturation_rps"])
     live = build_summary(results)
     replayed = build_summary(load_results(tmp_path))
     assert json.dumps(live, sort_keys=True) == json.dumps(replayed, sort_keys=True)
@@ -176,7 +169,7 @@ def test_an_answer_its_own_confirmation_contradicts_is_never_reported(tmp_path: 
     opts = FindOptions(budget_s=1e9, cooldown_s=0)
     results = Results(new_header(RunConfig(kind="find", find=opts.describe(25.0, {})), {"url": "offline"}, 0.0))
     measure = switching_measure(fast, slow, switch_at=9)
-    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
+    run_find(SearchRun(results, tmp_path, measure, opts, cooldown=lambda a, b=0.0: None), VerdictRules(), 25.0)
     s = build_summary(results)
     steps = s["search"]["steps"]
     assert [x["phase"] for x in steps].count("confirm") >= 2, steps  # the first confirmation failed
@@ -202,7 +195,7 @@ def test_a_failing_profile_stage_below_the_target_sends_the_search_down(tmp_path
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
         return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
 
-    run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
+    run_find(SearchRun(results, tmp_path, measure, opts, cooldown=lambda a, b=0.0: None), VerdictRules(), 25.0)
     s = build_summary(results)
     assert seen.count("profile") == 2  # profiled again for the new, lower answer
     assert s["saturation_rps"] <= 250 * 1.02
@@ -225,7 +218,9 @@ def test_the_search_finds_a_server_that_holds_many_requests_at_once(tmp_path: Pa
         return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
 
     rules = VerdictRules(baseline_service_ms=500.0)
-    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5)
+    run_search(
+        SearchRun(results, tmp_path, measure, opts, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5), rules, 100.0
+    )
     sat = build_summary(results)["saturation_rps"]
     assert 0.85 * 2000 <= sat <= 1.02 * 2000
 
@@ -241,7 +236,9 @@ def test_a_fixed_small_cap_is_reported_as_client_limited_not_as_saturation(tmp_p
         return Segment(index, purpose, stages, "constant", index, 0.0, rec, start_rps=start_rps)
 
     rules = VerdictRules(baseline_service_ms=500.0)
-    run_search(results, tmp_path, measure, opts, rules, 100.0, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5)
+    run_search(
+        SearchRun(results, tmp_path, measure, opts, cooldown=lambda a, b=0.0: None, latency_hint_s=0.5), rules, 100.0
+    )
     s = build_summary(results)
     assert s["search"]["steps"][-1]["verdict"] == "client_limited"
     assert any("client-limited" in n for n in s["find_notes"])
@@ -262,7 +259,9 @@ def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Pat
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)
         return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
 
-    histories = run_find(results, tmp_path, measure, opts, VerdictRules(), 25.0, cooldown=lambda a, b=0.0: None)
+    histories = run_find(
+        SearchRun(results, tmp_path, measure, opts, cooldown=lambda a, b=0.0: None), VerdictRules(), 25.0
+    )
     assert sorted(histories) == [0, 1]
     s = build_summary(results)
     low, high = s["saturation_range_rps"]
@@ -294,15 +293,10 @@ def test_the_budget_covers_the_whole_find_profile_drains_and_cool_downs_included
 
     results = find_results(opts, 100.0)
     budget = Budget(opts.budget_s, clock(), clock, overhead_s=2.5)
-    search_and_profile(
-        results,
-        tmp_path,
-        timed_measure(cfg, clock, drain_s=2.0),
-        opts,
+    run_find(
+        SearchRun(results, tmp_path, timed_measure(cfg, clock, drain_s=2.0), opts, cooldown=cooldown, budget=budget),
         VerdictRules(),
         100.0,
-        budget,
-        cooldown=cooldown,
     )
     assert clock.now <= opts.budget_s, (clock.now, [s.purpose for s in results.segments])
     assert results.segments[-1].purpose == "profile"  # room was kept for it
@@ -319,9 +313,8 @@ def test_no_profile_when_what_is_left_of_the_budget_cannot_hold_it(tmp_path: Pat
     results = find_results(opts, 100.0)
     lines: list[str] = []
     clock.now = 15.0  # most of the budget is gone
-    run_profile(
-        results, tmp_path, timed_measure(cfg, clock, 1.0), opts, 380.0, log=lines.append, budget=Budget(20, 0.0, clock)
-    )
+    measure = timed_measure(cfg, clock, 1.0)
+    run_profile(SearchRun(results, tmp_path, measure, opts, log=lines.append, budget=Budget(20, 0.0, clock)), 380.0)
     assert results.segments == [] and clock.now == 15.0
     assert any("no profile" in line for line in lines)
 
@@ -334,7 +327,7 @@ def test_a_target_that_stops_answering_mid_stage_ends_the_search_there(tmp_path:
     results = find_results(opts, 50.0)
     budget = Budget(opts.budget_s, 0.0, clock)
     measure = timed_measure(cfg, clock, 0.0, lose_at=2)
-    search_and_profile(results, tmp_path, measure, opts, VerdictRules(), 50.0, budget, log=lines.append)
+    run_find(SearchRun(results, tmp_path, measure, opts, log=lines.append, budget=budget), VerdictRules(), 50.0)
     assert [s.purpose for s in results.segments] == ["staircase"] * 3  # no more stages, no profile
     assert any("stopped answering during stage 3" in line for line in lines)
     summary = build_summary(load_results(tmp_path))
@@ -358,9 +351,8 @@ def test_a_target_that_stops_answering_between_stages_ends_the_search(tmp_path: 
         raise TargetUnreachable("cannot reach http://127.0.0.1:1/v2/models/sim/infer: Connection refused")
 
     measure = timed_measure(cfg, clock, 0.0)
-    search_and_profile(
-        results, tmp_path, measure, opts, VerdictRules(), 200.0, Budget(1e9, 0.0, clock), cooldown=cooldown
-    )
+    run = SearchRun(results, tmp_path, measure, opts, cooldown=cooldown, budget=Budget(1e9, 0.0, clock))
+    run_find(run, VerdictRules(), 200.0)
     summary = build_summary(load_results(tmp_path))
     n = len(summary["stages"])
     assert n >= 2 and summary["stages"][-1]["verdict"] != "stable"  # the search had gone down: a fresh sequence

@@ -24,7 +24,7 @@ from satpoint.reports.html_data import (
     window_latencies_s,
 )
 from satpoint.reports.html_plots import PLOTS
-from satpoint.saturation import Measure, run_profile, run_search
+from satpoint.saturation import Measure, SearchRun, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
 
@@ -60,11 +60,12 @@ def make_find(out: Path, cfg: SimConfig, start_rps: float) -> Results:
     results = Results(new_header(RunConfig.from_header({"kind": "find", "config": config}), target, T0))
     results.header["server"] = {"kind": "offline twin", "slots": cfg.slots, "service_ms": cfg.service_ms}
     measure = offline_measure(cfg)
-    history = run_search(results, out, measure, opts, VerdictRules(), start_rps)  # cooldown_s=0: no waiting
+    run = SearchRun(results, out, measure, opts)
+    history = run_search(run, VerdictRules(), start_rps)  # cooldown_s=0: no waiting
     assert history
     sat = build_summary(results)["saturation_rps"]
     assert sat is not None
-    run_profile(results, out, measure, opts, sat)
+    run_profile(run, sat)
     return results
 
 
