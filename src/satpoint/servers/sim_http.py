@@ -3,6 +3,10 @@
 One ``_SimServer`` per running server holds all state (no module-level mutable state). Each connection
 keeps its responses in request order (HTTP/1.1 pipelining); an inference response is computed when the
 request arrives and released by a single loop timer once its virtual ``finish_s`` has passed.
+
+Faults (``SimConfig.fault``, see ``satpoint.servers.sim``) change only what is written and when the
+connection ends, never the queueing model; without a fault the hot path pays one attribute test per
+inference request and per message.
 """
 
 from __future__ import annotations
@@ -14,17 +18,20 @@ import json
 import math
 import re
 import signal
+import socket
+import struct
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import cast
 from urllib.parse import unquote
 
 import httptools
 
 from satpoint.errors import SatpointError
-from satpoint.servers.sim_model import SimConfig, SlotScheduler
+from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
 from satpoint.servers.sim_tls import SimTls
 
 SERVER_NAME = "satpoint-sim"
@@ -39,6 +46,21 @@ _REASONS = {
 }
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{0,512})"')
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: SO_LINGER on, 0 s: close() then sends a TCP RST instead of a FIN
+_LINGER_RST = struct.pack("ii", 1, 0)
+#: reset-mid-response: the RST follows the partial answer this much later. A RST makes the peer's kernel
+#: drop whatever it received and its application has not read yet: sent at once, the partial answer would
+#: mostly be lost and the fault would look like a reset before any response byte.
+RESET_AFTER_S = 0.05
+#: what ``malformed`` answers: a status line and headers, but a Content-Length no HTTP parser accepts
+_MALFORMED = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2x\r\n\r\n{}"
+
+# what a connection does after writing a response (``_Entry.after``)
+_AFTER_NOTHING = 0
+_AFTER_CLOSE = 1  # close (FIN) once written: Connection: close, a silent close, a truncated response
+_AFTER_RESET = 2  # reset (RST) once written: reset-mid-response
+_AFTER_SLOW = 3  # write ``tail`` slow_headers_s later, nothing else on this connection meanwhile
+_AFTER_SLOW_CLOSE = 4  # the same, then close (the request asked for Connection: close)
 #: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
 _SPIN_S = 0.0005
 
@@ -47,10 +69,20 @@ def _json(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
+def _reason(status: int) -> bytes:
+    reason = _REASONS.get(status)
+    if reason is None:
+        try:
+            reason = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b"Error"
+    return reason
+
+
 def _response(status: int, body: bytes, *, close: bool = False, head: bool = False) -> bytes:
     """A complete HTTP/1.1 response (``head``: headers only, as HEAD requires)."""
     lines = [
-        b"HTTP/1.1 %d %s" % (status, _REASONS[status]),
+        b"HTTP/1.1 %d %s" % (status, _reason(status)),
         b"content-type: application/json",
         b"content-length: %d" % len(body),
     ]
@@ -80,6 +112,9 @@ class _Responses:
         self.infer_head = b'{"model_name":' + _json(model) + b',"id":"'
         self.infer_tail = b'","outputs":[{"name":"output-0","datatype":"FP32","shape":[1,1],"data":[0.5]}]}'
         self.injected_error = _json({"error": f"{SERVER_NAME}: injected error (error_rate)"})
+        self.fault_error = _json(
+            {"error": f"{SERVER_NAME}: injected {config.fault_status} {_reason(config.fault_status).decode()} (fault)"}
+        )
         self.not_found = _json({"error": "Not Found"})
         self.bad_request = _json({"error": "Bad Request"})
         self.method_not_allowed = _json({"error": "Method Not Allowed"})
@@ -90,15 +125,17 @@ class _Responses:
 
 
 class _Entry:
-    """One response slot in a connection's in-order queue."""
+    """One response slot in a connection's in-order queue; ``after`` says what follows its writing
+    (``_AFTER_*``: nothing, a close, a reset, or ``tail`` written ``slow_headers_s`` later)."""
 
-    __slots__ = ("close", "conn", "data", "ready")
+    __slots__ = ("after", "conn", "data", "ready", "tail")
 
-    def __init__(self, conn: _SimProtocol, data: bytes, *, ready: bool, close: bool) -> None:
+    def __init__(self, conn: _SimProtocol, data: bytes, *, ready: bool, after: int, tail: bytes = b"") -> None:
         self.conn = conn
         self.data = data
         self.ready = ready
-        self.close = close
+        self.after = after
+        self.tail = tail
 
 
 class _Release:
@@ -161,17 +198,39 @@ class _SimServer:
 
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop, origin_s: float) -> None:
         self.config = config
+        self.loop = loop
         self.responses = _Responses(config)
         self.scheduler = SlotScheduler.from_config(config, origin_s)
         self.release = _Release(loop)
         self.connections: set[_SimProtocol] = set()
         self.answered = 0
         self.next_id = 0
+        #: the per-request fault and its draws (None: no such fault, the hot path's only test)
+        self.fault = config.request_fault
+        self.fault_draws = FaultDraws.from_config(config)
+        self.close_after = config.close_after or 0
+        self.idle_timeout_s = config.idle_timeout_s
+        self._sweeper: asyncio.TimerHandle | None = None
+        if self.idle_timeout_s is not None:
+            self._sweep_every_s = min(max(self.idle_timeout_s / 20, 0.001), 0.25)
+            self._sweeper = loop.call_later(self._sweep_every_s, self._sweep)
 
     def new_protocol(self) -> _SimProtocol:
         return _SimProtocol(self)
 
+    def _sweep(self) -> None:
+        """``idle-timeout``: close (FIN) every connection idle for ``idle_timeout_s`` (nothing received and
+        nothing to answer since), like a server's keep-alive timeout; checked every 1/20 of it."""
+        assert self.idle_timeout_s is not None
+        limit_s = time.perf_counter() - self.idle_timeout_s
+        for conn in list(self.connections):
+            conn.close_if_idle(limit_s)
+        self._sweeper = self.loop.call_later(self._sweep_every_s, self._sweep)
+
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         self.release.close()
         for conn in list(self.connections):
             conn.abort()
@@ -213,11 +272,17 @@ class _SimProtocol(asyncio.Protocol):
         self._head = False
         self._keep_alive = True
         self._body: list[bytes] = []
+        self._blocked = False  # slow-headers: the rest of a response is still to come
+        self._requests = 0  # close-after: requests parsed on this connection
+        self._track_idle = server.idle_timeout_s is not None
+        self._active_s = 0.0  # idle-timeout: when something was last received or written
 
     # asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._server.connections.add(self)
+        if self._track_idle:
+            self._active_s = time.perf_counter()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -227,6 +292,8 @@ class _SimProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._track_idle:
+            self._active_s = time.perf_counter()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -293,50 +360,107 @@ class _SimProtocol(asyncio.Protocol):
         if self._closing:
             return
         close = not self._keep_alive
+        # close-after: the N-th request's answer is the connection's last, without Connection: close
+        hangup = False
+        if self._server.close_after:
+            self._requests += 1
+            hangup = self._requests >= self._server.close_after
         responses = self._server.responses
         route = self._route
         if not self._method_ok or self._head:
-            self._reply(405, responses.method_not_allowed, close=close)
+            self._reply(405, responses.method_not_allowed, close=close, hangup=hangup)
         elif route == _R_INFER:
-            self._infer(time.perf_counter(), close)
+            self._infer(time.perf_counter(), close, hangup)
         elif route in (_R_LIVE, _R_READY, _R_MODEL_READY):
-            self._reply(200, responses.ok_empty, close=close)
+            self._reply(200, responses.ok_empty, close=close, hangup=hangup)
         elif route == _R_SERVER_META:
-            self._reply(200, responses.server_meta, close=close)
+            self._reply(200, responses.server_meta, close=close, hangup=hangup)
         elif route == _R_MODEL_META:
-            self._reply(200, responses.model_meta, close=close)
+            self._reply(200, responses.model_meta, close=close, hangup=hangup)
         elif route == _R_UNKNOWN_MODEL:
-            self._reply(404, responses.model_not_found(self._requested_model), close=close)
+            self._reply(404, responses.model_not_found(self._requested_model), close=close, hangup=hangup)
         else:
-            self._reply(404, responses.not_found, close=close)
+            self._reply(404, responses.not_found, close=close, hangup=hangup)
 
     # responses -----------------------------------------------------------------------------------
-    def _infer(self, arrival_s: float, close: bool) -> None:
+    def _infer(self, arrival_s: float, close: bool, hangup: bool = False) -> None:
         server = self._server
         admission = server.scheduler.admit(arrival_s)
+        if server.fault_draws is not None and server.fault_draws.next():
+            self._faulty_infer(admission.finish_s, close)
+            return
         if admission.error:
             data = _response(500, server.responses.injected_error, close=close)
         else:
-            body = b"".join(self._body)
-            match = _ID_RE.search(body) if body else None
-            if match is not None:
-                request_id = match.group(1)
-            else:
-                server.next_id += 1
-                request_id = b"%d" % server.next_id
-            responses = server.responses
-            data = _response(200, responses.infer_head + request_id + responses.infer_tail, close=close)
+            data = _response(200, self._infer_body(), close=close)
         self._body = []
-        entry = _Entry(self, data, ready=False, close=close)
+        entry = _Entry(self, data, ready=False, after=_AFTER_CLOSE if close or hangup else _AFTER_NOTHING)
         self._queue.append(entry)
-        if close:
+        if close or hangup:
             self._closing = True
         server.release.schedule(admission.finish_s, entry)
 
-    def _reply(self, status: int, body: bytes, *, close: bool) -> None:
+    def _infer_body(self) -> bytes:
+        """The OIP answer to the request whose body is in ``self._body``."""
+        server = self._server
+        body = b"".join(self._body)
+        match = _ID_RE.search(body) if body else None
+        if match is not None:
+            request_id = match.group(1)
+        else:
+            server.next_id += 1
+            request_id = b"%d" % server.next_id
+        responses = server.responses
+        return responses.infer_head + request_id + responses.infer_tail
+
+    def _faulty_infer(self, finish_s: float, close: bool) -> None:
+        """An inference request the fault hits: admitted like any other (it holds its slot for its service
+        time, so capacity is unchanged), answered the faulty way at the time its answer was due."""
+        server = self._server
+        fault = server.fault
+        after = _AFTER_CLOSE
+        tail = b""
+        if fault == "error-body":
+            status, body = server.config.fault_status, server.responses.fault_error
+            if server.config.error_framing == "eof":  # no content-length: the body ends with the connection
+                data = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n%s" % (
+                    status,
+                    _reason(status),
+                    body,
+                )
+            else:
+                data = _response(status, body, close=close)
+                after = _AFTER_CLOSE if close else _AFTER_NOTHING
+        elif fault == "connection-close":
+            data = _response(200, self._infer_body(), close=True)
+        elif fault == "malformed":
+            data = _MALFORMED
+        elif fault == "stall":  # never answered: it blocks the connection's later answers too
+            self._body = []
+            self._queue.append(_Entry(self, b"", ready=False, after=_AFTER_CLOSE))
+            return
+        else:
+            body = self._infer_body()
+            full = _response(200, body, close=close)
+            head = full[: len(full) - len(body)]
+            if fault == "slow-headers":  # the status line now, the rest of the headers and the body later
+                split = head.index(b"\r\n") + 2
+                data, tail = full[:split], full[split:]
+                after = _AFTER_SLOW_CLOSE if close else _AFTER_SLOW
+            else:  # truncated (then FIN) or reset-mid-response (then RST): the headers and half the body
+                data = head + body[: len(body) // 2]
+                after = _AFTER_RESET if fault == "reset-mid-response" else _AFTER_CLOSE
+        self._body = []
+        entry = _Entry(self, data, ready=False, after=after, tail=tail)
+        self._queue.append(entry)
+        if close or after in (_AFTER_CLOSE, _AFTER_RESET):
+            self._closing = True
+        server.release.schedule(finish_s, entry)
+
+    def _reply(self, status: int, body: bytes, *, close: bool, hangup: bool = False) -> None:
         data = _response(status, body, close=close, head=self._head)
-        self._queue.append(_Entry(self, data, ready=True, close=close))
-        if close:
+        self._queue.append(_Entry(self, data, ready=True, after=_AFTER_CLOSE if close or hangup else _AFTER_NOTHING))
+        if close or hangup:
             self._closing = True
         self.flush()
 
@@ -344,23 +468,71 @@ class _SimProtocol(asyncio.Protocol):
         """Write the ready responses at the head of the queue (HTTP/1.1 answers in request order)."""
         transport = self._transport
         queue = self._queue
-        if transport is None:
+        if transport is None or self._blocked:
             return
         out: list[bytes] = []
-        close = False
+        last: _Entry | None = None
         while queue and queue[0].ready:
             entry = queue.popleft()
             out.append(entry.data)
-            if entry.close:
-                close = True
+            if entry.after:
+                last = entry
                 break
         if not out:
             return
         self._server.answered += len(out)
         transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if close:
-            queue.clear()
+        if self._track_idle:
+            self._active_s = time.perf_counter()
+        if last is not None:
+            self._after(last)
+
+    def _after(self, entry: _Entry) -> None:
+        """What follows a response that is not simply followed by the next one."""
+        transport = self._transport
+        assert transport is not None
+        after = entry.after
+        if after == _AFTER_CLOSE:
+            self._queue.clear()
             transport.close()
+        elif after == _AFTER_RESET:
+            self._queue.clear()
+            self._server.loop.call_later(RESET_AFTER_S, self.reset)
+        else:  # slow headers: nothing more on this connection until the tail is written
+            self._blocked = True
+            self._server.loop.call_later(self._server.config.slow_headers_s, self._write_tail, entry)
+
+    def _write_tail(self, entry: _Entry) -> None:
+        self._blocked = False
+        transport = self._transport
+        if transport is None:
+            return
+        transport.write(entry.tail)
+        if self._track_idle:
+            self._active_s = time.perf_counter()
+        if entry.after == _AFTER_SLOW_CLOSE:
+            self._queue.clear()
+            transport.close()
+        else:
+            self.flush()
+
+    def close_if_idle(self, limit_s: float) -> None:
+        """``idle-timeout``: close (FIN) if nothing was received or written since ``limit_s`` and nothing
+        is waiting for an answer."""
+        if self._active_s <= limit_s and not self._queue and not self._closing and self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+    def reset(self) -> None:
+        """Close with a TCP RST (SO_LINGER 0), what a crashing worker or a killed proxy leaves behind."""
+        transport = self._transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+        transport.abort()
 
     def abort(self) -> None:
         if self._transport is not None:
