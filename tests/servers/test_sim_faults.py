@@ -236,13 +236,13 @@ def test_reset_mid_response_sends_headers_and_half_the_body_then_a_reset() -> No
         chunks, end = _exchange(port, _request())
         reset_after_s = time.perf_counter() - t
     assert end == "reset"
-    assert reset_after_s >= 0.020 + RESET_AFTER_S  # the reset follows the partial answer
+    assert reset_after_s >= 0.020 + RESET_AFTER_S - 0.002  # the reset follows the partial answer (a ms timer)
     data = b"".join(c for _, c in chunks)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and b"connection:" not in head
     length = int(dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])[b"content-length"])
     assert 0 < len(body) < length  # the client has read part of the answer before the reset
-    assert chunks[0][0] >= 0.020  # at the time the answer was due (the service time)
+    assert chunks[0][0] >= 0.018  # at the time the answer was due (the service time)
 
 
 def test_truncated_sends_half_the_body_then_closes() -> None:
