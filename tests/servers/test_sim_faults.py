@@ -20,9 +20,9 @@ from satpoint.cli.main import app
 from satpoint.errors import ConfigError
 from satpoint.servers import sim_grpc
 from satpoint.servers.sim import SimConfig, serve
-from satpoint.servers.sim_http import RESET_AFTER_S
 from satpoint.servers.sim_model import REQUEST_FAULTS, FaultDraws, SlotScheduler
 from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim_wire import RESET_AFTER_S
 
 INFER = "/v2/models/sim/infer"
 

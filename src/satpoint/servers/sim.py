@@ -99,13 +99,42 @@ Connection faults act on every connection (all requests count):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 
-from satpoint.servers.sim_http import listening_line, run, serve
+from satpoint.servers.sim_http import serve
 from satpoint.servers.sim_model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig
+from satpoint.servers.sim_tls import SimTls
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
+    scheme = "https" if tls else "http"
+    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+
+
+def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
+    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
+
+    Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
+    """
+    import uvloop
+
+    def announce(host: str, port: int) -> None:
+        print(listening_line(host, port, config, tls=tls is not None), flush=True)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        try:
+            answered = runner.run(serve(config, on_listening=announce, tls=tls))
+        except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
+            return
+    print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,7 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns 0 after a clean stop, 1 if it cannot listen; bad arguments exit with argparse's code 2.
     """
     from satpoint.errors import ConfigError, SatpointError
-    from satpoint.servers.sim_tls import SimTls
 
     parser = _parser()
     args = parser.parse_args(argv)

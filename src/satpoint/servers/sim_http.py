@@ -14,17 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import math
 import re
 import signal
-import socket
-import struct
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import cast
 from urllib.parse import unquote
 
@@ -33,104 +28,31 @@ import httptools
 from satpoint.errors import SatpointError
 from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
 from satpoint.servers.sim_tls import SimTls
+from satpoint.servers.sim_wire import (
+    AFTER_CLOSE,
+    AFTER_NOTHING,
+    AFTER_RESET,
+    AFTER_SLOW_CLOSE,
+    RESET_AFTER_S,
+    Responses,
+    faulty_answer,
+    send_reset,
+)
+from satpoint.servers.sim_wire import response as _response
 
-SERVER_NAME = "satpoint-sim"
-SERVER_VERSION = "0.1.0"
-
-_REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    500: b"Internal Server Error",
-}
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{0,512})"')
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-#: SO_LINGER on, 0 s: close() then sends a TCP RST instead of a FIN
-_LINGER_RST = struct.pack("ii", 1, 0)
-#: reset-mid-response: the RST follows the partial answer this much later. A RST makes the peer's kernel
-#: drop whatever it received and its application has not read yet: sent at once, the partial answer would
-#: mostly be lost and the fault would look like a reset before any response byte.
-RESET_AFTER_S = 0.05
-#: what ``malformed`` answers: a status line and headers, but a Content-Length no HTTP parser accepts
-_MALFORMED = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2x\r\n\r\n{}"
-
-# what a connection does after writing a response (``_Entry.after``)
-_AFTER_NOTHING = 0
-_AFTER_CLOSE = 1  # close (FIN) once written: Connection: close, a silent close, a truncated response
-_AFTER_RESET = 2  # reset (RST) once written: reset-mid-response
-_AFTER_SLOW = 3  # write ``tail`` slow_headers_s later, nothing else on this connection meanwhile
-_AFTER_SLOW_CLOSE = 4  # the same, then close (the request asked for Connection: close)
 #: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
 _SPIN_S = 0.0005
 
 
-def _json(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def _reason(status: int) -> bytes:
-    reason = _REASONS.get(status)
-    if reason is None:
-        try:
-            reason = HTTPStatus(status).phrase.encode()
-        except ValueError:
-            reason = b"Error"
-    return reason
-
-
-def _response(status: int, body: bytes, *, close: bool = False, head: bool = False) -> bytes:
-    """A complete HTTP/1.1 response (``head``: headers only, as HEAD requires)."""
-    lines = [
-        b"HTTP/1.1 %d %s" % (status, _reason(status)),
-        b"content-type: application/json",
-        b"content-length: %d" % len(body),
-    ]
-    if close:
-        lines.append(b"connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n" + (b"" if head else body)
-
-
-class _Responses:
-    """Precomputed response bodies for one configuration."""
-
-    def __init__(self, config: SimConfig) -> None:
-        model = config.model
-        self.model = model
-        self.model_b = model.encode()
-        self.ok_empty = b""
-        self.server_meta = _json({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": []})
-        self.model_meta = _json(
-            {
-                "name": model,
-                "versions": [],
-                "platform": SERVER_NAME,
-                "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}],
-                "outputs": [{"name": "output-0", "datatype": "FP32", "shape": [-1, 1]}],
-            }
-        )
-        self.infer_head = b'{"model_name":' + _json(model) + b',"id":"'
-        self.infer_tail = b'","outputs":[{"name":"output-0","datatype":"FP32","shape":[1,1],"data":[0.5]}]}'
-        self.injected_error = _json({"error": f"{SERVER_NAME}: injected error (error_rate)"})
-        self.fault_error = _json(
-            {"error": f"{SERVER_NAME}: injected {config.fault_status} {_reason(config.fault_status).decode()} (fault)"}
-        )
-        self.not_found = _json({"error": "Not Found"})
-        self.bad_request = _json({"error": "Bad Request"})
-        self.method_not_allowed = _json({"error": "Method Not Allowed"})
-
-    @staticmethod
-    def model_not_found(name: str) -> bytes:
-        return _json({"error": f"Model {name} not found"})
-
-
 class _Entry:
     """One response slot in a connection's in-order queue; ``after`` says what follows its writing
-    (``_AFTER_*``: nothing, a close, a reset, or ``tail`` written ``slow_headers_s`` later)."""
+    (``AFTER_*``: nothing, a close, a reset, or ``tail`` written ``slow_headers_s`` later)."""
 
     __slots__ = ("after", "conn", "data", "ready", "tail")
 
-    def __init__(self, conn: _SimProtocol, data: bytes, *, ready: bool, after: int, tail: bytes = b"") -> None:
+    def __init__(self, conn: _SimProtocol, data: bytes, ready: bool, after: int, tail: bytes = b"") -> None:
         self.conn = conn
         self.data = data
         self.ready = ready
@@ -199,7 +121,7 @@ class _SimServer:
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop, origin_s: float) -> None:
         self.config = config
         self.loop = loop
-        self.responses = _Responses(config)
+        self.responses = Responses(config)
         self.scheduler = SlotScheduler.from_config(config, origin_s)
         self.release = _Release(loop)
         self.connections: set[_SimProtocol] = set()
@@ -273,6 +195,7 @@ class _SimProtocol(asyncio.Protocol):
         self._keep_alive = True
         self._body: list[bytes] = []
         self._blocked = False  # slow-headers: the rest of a response is still to come
+        self._close_after = server.close_after  # close-after: N (0: no such fault)
         self._requests = 0  # close-after: requests parsed on this connection
         self._track_idle = server.idle_timeout_s is not None
         self._active_s = 0.0  # idle-timeout: when something was last received or written
@@ -297,9 +220,9 @@ class _SimProtocol(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reply(400, self._server.responses.bad_request, close=True)
+            self._reply(400, self._server.responses.bad_request, True, AFTER_CLOSE)
         except httptools.HttpParserError:
-            self._reply(400, self._server.responses.bad_request, close=True)
+            self._reply(400, self._server.responses.bad_request, True, AFTER_CLOSE)
 
     # httptools callbacks -------------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -360,30 +283,32 @@ class _SimProtocol(asyncio.Protocol):
         if self._closing:
             return
         close = not self._keep_alive
-        # close-after: the N-th request's answer is the connection's last, without Connection: close
-        hangup = False
-        if self._server.close_after:
+        after = AFTER_CLOSE if close else AFTER_NOTHING
+        if self._close_after:  # the N-th request's answer is the connection's last, without Connection: close
             self._requests += 1
-            hangup = self._requests >= self._server.close_after
+            if self._requests >= self._close_after:
+                after = AFTER_CLOSE
         responses = self._server.responses
         route = self._route
         if not self._method_ok or self._head:
-            self._reply(405, responses.method_not_allowed, close=close, hangup=hangup)
+            self._reply(405, responses.method_not_allowed, close, after)
         elif route == _R_INFER:
-            self._infer(time.perf_counter(), close, hangup)
+            self._infer(time.perf_counter(), close, after)
         elif route in (_R_LIVE, _R_READY, _R_MODEL_READY):
-            self._reply(200, responses.ok_empty, close=close, hangup=hangup)
+            self._reply(200, responses.ok_empty, close, after)
         elif route == _R_SERVER_META:
-            self._reply(200, responses.server_meta, close=close, hangup=hangup)
+            self._reply(200, responses.server_meta, close, after)
         elif route == _R_MODEL_META:
-            self._reply(200, responses.model_meta, close=close, hangup=hangup)
+            self._reply(200, responses.model_meta, close, after)
         elif route == _R_UNKNOWN_MODEL:
-            self._reply(404, responses.model_not_found(self._requested_model), close=close, hangup=hangup)
+            self._reply(404, responses.model_not_found(self._requested_model), close, after)
         else:
-            self._reply(404, responses.not_found, close=close, hangup=hangup)
+            self._reply(404, responses.not_found, close, after)
 
     # responses -----------------------------------------------------------------------------------
-    def _infer(self, arrival_s: float, close: bool, hangup: bool = False) -> None:
+    def _infer(self, arrival_s: float, close: bool, after: int) -> None:
+        """``close``: the request asked for Connection: close; ``after``: AFTER_CLOSE if the connection ends
+        with this answer (asked for, or close-after), else AFTER_NOTHING."""
         server = self._server
         admission = server.scheduler.admit(arrival_s)
         if server.fault_draws is not None and server.fault_draws.next():
@@ -394,9 +319,9 @@ class _SimProtocol(asyncio.Protocol):
         else:
             data = _response(200, self._infer_body(), close=close)
         self._body = []
-        entry = _Entry(self, data, ready=False, after=_AFTER_CLOSE if close or hangup else _AFTER_NOTHING)
+        entry = _Entry(self, data, False, after)
         self._queue.append(entry)
-        if close or hangup:
+        if after:
             self._closing = True
         server.release.schedule(admission.finish_s, entry)
 
@@ -417,50 +342,23 @@ class _SimProtocol(asyncio.Protocol):
         """An inference request the fault hits: admitted like any other (it holds its slot for its service
         time, so capacity is unchanged), answered the faulty way at the time its answer was due."""
         server = self._server
-        fault = server.fault
-        after = _AFTER_CLOSE
-        tail = b""
-        if fault == "error-body":
-            status, body = server.config.fault_status, server.responses.fault_error
-            if server.config.error_framing == "eof":  # no content-length: the body ends with the connection
-                data = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n%s" % (
-                    status,
-                    _reason(status),
-                    body,
-                )
-            else:
-                data = _response(status, body, close=close)
-                after = _AFTER_CLOSE if close else _AFTER_NOTHING
-        elif fault == "connection-close":
-            data = _response(200, self._infer_body(), close=True)
-        elif fault == "malformed":
-            data = _MALFORMED
-        elif fault == "stall":  # never answered: it blocks the connection's later answers too
+        if server.fault == "stall":  # never answered: it blocks the connection's later answers too
             self._body = []
-            self._queue.append(_Entry(self, b"", ready=False, after=_AFTER_CLOSE))
+            self._queue.append(_Entry(self, b"", False, AFTER_CLOSE))
             return
-        else:
-            body = self._infer_body()
-            full = _response(200, body, close=close)
-            head = full[: len(full) - len(body)]
-            if fault == "slow-headers":  # the status line now, the rest of the headers and the body later
-                split = head.index(b"\r\n") + 2
-                data, tail = full[:split], full[split:]
-                after = _AFTER_SLOW_CLOSE if close else _AFTER_SLOW
-            else:  # truncated (then FIN) or reset-mid-response (then RST): the headers and half the body
-                data = head + body[: len(body) // 2]
-                after = _AFTER_RESET if fault == "reset-mid-response" else _AFTER_CLOSE
+        assert server.fault is not None
+        data, after, tail = faulty_answer(server.fault, server.config, server.responses, self._infer_body(), close)
         self._body = []
-        entry = _Entry(self, data, ready=False, after=after, tail=tail)
+        entry = _Entry(self, data, False, after, tail)
         self._queue.append(entry)
-        if close or after in (_AFTER_CLOSE, _AFTER_RESET):
+        if close or after in (AFTER_CLOSE, AFTER_RESET):
             self._closing = True
         server.release.schedule(finish_s, entry)
 
-    def _reply(self, status: int, body: bytes, *, close: bool, hangup: bool = False) -> None:
+    def _reply(self, status: int, body: bytes, close: bool, after: int) -> None:
         data = _response(status, body, close=close, head=self._head)
-        self._queue.append(_Entry(self, data, ready=True, after=_AFTER_CLOSE if close or hangup else _AFTER_NOTHING))
-        if close or hangup:
+        self._queue.append(_Entry(self, data, True, after))
+        if after:
             self._closing = True
         self.flush()
 
@@ -492,10 +390,10 @@ class _SimProtocol(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         after = entry.after
-        if after == _AFTER_CLOSE:
+        if after == AFTER_CLOSE:
             self._queue.clear()
             transport.close()
-        elif after == _AFTER_RESET:
+        elif after == AFTER_RESET:
             self._queue.clear()
             self._server.loop.call_later(RESET_AFTER_S, self.reset)
         else:  # slow headers: nothing more on this connection until the tail is written
@@ -510,7 +408,7 @@ class _SimProtocol(asyncio.Protocol):
         transport.write(entry.tail)
         if self._track_idle:
             self._active_s = time.perf_counter()
-        if entry.after == _AFTER_SLOW_CLOSE:
+        if entry.after == AFTER_SLOW_CLOSE:
             self._queue.clear()
             transport.close()
         else:
@@ -524,15 +422,9 @@ class _SimProtocol(asyncio.Protocol):
             self._transport.close()
 
     def reset(self) -> None:
-        """Close with a TCP RST (SO_LINGER 0), what a crashing worker or a killed proxy leaves behind."""
-        transport = self._transport
-        if transport is None:
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-        transport.abort()
+        """Close with a TCP RST, what a crashing worker or a killed proxy leaves behind."""
+        if self._transport is not None:
+            send_reset(self._transport)
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -592,26 +484,3 @@ async def serve(
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), timeout=2.0)
     return state.answered
-
-
-def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
-    scheme = "https" if tls else "http"
-    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
-
-
-def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
-    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
-
-    Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
-    """
-    import uvloop
-
-    def announce(host: str, port: int) -> None:
-        print(listening_line(host, port, config, tls=tls is not None), flush=True)
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        try:
-            answered = runner.run(serve(config, on_listening=announce, tls=tls))
-        except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
-            return
-    print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)
