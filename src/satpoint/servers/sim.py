@@ -60,18 +60,81 @@ A fraction ``error_rate`` of inference requests (Bernoulli draws, seeded) is ans
 ``{"error": "..."}``. **An error still occupies its slot for a full service time** (like a model that
 fails after doing its work), so errors neither add nor remove capacity, and a 500 arrives at the same
 time the 200 would have. Requests for unknown models or routes answer at once and take no slot.
+
+Faults
+------
+``fault`` makes the server misbehave the way real servers and proxies do, to test what a client makes of
+it. A fault changes only what is written and when a connection ends, **never the queueing model**: an
+affected inference request is admitted like any other (it holds its slot for its service time, and the
+service-time and error draws are the same as without the fault), and its faulty answer starts at the
+time its answer was due. So the capacity seen by unaffected requests stays exactly ``slots / service_s``.
+
+Per-request faults hit inference requests only (health, readiness and metadata are always answered
+normally): none of the first ``fault_after`` inference requests, then each with probability
+``fault_rate`` (default 1: all), drawn in arrival order from a seeded stream of their own:
+
+``reset-mid-response``: the status line, headers and half the body, then, 50 ms later (so that the
+    client has read them: a reset makes the receiving kernel drop unread data), a TCP reset (RST).
+``truncated``: the status line, headers (``content-length`` of the whole body) and half the body, then
+    a close (FIN).
+``malformed``: ``HTTP/1.1 200 OK`` with ``content-length: 2x`` (no HTTP parser accepts it), then a close.
+``slow-headers``: the status line, then the rest of the headers and the body ``slow_headers_ms`` later
+    (default 1000); nothing else is written on that connection meanwhile.
+``stall``: nothing, ever: the connection stays open, and answers to later requests on it (pipelined)
+    wait behind it forever.
+``error-body``: HTTP ``error_status`` (default 503) with a JSON body ``{"error": "..."}``: with
+    ``error_framing`` ``length`` (default) framed by ``content-length``, keep-alive; with ``eof`` without
+    ``content-length``, with ``connection: close``, the body ending when the connection closes (legal
+    HTTP/1.1, and what HTTP/1.0-style error pages of proxies look like).
+``connection-close``: the normal answer with ``connection: close``, then a close.
+
+Connection faults act on every connection (all requests count):
+
+``close-after``: the connection is closed (FIN) right after the answer to its ``close_after``-th
+    request, without ``connection: close`` (requests that arrive after it are never answered).
+``idle-timeout``: a connection with no request in progress and nothing received or written for
+    ``idle_timeout_s`` is closed (FIN), as a server's keep-alive timeout does (checked every 1/20 of it).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 
-from satpoint.servers.sim_http import listening_line, run, serve
-from satpoint.servers.sim_model import DISTS, SimConfig
+from satpoint.servers.sim_http import serve
+from satpoint.servers.sim_model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig
+from satpoint.servers.sim_tls import SimTls
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
+    scheme = "https" if tls else "http"
+    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+
+
+def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
+    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
+
+    Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
+    """
+    import uvloop
+
+    def announce(host: str, port: int) -> None:
+        print(listening_line(host, port, config, tls=tls is not None), flush=True)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        try:
+            answered = runner.run(serve(config, on_listening=announce, tls=tls))
+        except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
+            return
+    print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +153,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction answered HTTP 500")
     p.add_argument("--model", default=d.model, help=f"model name served (default {d.model})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
+    p.add_argument("--fault", choices=FAULTS, default=None, help="misbehave this way (see the module's doc)")
+    p.add_argument(
+        "--fault-rate", type=float, default=1.0, metavar="F", help="fraction of inference requests hit (default 1)"
+    )
+    p.add_argument("--fault-after", type=int, default=0, metavar="N", help="the first N inference requests are spared")
+    p.add_argument("--close-after", type=int, default=None, metavar="N", help="close-after: requests per connection")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="S", help="idle-timeout: seconds")
+    p.add_argument("--slow-headers-ms", type=float, default=None, metavar="MS", help="slow-headers: delay (1000)")
+    p.add_argument("--error-status", type=int, default=None, metavar="CODE", help="error-body: status (503)")
+    p.add_argument("--error-framing", choices=ERROR_FRAMINGS, default=None, help="error-body: length or eof")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")
@@ -102,7 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns 0 after a clean stop, 1 if it cannot listen; bad arguments exit with argparse's code 2.
     """
     from satpoint.errors import ConfigError, SatpointError
-    from satpoint.servers.sim_tls import SimTls
 
     parser = _parser()
     args = parser.parse_args(argv)

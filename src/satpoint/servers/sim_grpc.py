@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from satpoint.errors import ConfigError
 from satpoint.servers.sim_model import DISTS, SimConfig, SlotScheduler
 from satpoint.servers.sim_tls import SimTls
 from satpoint.transports.grpc_proto import SERVICE, message
@@ -145,7 +146,10 @@ async def serve(
     ``tls`` serves TLS: a :class:`SimTls` (with ``client_ca_file``: mTLS), or (certificate chain PEM,
     private key PEM).  Calls ``on_listening(host, port)``
     once listening (the real port, also when ``config.port`` is 0).  Returns the number of answers.
+    ``config.fault`` is for the REST sim only (a ``ConfigError`` here).
     """
+    if config.fault is not None:
+        raise ConfigError(f"sim: fault {config.fault!r} is simulated by the REST sim only (not over gRPC)")
     loop = asyncio.get_running_loop()
     stop_event = stop if stop is not None else asyncio.Event()
     origin_s = perf()
@@ -225,8 +229,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from satpoint.errors import ConfigError
-
     parser = _parser()
     args = parser.parse_args(argv)
     try:

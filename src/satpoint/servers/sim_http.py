@@ -3,6 +3,10 @@
 One ``_SimServer`` per running server holds all state (no module-level mutable state). Each connection
 keeps its responses in request order (HTTP/1.1 pipelining); an inference response is computed when the
 request arrives and released by a single loop timer once its virtual ``finish_s`` has passed.
+
+Faults (``SimConfig.fault``, see ``satpoint.servers.sim``) change only what is written and when the
+connection ends, never the queueing model; without a fault the hot path pays one attribute test per
+inference request and per message.
 """
 
 from __future__ import annotations
@@ -10,11 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import math
 import re
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,81 +26,38 @@ from urllib.parse import unquote
 import httptools
 
 from satpoint.errors import SatpointError
-from satpoint.servers.sim_model import SimConfig, SlotScheduler
+from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
 from satpoint.servers.sim_tls import SimTls
+from satpoint.servers.sim_wire import (
+    AFTER_CLOSE,
+    AFTER_NOTHING,
+    AFTER_RESET,
+    AFTER_SLOW_CLOSE,
+    RESET_AFTER_S,
+    Responses,
+    faulty_answer,
+    send_reset,
+)
+from satpoint.servers.sim_wire import response as _response
 
-SERVER_NAME = "satpoint-sim"
-SERVER_VERSION = "0.1.0"
-
-_REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    500: b"Internal Server Error",
-}
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{0,512})"')
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
 _SPIN_S = 0.0005
 
 
-def _json(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def _response(status: int, body: bytes, *, close: bool = False, head: bool = False) -> bytes:
-    """A complete HTTP/1.1 response (``head``: headers only, as HEAD requires)."""
-    lines = [
-        b"HTTP/1.1 %d %s" % (status, _REASONS[status]),
-        b"content-type: application/json",
-        b"content-length: %d" % len(body),
-    ]
-    if close:
-        lines.append(b"connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n" + (b"" if head else body)
-
-
-class _Responses:
-    """Precomputed response bodies for one configuration."""
-
-    def __init__(self, config: SimConfig) -> None:
-        model = config.model
-        self.model = model
-        self.model_b = model.encode()
-        self.ok_empty = b""
-        self.server_meta = _json({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": []})
-        self.model_meta = _json(
-            {
-                "name": model,
-                "versions": [],
-                "platform": SERVER_NAME,
-                "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}],
-                "outputs": [{"name": "output-0", "datatype": "FP32", "shape": [-1, 1]}],
-            }
-        )
-        self.infer_head = b'{"model_name":' + _json(model) + b',"id":"'
-        self.infer_tail = b'","outputs":[{"name":"output-0","datatype":"FP32","shape":[1,1],"data":[0.5]}]}'
-        self.injected_error = _json({"error": f"{SERVER_NAME}: injected error (error_rate)"})
-        self.not_found = _json({"error": "Not Found"})
-        self.bad_request = _json({"error": "Bad Request"})
-        self.method_not_allowed = _json({"error": "Method Not Allowed"})
-
-    @staticmethod
-    def model_not_found(name: str) -> bytes:
-        return _json({"error": f"Model {name} not found"})
-
-
 class _Entry:
-    """One response slot in a connection's in-order queue."""
+    """One response slot in a connection's in-order queue; ``after`` says what follows its writing
+    (``AFTER_*``: nothing, a close, a reset, or ``tail`` written ``slow_headers_s`` later)."""
 
-    __slots__ = ("close", "conn", "data", "ready")
+    __slots__ = ("after", "conn", "data", "ready", "tail")
 
-    def __init__(self, conn: _SimProtocol, data: bytes, *, ready: bool, close: bool) -> None:
+    def __init__(self, conn: _SimProtocol, data: bytes, ready: bool, after: int, tail: bytes = b"") -> None:
         self.conn = conn
         self.data = data
         self.ready = ready
-        self.close = close
+        self.after = after
+        self.tail = tail
 
 
 class _Release:
@@ -161,17 +120,39 @@ class _SimServer:
 
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop, origin_s: float) -> None:
         self.config = config
-        self.responses = _Responses(config)
+        self.loop = loop
+        self.responses = Responses(config)
         self.scheduler = SlotScheduler.from_config(config, origin_s)
         self.release = _Release(loop)
         self.connections: set[_SimProtocol] = set()
         self.answered = 0
         self.next_id = 0
+        #: the per-request fault and its draws (None: no such fault, the hot path's only test)
+        self.fault = config.request_fault
+        self.fault_draws = FaultDraws.from_config(config)
+        self.close_after = config.close_after or 0
+        self.idle_timeout_s = config.idle_timeout_s
+        self._sweeper: asyncio.TimerHandle | None = None
+        if self.idle_timeout_s is not None:
+            self._sweep_every_s = min(max(self.idle_timeout_s / 20, 0.001), 0.25)
+            self._sweeper = loop.call_later(self._sweep_every_s, self._sweep)
 
     def new_protocol(self) -> _SimProtocol:
         return _SimProtocol(self)
 
+    def _sweep(self) -> None:
+        """``idle-timeout``: close (FIN) every connection idle for ``idle_timeout_s`` (nothing received and
+        nothing to answer since), like a server's keep-alive timeout; checked every 1/20 of it."""
+        assert self.idle_timeout_s is not None
+        limit_s = time.perf_counter() - self.idle_timeout_s
+        for conn in list(self.connections):
+            conn.close_if_idle(limit_s)
+        self._sweeper = self.loop.call_later(self._sweep_every_s, self._sweep)
+
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         self.release.close()
         for conn in list(self.connections):
             conn.abort()
@@ -213,11 +194,18 @@ class _SimProtocol(asyncio.Protocol):
         self._head = False
         self._keep_alive = True
         self._body: list[bytes] = []
+        self._blocked = False  # slow-headers: the rest of a response is still to come
+        self._close_after = server.close_after  # close-after: N (0: no such fault)
+        self._requests = 0  # close-after: requests parsed on this connection
+        self._track_idle = server.idle_timeout_s is not None
+        self._active_s = 0.0  # idle-timeout: when something was last received or written
 
     # asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._server.connections.add(self)
+        if self._track_idle:
+            self._active_s = time.perf_counter()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -227,12 +215,14 @@ class _SimProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._track_idle:
+            self._active_s = time.perf_counter()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reply(400, self._server.responses.bad_request, close=True)
+            self._reply(400, self._server.responses.bad_request, True, AFTER_CLOSE)
         except httptools.HttpParserError:
-            self._reply(400, self._server.responses.bad_request, close=True)
+            self._reply(400, self._server.responses.bad_request, True, AFTER_CLOSE)
 
     # httptools callbacks -------------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -293,50 +283,82 @@ class _SimProtocol(asyncio.Protocol):
         if self._closing:
             return
         close = not self._keep_alive
+        after = AFTER_CLOSE if close else AFTER_NOTHING
+        if self._close_after:  # the N-th request's answer is the connection's last, without Connection: close
+            self._requests += 1
+            if self._requests >= self._close_after:
+                after = AFTER_CLOSE
         responses = self._server.responses
         route = self._route
         if not self._method_ok or self._head:
-            self._reply(405, responses.method_not_allowed, close=close)
+            self._reply(405, responses.method_not_allowed, close, after)
         elif route == _R_INFER:
-            self._infer(time.perf_counter(), close)
+            self._infer(time.perf_counter(), close, after)
         elif route in (_R_LIVE, _R_READY, _R_MODEL_READY):
-            self._reply(200, responses.ok_empty, close=close)
+            self._reply(200, responses.ok_empty, close, after)
         elif route == _R_SERVER_META:
-            self._reply(200, responses.server_meta, close=close)
+            self._reply(200, responses.server_meta, close, after)
         elif route == _R_MODEL_META:
-            self._reply(200, responses.model_meta, close=close)
+            self._reply(200, responses.model_meta, close, after)
         elif route == _R_UNKNOWN_MODEL:
-            self._reply(404, responses.model_not_found(self._requested_model), close=close)
+            self._reply(404, responses.model_not_found(self._requested_model), close, after)
         else:
-            self._reply(404, responses.not_found, close=close)
+            self._reply(404, responses.not_found, close, after)
 
     # responses -----------------------------------------------------------------------------------
-    def _infer(self, arrival_s: float, close: bool) -> None:
+    def _infer(self, arrival_s: float, close: bool, after: int) -> None:
+        """``close``: the request asked for Connection: close; ``after``: AFTER_CLOSE if the connection ends
+        with this answer (asked for, or close-after), else AFTER_NOTHING."""
         server = self._server
         admission = server.scheduler.admit(arrival_s)
+        if server.fault_draws is not None and server.fault_draws.next():
+            self._faulty_infer(admission.finish_s, close)
+            return
         if admission.error:
             data = _response(500, server.responses.injected_error, close=close)
         else:
-            body = b"".join(self._body)
-            match = _ID_RE.search(body) if body else None
-            if match is not None:
-                request_id = match.group(1)
-            else:
-                server.next_id += 1
-                request_id = b"%d" % server.next_id
-            responses = server.responses
-            data = _response(200, responses.infer_head + request_id + responses.infer_tail, close=close)
+            data = _response(200, self._infer_body(), close=close)
         self._body = []
-        entry = _Entry(self, data, ready=False, close=close)
+        entry = _Entry(self, data, False, after)
         self._queue.append(entry)
-        if close:
+        if after:
             self._closing = True
         server.release.schedule(admission.finish_s, entry)
 
-    def _reply(self, status: int, body: bytes, *, close: bool) -> None:
+    def _infer_body(self) -> bytes:
+        """The OIP answer to the request whose body is in ``self._body``."""
+        server = self._server
+        body = b"".join(self._body)
+        match = _ID_RE.search(body) if body else None
+        if match is not None:
+            request_id = match.group(1)
+        else:
+            server.next_id += 1
+            request_id = b"%d" % server.next_id
+        responses = server.responses
+        return responses.infer_head + request_id + responses.infer_tail
+
+    def _faulty_infer(self, finish_s: float, close: bool) -> None:
+        """An inference request the fault hits: admitted like any other (it holds its slot for its service
+        time, so capacity is unchanged), answered the faulty way at the time its answer was due."""
+        server = self._server
+        if server.fault == "stall":  # never answered: it blocks the connection's later answers too
+            self._body = []
+            self._queue.append(_Entry(self, b"", False, AFTER_CLOSE))
+            return
+        assert server.fault is not None
+        data, after, tail = faulty_answer(server.fault, server.config, server.responses, self._infer_body(), close)
+        self._body = []
+        entry = _Entry(self, data, False, after, tail)
+        self._queue.append(entry)
+        if close or after in (AFTER_CLOSE, AFTER_RESET):
+            self._closing = True
+        server.release.schedule(finish_s, entry)
+
+    def _reply(self, status: int, body: bytes, close: bool, after: int) -> None:
         data = _response(status, body, close=close, head=self._head)
-        self._queue.append(_Entry(self, data, ready=True, close=close))
-        if close:
+        self._queue.append(_Entry(self, data, True, after))
+        if after:
             self._closing = True
         self.flush()
 
@@ -344,23 +366,65 @@ class _SimProtocol(asyncio.Protocol):
         """Write the ready responses at the head of the queue (HTTP/1.1 answers in request order)."""
         transport = self._transport
         queue = self._queue
-        if transport is None:
+        if transport is None or self._blocked:
             return
         out: list[bytes] = []
-        close = False
+        last: _Entry | None = None
         while queue and queue[0].ready:
             entry = queue.popleft()
             out.append(entry.data)
-            if entry.close:
-                close = True
+            if entry.after:
+                last = entry
                 break
         if not out:
             return
         self._server.answered += len(out)
         transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if close:
-            queue.clear()
+        if self._track_idle:
+            self._active_s = time.perf_counter()
+        if last is not None:
+            self._after(last)
+
+    def _after(self, entry: _Entry) -> None:
+        """What follows a response that is not simply followed by the next one."""
+        transport = self._transport
+        assert transport is not None
+        after = entry.after
+        if after == AFTER_CLOSE:
+            self._queue.clear()
             transport.close()
+        elif after == AFTER_RESET:
+            self._queue.clear()
+            self._server.loop.call_later(RESET_AFTER_S, self.reset)
+        else:  # slow headers: nothing more on this connection until the tail is written
+            self._blocked = True
+            self._server.loop.call_later(self._server.config.slow_headers_s, self._write_tail, entry)
+
+    def _write_tail(self, entry: _Entry) -> None:
+        self._blocked = False
+        transport = self._transport
+        if transport is None:
+            return
+        transport.write(entry.tail)
+        if self._track_idle:
+            self._active_s = time.perf_counter()
+        if entry.after == AFTER_SLOW_CLOSE:
+            self._queue.clear()
+            transport.close()
+        else:
+            self.flush()
+
+    def close_if_idle(self, limit_s: float) -> None:
+        """``idle-timeout``: close (FIN) if nothing was received or written since ``limit_s`` and nothing
+        is waiting for an answer."""
+        if self._active_s <= limit_s and not self._queue and not self._closing and self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+    def reset(self) -> None:
+        """Close with a TCP RST, what a crashing worker or a killed proxy leaves behind."""
+        if self._transport is not None:
+            send_reset(self._transport)
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -420,26 +484,3 @@ async def serve(
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), timeout=2.0)
     return state.answered
-
-
-def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
-    scheme = "https" if tls else "http"
-    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
-
-
-def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
-    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
-
-    Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
-    """
-    import uvloop
-
-    def announce(host: str, port: int) -> None:
-        print(listening_line(host, port, config, tls=tls is not None), flush=True)
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        try:
-            answered = runner.run(serve(config, on_listening=announce, tls=tls))
-        except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
-            return
-    print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)

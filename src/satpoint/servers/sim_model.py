@@ -19,6 +19,29 @@ from satpoint.errors import ConfigError
 Dist = Literal["const", "exp", "lognormal"]
 DISTS: tuple[str, ...] = get_args(Dist)
 
+Fault = Literal[
+    "reset-mid-response",
+    "close-after",
+    "connection-close",
+    "idle-timeout",
+    "malformed",
+    "truncated",
+    "slow-headers",
+    "stall",
+    "error-body",
+]
+FAULTS: tuple[str, ...] = get_args(Fault)
+#: how ``error-body`` delimits its body: ``length`` (Content-Length, keep-alive) or ``eof`` (no
+#: Content-Length, ``connection: close``, the body ends when the connection does: HTTP/1.0 style)
+ErrorFraming = Literal["length", "eof"]
+ERROR_FRAMINGS: tuple[str, ...] = get_args(ErrorFraming)
+#: faults that hit single inference requests (a fraction ``fault_rate`` of them, after ``fault_after``);
+#: the others (``close-after``, ``idle-timeout``) act on connections.
+REQUEST_FAULTS: frozenset[str] = frozenset(FAULTS) - {"close-after", "idle-timeout"}
+#: defaults of the faults' parameters
+DEFAULT_SLOW_HEADERS_MS = 1000.0
+DEFAULT_ERROR_STATUS = 503
+
 #: sigma of the underlying normal of the ``lognormal`` service-time distribution.
 LOGNORMAL_SIGMA = 0.5
 
@@ -43,6 +66,14 @@ class SimConfig:
     error_rate: float = 0.0
     model: str = "sim"
     seed: int = 0
+    fault: Fault | None = None
+    fault_rate: float = 1.0
+    fault_after: int = 0
+    close_after: int | None = None
+    idle_timeout_s: float | None = None
+    slow_headers_ms: float | None = None
+    error_status: int | None = None
+    error_framing: ErrorFraming | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -66,6 +97,65 @@ class SimConfig:
             raise ConfigError(f"sim: error_rate must be in [0, 1], got {self.error_rate}")
         if not self.model or "/" in self.model:
             raise ConfigError(f"sim: model must be a non-empty name without '/', got {self.model!r}")
+        self._check_fault()
+
+    def _check_fault(self) -> None:
+        fault = self.fault
+        if fault is not None and fault not in FAULTS:
+            raise ConfigError(f"sim: fault must be one of {', '.join(FAULTS)}, got {fault!r}")
+        if not (math.isfinite(self.fault_rate) and 0.0 <= self.fault_rate <= 1.0):
+            raise ConfigError(f"sim: fault_rate must be in [0, 1], got {self.fault_rate}")
+        if isinstance(self.fault_after, bool) or not isinstance(self.fault_after, int) or self.fault_after < 0:
+            raise ConfigError(f"sim: fault_after must be an integer >= 0, got {self.fault_after!r}")
+        if fault not in REQUEST_FAULTS and (self.fault_rate != 1.0 or self.fault_after != 0):
+            raise ConfigError(
+                "sim: fault_rate and fault_after pick inference requests: they need a per-request fault "
+                f"({', '.join(f for f in FAULTS if f in REQUEST_FAULTS)})"
+            )
+        if (fault == "close-after") != (self.close_after is not None):
+            raise ConfigError("sim: fault close-after and close_after (N responses per connection) go together")
+        if self.close_after is not None and (
+            isinstance(self.close_after, bool) or not isinstance(self.close_after, int) or self.close_after < 1
+        ):
+            raise ConfigError(f"sim: close_after must be an integer >= 1, got {self.close_after!r}")
+        if (fault == "idle-timeout") != (self.idle_timeout_s is not None):
+            raise ConfigError("sim: fault idle-timeout and idle_timeout_s (seconds) go together")
+        if self.idle_timeout_s is not None and not (math.isfinite(self.idle_timeout_s) and self.idle_timeout_s > 0):
+            raise ConfigError(f"sim: idle_timeout_s must be > 0, got {self.idle_timeout_s}")
+        if self.slow_headers_ms is not None:
+            if fault != "slow-headers":
+                raise ConfigError("sim: slow_headers_ms needs fault slow-headers")
+            if not (math.isfinite(self.slow_headers_ms) and self.slow_headers_ms > 0):
+                raise ConfigError(f"sim: slow_headers_ms must be > 0, got {self.slow_headers_ms}")
+        if self.error_status is not None:
+            if fault != "error-body":
+                raise ConfigError("sim: error_status needs fault error-body")
+            if isinstance(self.error_status, bool) or not isinstance(self.error_status, int):
+                raise ConfigError(f"sim: error_status must be an integer, got {self.error_status!r}")
+            if not 400 <= self.error_status <= 599:
+                raise ConfigError(f"sim: error_status must be an HTTP error status (400..599), got {self.error_status}")
+        if self.error_framing is not None:
+            if fault != "error-body":
+                raise ConfigError("sim: error_framing needs fault error-body")
+            if self.error_framing not in ERROR_FRAMINGS:
+                raise ConfigError(
+                    f"sim: error_framing must be one of {', '.join(ERROR_FRAMINGS)}, got {self.error_framing!r}"
+                )
+
+    @property
+    def request_fault(self) -> str | None:
+        """The fault if it hits single inference requests (see ``REQUEST_FAULTS``), else None."""
+        return self.fault if self.fault in REQUEST_FAULTS else None
+
+    @property
+    def slow_headers_s(self) -> float:
+        """How long ``slow-headers`` holds the rest of a response after its status line."""
+        return (self.slow_headers_ms if self.slow_headers_ms is not None else DEFAULT_SLOW_HEADERS_MS) / 1000.0
+
+    @property
+    def fault_status(self) -> int:
+        """The status ``error-body`` answers with."""
+        return self.error_status if self.error_status is not None else DEFAULT_ERROR_STATUS
 
     @classmethod
     def from_args(cls, args: Any) -> SimConfig:
@@ -81,6 +171,15 @@ class SimConfig:
             error_rate=args.error_rate,
             model=args.model,
             seed=args.seed,
+            # faults: the REST sim's command line has them, the gRPC sim's has not
+            fault=getattr(args, "fault", None),
+            fault_rate=getattr(args, "fault_rate", 1.0),
+            fault_after=getattr(args, "fault_after", 0),
+            close_after=getattr(args, "close_after", None),
+            idle_timeout_s=getattr(args, "idle_timeout", None),
+            slow_headers_ms=getattr(args, "slow_headers_ms", None),
+            error_status=getattr(args, "error_status", None),
+            error_framing=getattr(args, "error_framing", None),
         )
 
     @property
@@ -166,6 +265,30 @@ class ErrorDraws:
         value = self._batch[self._i]
         self._i += 1
         return value
+
+
+class FaultDraws:
+    """Which inference requests a per-request fault hits, in arrival order: none of the first ``after``,
+    then each with probability ``rate`` (seeded draws of their own, so the service-time and error draws
+    are the same with and without a fault)."""
+
+    def __init__(self, rate: float, after: int, rng: np.random.Generator) -> None:
+        self._draws = ErrorDraws(rate, rng)
+        self._skip = after
+
+    @classmethod
+    def from_config(cls, config: SimConfig) -> FaultDraws | None:
+        """The draws of ``config``'s per-request fault, or None without one."""
+        if config.request_fault is None:
+            return None
+        fault_seed = np.random.SeedSequence(config.seed).spawn(3)[2]
+        return cls(config.fault_rate, config.fault_after, np.random.default_rng(fault_seed))
+
+    def next(self) -> bool:
+        if self._skip > 0:
+            self._skip -= 1
+            return False
+        return self._draws.next()
 
 
 class Admission(NamedTuple):

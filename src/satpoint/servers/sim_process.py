@@ -40,9 +40,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from satpoint.errors import TargetUnreachable
+from satpoint.errors import ConfigError, TargetUnreachable
 from satpoint.servers.process import ManagedProcess, TargetError
-from satpoint.servers.sim_model import DISTS
+from satpoint.servers.sim_model import DISTS, SimConfig
 
 if TYPE_CHECKING:
     from satpoint.endpoints.spec import Target
@@ -64,8 +64,13 @@ class SimServer:
 
     ``slots`` parallel slots of mean service time ``service_ms`` (distribution ``dist``), optional pauses of
     ``pause_s`` every ``pause_every_s`` seconds, a fraction ``error_rate`` of failed answers, serving
-    ``model`` with draws seeded by ``seed`` (see ``satpoint.servers.sim``). ``cpus`` pins the server to
-    those CPUs; ``extra_args`` are appended to the server's command line (after the generated ones).
+    ``model`` with draws seeded by ``seed`` (see ``satpoint.servers.sim``). ``fault`` (REST only) makes it
+    misbehave: ``reset-mid-response``, ``truncated``, ``malformed``, ``slow-headers`` (``slow_headers_ms``),
+    ``stall``, ``error-body`` (``error_status``, ``error_framing``) and ``connection-close`` hit a fraction
+    ``fault_rate`` of the inference requests after the first ``fault_after``; ``close-after``
+    (``close_after`` answers per connection) and ``idle-timeout`` (``idle_timeout_s``) act on connections.
+    ``cpus`` pins the server to those CPUs; ``extra_args`` are appended to the server's command line
+    (after the generated ones).
     """
 
     def __init__(
@@ -87,6 +92,14 @@ class SimServer:
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
         tls_client_ca: str | Path | None = None,
+        fault: str | None = None,
+        fault_rate: float = 1.0,
+        fault_after: int = 0,
+        close_after: int | None = None,
+        idle_timeout_s: float | None = None,
+        slow_headers_ms: float | None = None,
+        error_status: int | None = None,
+        error_framing: str | None = None,
     ) -> None:
         _check_int("slots", slots, minimum=1)
         _check_number("service_ms", service_ms, positive=True)
@@ -114,6 +127,29 @@ class SimServer:
         _check_number("startup_timeout_s", startup_timeout_s, positive=True)
         if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
             raise ValueError("SimServer: tls_cert and tls_key go together; tls_client_ca needs them")
+        if fault is not None and protocol != "rest":
+            raise ValueError(f"SimServer: fault is simulated by the REST sim only, not over {protocol}")
+        _check_number("fault_rate", fault_rate)
+        _check_int("fault_after", fault_after, minimum=0)
+        for name, value in (("idle_timeout_s", idle_timeout_s), ("slow_headers_ms", slow_headers_ms)):
+            if value is not None:
+                _check_number(name, value, positive=True)
+        for name, value in (("close_after", close_after), ("error_status", error_status)):
+            if value is not None:
+                _check_int(name, value, minimum=1)
+        try:  # one set of rules for the faults: the server's own
+            SimConfig(
+                fault=fault,  # type: ignore[arg-type]
+                fault_rate=fault_rate,
+                fault_after=fault_after,
+                close_after=close_after,
+                idle_timeout_s=idle_timeout_s,
+                slow_headers_ms=slow_headers_ms,
+                error_status=error_status,
+                error_framing=error_framing,  # type: ignore[arg-type]
+            )
+        except ConfigError as exc:
+            raise ValueError(f"SimServer: {str(exc).removeprefix('sim: ')}") from None
 
         self.slots = slots
         self.service_ms = float(service_ms)
@@ -129,6 +165,14 @@ class SimServer:
         self.startup_timeout_s = float(startup_timeout_s)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.tls_files = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--tls-client-ca": tls_client_ca}
+        self.fault = fault
+        self.fault_rate = float(fault_rate)
+        self.fault_after = fault_after
+        self.close_after = close_after
+        self.idle_timeout_s = idle_timeout_s
+        self.slow_headers_ms = slow_headers_ms
+        self.error_status = error_status
+        self.error_framing = error_framing
         #: long-run completion rate when overloaded, without pauses: ``slots / (service_ms / 1000)``.
         self.capacity_rps = slots / (self.service_ms / 1000.0)
 
@@ -151,6 +195,21 @@ class SimServer:
         for flag, path in self.tls_files.items():
             if path is not None:
                 argv += [flag, str(path)]
+        if self.fault is not None:
+            argv += ["--fault", self.fault]
+            if self.fault_rate != 1.0:
+                argv += ["--fault-rate", repr(self.fault_rate)]
+            if self.fault_after:
+                argv += ["--fault-after", str(self.fault_after)]
+            options = {
+                "--close-after": self.close_after,
+                "--idle-timeout": self.idle_timeout_s,
+                "--slow-headers-ms": self.slow_headers_ms,
+                "--error-status": self.error_status,
+            }
+            argv += [x for flag, v in options.items() if v is not None for x in (flag, repr(v))]
+            if self.error_framing is not None:
+                argv += ["--error-framing", self.error_framing]
         return [*argv, *self.extra_args]
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -282,7 +341,8 @@ class SimServer:
 
     def __repr__(self) -> str:
         state = f"url={self._url!r}, pid={self._process.pid}" if self._process is not None else "not started"
-        return f"SimServer({self.protocol}, slots={self.slots}, service_ms={self.service_ms:g}, {state})"
+        fault = f", fault={self.fault!r}" if self.fault is not None else ""
+        return f"SimServer({self.protocol}, slots={self.slots}, service_ms={self.service_ms:g}{fault}, {state})"
 
     @property
     def _name(self) -> str:

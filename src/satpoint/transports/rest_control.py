@@ -8,6 +8,7 @@ sets up ``https://`` (verification, CA, client certificate).  Errors name the UR
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -48,15 +49,18 @@ def _request(
         except (OSError, ssl.SSLError) as e:
             raise TargetUnreachable(f"cannot set up TLS for {redact_url(url)}: {e}") from None
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as e:
-        return int(e.code), e.read()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read()
     except (urllib.error.URLError, OSError) as e:
         reason = explain_tls_error(e, (tls or TlsOptions()) if context is not None else None)
         if reason is None:
             reason = str(getattr(e, "reason", e))
         raise TargetUnreachable(f"cannot reach {redact_url(url)}: {reason}") from None
+    except http.client.HTTPException as e:  # a response cut short (IncompleteRead) or not HTTP (BadStatusLine)
+        raise TargetUnreachable(f"{redact_url(url)} answered with a broken response: {e!r}") from None
 
 
 def server_ready(base_url: str, headers: Sequence[tuple[str, str]] = (), *, tls: TlsOptions | None = None) -> bool:
