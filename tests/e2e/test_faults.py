@@ -76,12 +76,12 @@ MATRIX: dict[str, Fault] = {
         verdict="failing",
     ),
     # the server closes (FIN) after N answers without Connection: close. A request sent on the connection
-    # while the FIN is on its way fails before any response byte: conn_reset today (rare on loopback);
-    # once the client resends such requests on a fresh connection they succeed (recorded as retried).
+    # while the FIN is on its way fails before any response byte: the client resends it once on a fresh
+    # connection (recorded as retried), so nothing fails.
     "close-after": Fault(
         {"fault": "close-after", "close_after": 5},
         exit_code=0,
-        allowed=frozenset({"conn_reset"}),
+        allowed=frozenset(),
     ),
     # Connection: close on every answer: the client opens a connection per request, nothing fails.
     "connection-close": Fault(
@@ -90,13 +90,12 @@ MATRIX: dict[str, Fault] = {
         allowed=frozenset(),
     ),
     # the server closes connections idle for 5 ms. A request sent on one just as it closes fails before
-    # any response byte: conn_reset today (Poisson gaps make that happen a few times per run, the first
-    # request on a warm connection too); once the client closes idle connections before the server's
-    # keep-alive timeout and resends such requests once, none.
+    # any response byte (Poisson gaps make that happen a few times per run); the client resends it once
+    # on a fresh connection, so nothing fails.
     "idle-timeout": Fault(
         {"fault": "idle-timeout", "idle_timeout_s": 0.005},
         exit_code=0,
-        allowed=frozenset({"conn_reset"}),
+        allowed=frozenset(),
         arrival="poisson",
     ),
     # not HTTP (an invalid Content-Length): malformed
@@ -149,13 +148,12 @@ MATRIX: dict[str, Fault] = {
         verdict="failing",
     ),
     # 503 with a JSON body that ends when the connection closes (no Content-Length; legal HTTP/1.1, what
-    # HTTP/1.0-style error pages of proxies look like). Today the client records conn_reset (status 0): it
-    # never tells its parser that the connection's end completes the body. Once 5xx with a body are
-    # classed by their status: http_503 (test_eof_framed_error_body_is_classed_by_its_status, strict xfail).
+    # HTTP/1.0-style error pages of proxies look like): the connection's end completes the body, so it is
+    # classed by its status (test_eof_framed_error_body_is_classed_by_its_status).
     "error-body-eof": Fault(
         {"fault": "error-body", "error_framing": "eof", "fault_rate": 0.2, "fault_after": 1},
         exit_code=0,
-        allowed=frozenset({"http_503", "conn_reset"}),
+        allowed=frozenset({"http_503"}),
         verdict="failing",
     ),
     # the server's process is SIGKILLed mid-run: refused connections from then on, the run says the
@@ -320,13 +318,6 @@ def test_error_body_status_is_recorded(runs: Callable[[str], Run]) -> None:
     assert failed.mean() == pytest.approx(0.2, abs=0.06)  # --fault-rate 0.2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the REST client records a 5xx whose body ends with the connection (no Content-Length, "
-    "Connection: close) as conn_reset with status 0: on connection_lost it never feeds EOF to its parser, "
-    "which would complete the message (fix under way in transports/rest.py: 5xx with a body classed by status)",
-)
 def test_eof_framed_error_body_is_classed_by_its_status(runs: Callable[[str], Run]) -> None:
     assert _error_classes(runs("error-body-eof").summary) == {"http_503"}
 
