@@ -48,6 +48,7 @@ from satpoint.cli.common import (
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
+from satpoint.cli.sweep_cmd import sweep
 from satpoint.config import LoadOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
@@ -140,6 +141,7 @@ def run(
 
 app.command("find")(find)
 app.command("compare")(compare)
+app.command("sweep")(sweep)
 app.add_typer(demo_app, name="demo")
 
 

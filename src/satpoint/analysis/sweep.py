@@ -1,0 +1,374 @@
+"""A sweep's figures: pure functions of its measurements (each one a ``find`` summary).
+
+- ``measurement_figures``: what one measurement (one ``find`` on a freshly started server) contributes.
+- ``aggregate``: per point, every figure as median with its range over the measurements, the
+  saturation per server core, and how far n workers get relative to one worker × cores.
+- ``best``: the best point per objective; the winner is named only when its measured range is
+  separated from the runner-up's (ranges that overlap are a tie, said in plain words).
+- ``pareto_front``: the points no other point beats on both saturation and p99 at 85 % of saturation.
+- ``remeasure_plan``: which points to measure again so the leaders each have at least two measurements.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Objective = Literal["saturation", "per_core", "p99", "slo"]
+OBJECTIVES: tuple[Objective, ...] = ("saturation", "per_core", "p99", "slo")
+OBJECTIVE_TEXT: dict[Objective, str] = {
+    "saturation": "highest saturation point",
+    "per_core": "highest saturation per server core",
+    "p99": "lowest p99 latency at the chosen rate (--at-rps)",
+    "slo": "highest saturation point meeting the latency objective (--slo)",
+}
+#: the operating point every point's latency is compared at: the per-replica autoscaling target
+OPERATING_FRACTION = 0.85
+#: the lowest stable stage counts as "low load" when it is at most this fraction of the saturation point
+LOW_LOAD_FRACTION = 0.35
+_RATE_TOLERANCE = 0.03  # a latency_at entry within 3 % of the asked rate is that rate's measurement
+
+
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _latency_point(rps: float | None, latency: Mapping[str, Any] | None, verdict: str | None) -> dict[str, Any]:
+    latency = latency or {}
+    return {"rps": _round(rps), "p50_ms": latency.get("p50"), "p99_ms": latency.get("p99"), "verdict": verdict}
+
+
+def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None) -> dict[str, Any]:
+    """The figures one measurement (a ``find`` summary.json) gives a sweep."""
+    stages: list[Mapping[str, Any]] = list(summary.get("stages") or [])
+    stable = [s for s in stages if s.get("verdict") == "stable"]
+    low = min(stable, key=lambda s: float(s["target_rps"]), default=None)
+    sat = summary.get("saturation_rps")
+    if low is not None and sat and float(low["target_rps"]) > LOW_LOAD_FRACTION * float(sat):
+        low = None  # a search seeded near its answer has no low-load stage
+    conf = (summary.get("search") or {}).get("confirmation") or {}
+    op: dict[str, Any] = _latency_point(None, None, None)
+    if conf.get("rate_rps"):
+        rate = float(conf["rate_rps"])
+        held = [s for s in stages if abs(float(s["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0)]
+        if held:
+            st = held[-1]
+            op = _latency_point(st["offered_rps"], st.get("latency_ms"), st.get("verdict"))
+    if op["rps"] is None:  # no confirmation hold: the profile's stage nearest 85 %, if any
+        prof = [x for x in summary.get("latency_at") or [] if x.get("fraction")]
+        near = min(prof, key=lambda x: abs(float(x["fraction"]) - OPERATING_FRACTION), default=None)
+        if near is not None and abs(float(near["fraction"]) - OPERATING_FRACTION) <= 0.06:
+            op = _latency_point(near["offered_rps"], near.get("latency_ms"), near.get("verdict"))
+    at: dict[str, Any] | None = None
+    if at_rps is not None:
+        at = _latency_point(None, None, None)
+        cands = [
+            x
+            for x in summary.get("latency_at") or []
+            if abs(float(x["offered_rps"]) - at_rps) <= _RATE_TOLERANCE * at_rps
+        ]
+        if cands:
+            x = cands[-1]
+            at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"))
+    gen = summary.get("generator") or {}
+    notes = list(summary.get("find_notes") or [])
+    return {
+        "saturation_rps": summary.get("saturation_rps"),
+        "unstable_rps": summary.get("unstable_rps"),
+        "max_throughput_rps": summary.get("max_throughput_rps"),
+        "precision_achieved": summary.get("precision_achieved"),
+        "low_load": _latency_point(low["offered_rps"], low.get("latency_ms"), "stable") if low else None,
+        "at_operating_point": op,
+        "at_rps": at,
+        "generator_cpu_us_per_request": gen.get("cpu_us_per_request"),
+        "lower_bound": any(n.startswith(("generator-limited", "client-limited")) for n in notes),
+        "interrupted": bool(summary.get("interrupted")),
+        "target_lost": summary.get("target_lost") is not None,
+        "stages": len(stages),
+    }
+
+
+def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """Median, min, max and count of the values that exist; None when none does."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None
+    return {"median": _round(statistics.median(xs)), "min": _round(min(xs)), "max": _round(max(xs)), "n": len(xs)}
+
+
+@dataclass(frozen=True)
+class PointInput:
+    """What ``aggregate`` needs of one point: its knobs, server cores, rows per request, measurements."""
+
+    id: str
+    label: str
+    knobs: Mapping[str, Any]
+    server_cores: int | None
+    batch: int
+    measurements: Sequence[Mapping[str, Any]]  # measurement_figures of the finished measurements
+
+
+def _scaled(s: Mapping[str, Any], factor: float) -> dict[str, Any]:
+    return {
+        "median": _round(s["median"] * factor),
+        "min": _round(s["min"] * factor),
+        "max": _round(s["max"] * factor),
+        "n": s["n"],
+    }
+
+
+def _nested(ms: Sequence[Mapping[str, Any]], key: str, field: str) -> dict[str, Any] | None:
+    return spread([(m.get(key) or {}).get(field) for m in ms])
+
+
+def aggregate(p: PointInput) -> dict[str, Any]:
+    """One point's row of ``sweep.json``: figures as median/min/max over its measurements."""
+    ms = [m for m in p.measurements if not m.get("interrupted")]
+    sat = spread([m.get("saturation_rps") for m in ms])
+    highs = [m.get("unstable_rps") or m.get("saturation_rps") for m in ms]
+    highs_x = [float(h) for h in highs if h is not None]
+    bracket = [sat["min"], _round(max(highs_x))] if sat and highs_x else None
+    per_core = None
+    if sat and p.server_cores:
+        per_core = _scaled(sat, 1.0 / p.server_cores)
+    inferences = _scaled(sat, float(p.batch)) if sat else None
+    return {
+        "id": p.id,
+        "label": p.label,
+        "knobs": dict(p.knobs),
+        "measurements": len(ms),
+        "saturation_rps": sat,
+        "bracket_rps": bracket,
+        "max_throughput_rps": spread([m.get("max_throughput_rps") for m in ms]),
+        "batch": p.batch,
+        "inferences_per_s": inferences,
+        "server_cores": p.server_cores,
+        "rps_per_core": per_core,
+        "low_load": {
+            "rps": _nested(ms, "low_load", "rps"),
+            "p50_ms": _nested(ms, "low_load", "p50_ms"),
+            "p99_ms": _nested(ms, "low_load", "p99_ms"),
+        },
+        "at_operating_point": {
+            "rps": _nested(ms, "at_operating_point", "rps"),
+            "p50_ms": _nested(ms, "at_operating_point", "p50_ms"),
+            "p99_ms": _nested(ms, "at_operating_point", "p99_ms"),
+        },
+        "at_rps": (
+            {
+                "p50_ms": _nested(ms, "at_rps", "p50_ms"),
+                "p99_ms": _nested(ms, "at_rps", "p99_ms"),
+                "stable": all((m.get("at_rps") or {}).get("verdict") == "stable" for m in ms) if ms else None,
+            }
+            if any(m.get("at_rps") is not None for m in ms)
+            else None
+        ),
+        "lower_bound": any(bool(m.get("lower_bound")) for m in ms),
+        "feasible": sat is not None,
+        "scaling": None,
+    }
+
+
+def _workers(knobs: Mapping[str, Any]) -> int | None:
+    w = knobs.get("workers")
+    return int(w) if isinstance(w, int | float) else None
+
+
+def add_scaling(rows: list[dict[str, Any]], workers_use_cores: bool = True) -> None:
+    """For points with a ``workers`` knob: saturation relative to the one-worker point with the same
+    other knobs, the ideal and the efficiency (their ratio).  The ideal is min(processes doing
+    inference, cores) when workers are processes that each need a core (MLServer), else the count
+    (the synthetic server's slots cost no CPU)."""
+    for row in rows:
+        n = _workers(row["knobs"])
+        if n is None or row["saturation_rps"] is None:
+            continue
+        others = {k: v for k, v in row["knobs"].items() if k != "workers"}
+        one = next(
+            (
+                r
+                for r in rows
+                if _workers(r["knobs"]) == 1
+                and {k: v for k, v in r["knobs"].items() if k != "workers"} == others
+                and r["saturation_rps"] is not None
+            ),
+            None,
+        )
+        if one is None:
+            continue
+        ratio = row["saturation_rps"]["median"] / one["saturation_rps"]["median"]
+        cores = row["server_cores"]
+        ideal = float(min(max(n, 1), cores)) if cores and workers_use_cores else float(max(n, 1))
+        row["scaling"] = {
+            "vs_one_worker": round(ratio, 3),
+            "ideal": ideal,
+            "efficiency": round(ratio / ideal, 3),
+            "one_worker_x_cores_rps": _round(one["saturation_rps"]["median"] * cores) if cores else None,
+            "rule": "min(workers, cores)" if workers_use_cores else "workers",
+        }
+
+
+def _score(row: Mapping[str, Any], objective: Objective) -> tuple[float, float, float] | None:
+    """(median, worst, best) in 'higher is better' form, or None when the point has no figure."""
+    if objective in ("saturation", "slo"):
+        s = row["saturation_rps"]
+        if s is None:
+            return None
+        lo, hi = (row["bracket_rps"] or [s["min"], s["max"]])[0], (row["bracket_rps"] or [s["min"], s["max"]])[1]
+        return s["median"], lo, hi
+    if objective == "per_core":
+        s = row["rps_per_core"]
+        b = row["bracket_rps"]
+        if s is None or not row["server_cores"]:
+            return None
+        cores = float(row["server_cores"])
+        return s["median"], (b[0] / cores if b else s["min"]), (b[1] / cores if b else s["max"])
+    at = row.get("at_rps")
+    if not at or not at.get("stable") or not at.get("p99_ms"):
+        return None
+    p = at["p99_ms"]
+    return -p["median"], -p["max"], -p["min"]
+
+
+def best(rows: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, Any] | None:
+    """The best point for ``objective``, the points it is tied with, and whether it is separated."""
+    scored = [(r, sc) for r in rows if (sc := _score(r, objective)) is not None]
+    if not scored:
+        return None
+    scored.sort(key=lambda x: x[1][0], reverse=True)
+    top, (med, lo, hi) = scored[0]
+    # tied: another point whose measured range reaches into the winner's
+    tied = [r for r, (_, lo2, hi2) in scored[1:] if hi2 >= lo]
+    runner = scored[1] if len(scored) > 1 else None
+    separated = runner is not None and not tied
+    enough = top["measurements"] >= 2 and (runner is None or runner[0]["measurements"] >= 2)
+    return {
+        "objective": objective,
+        "point": top["id"],
+        "label": top["label"],
+        "value": abs(med),
+        "range": sorted([abs(lo), abs(hi)]),
+        "tied_with": [r["id"] for r in tied],
+        "runner_up": runner[0]["id"] if runner else None,
+        "separated": separated,
+        "repeated": enough,
+        "text": _best_text(top, objective, med, lo, hi, tied, runner, enough),
+    }
+
+
+def _fmt(objective: Objective, v: float) -> str:
+    v = abs(v)
+    if objective == "p99":
+        return f"{v:.1f} ms"
+    if objective == "per_core":
+        return f"{v:.1f} rps/core"
+    return f"{v:.1f} rps"
+
+
+def _range_text(objective: Objective, lo: float, hi: float) -> str:
+    a, b = sorted([abs(lo), abs(hi)])
+    return f"{_fmt(objective, a)}–{_fmt(objective, b)}"
+
+
+def _best_text(
+    top: Mapping[str, Any],
+    objective: Objective,
+    med: float,
+    lo: float,
+    hi: float,
+    tied: Sequence[Mapping[str, Any]],
+    runner: tuple[Mapping[str, Any], tuple[float, float, float]] | None,
+    enough: bool,
+) -> str:
+    spread_text = f"median of {top['measurements']}, range {_shown_range(top, objective)}"
+    head = f"{top['label']}: {_fmt(objective, med)} ({spread_text})"
+    if runner is None:
+        return f"{head}; the only point with a figure"
+    if tied:
+        names = ", ".join(r["label"] for r in tied)
+        return (
+            f"no clear winner: {head} is tied with {names}: their measured ranges overlap, so the "
+            "difference is within this server's run-to-run noise; prefer the cheapest of them"
+        )
+    r = runner[0]
+    caveat = "" if enough else " (one measurement each: repeat to be sure)"
+    return (
+        f"{head} beats the runner-up {r['label']} ({_shown_range(r, objective)}) beyond the noise: "
+        f"their ranges do not overlap{caveat}"
+    )
+
+
+def _shown_range(row: Mapping[str, Any], objective: Objective) -> str:
+    """The measured range the tables show for the objective's figure."""
+    s = {"saturation": row["saturation_rps"], "slo": row["saturation_rps"], "per_core": row["rps_per_core"]}.get(
+        objective, ((row.get("at_rps") or {}).get("p99_ms"))
+    )
+    return _range_text(objective, s["min"], s["max"]) if s else "-"
+
+
+def pareto_front(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Ids of the points not dominated on (higher saturation, lower p99 at the operating point)."""
+    pts = []
+    for r in rows:
+        s = r["saturation_rps"]
+        p = (r["at_operating_point"] or {}).get("p99_ms")
+        if s is not None and p is not None:
+            pts.append((r["id"], s["median"], p["median"]))
+    front = []
+    for pid, x, y in pts:
+        dominated = any((x2 >= x and y2 <= y) and (x2 > x or y2 < y) for _, x2, y2 in pts)
+        if not dominated:
+            front.append(pid)
+    return front
+
+
+def rank(rows: Sequence[Mapping[str, Any]], objective: Objective) -> list[str]:
+    """Point ids, best first for ``objective``; points without a figure last, in grid order."""
+    scored = [(r["id"], sc[0]) for r in rows if (sc := _score(r, objective)) is not None]
+    scored.sort(key=lambda x: x[1], reverse=True)
+    ids = [i for i, _ in scored]
+    return ids + [r["id"] for r in rows if r["id"] not in ids]
+
+
+def remeasure_plan(
+    rows: Sequence[Mapping[str, Any]], objective: Objective, top_n: int, min_measurements: int = 2
+) -> list[str]:
+    """Point ids to measure once more: the ``top_n`` leaders with fewer than ``min_measurements``."""
+    leaders = [i for i in rank(rows, objective) if _score(_by_id(rows, i), objective) is not None][:top_n]
+    return [i for i in leaders if _by_id(rows, i)["measurements"] < min_measurements]
+
+
+def _by_id(rows: Sequence[Mapping[str, Any]], pid: str) -> Mapping[str, Any]:
+    return next(r for r in rows if r["id"] == pid)
+
+
+def recommendation_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Plain-language lines: the best point for the chosen objective, with its evidence and the noise rule."""
+    objective: Objective = doc["objective"]
+    lines = []
+    b = (doc.get("best") or {}).get(objective)
+    if b is None:
+        lines.append(f"no point has a figure for the objective ({OBJECTIVE_TEXT[objective]})")
+    else:
+        lines.append(f"best for the {OBJECTIVE_TEXT[objective]}: {b['text']}")
+    for other, ob in (doc.get("best") or {}).items():
+        if other != objective and ob is not None:
+            lines.append(f"best for the {OBJECTIVE_TEXT[other]}: {ob['label']} ({_fmt(other, ob['value'])})")
+    lines.append(
+        "how to read this: every figure is the median of a point's measurements with their range (each "
+        "measurement a search on a freshly started server); two points are tied when their ranges overlap "
+        "(a saturation point counted up to the next rate that was unstable, the search's precision), "
+        "because a server's capacity varies from run to run; only a point clear of the runner-up is a winner"
+    )
+    scaled = [r for r in doc.get("points", []) if r.get("scaling")]
+    for r in scaled:
+        s = r["scaling"]
+        if r["knobs"].get("workers") not in (None, 1):
+            rule = f"min(workers, {r['server_cores']} cores)" if s.get("rule") != "workers" else "the worker count"
+            lines.append(
+                f"{r['label']}: {s['vs_one_worker']:.2f}x one worker's saturation; the ideal is {s['ideal']:g}x "
+                f"({rule}), so it reaches {s['efficiency']:.0%} of it"
+            )
+    return lines

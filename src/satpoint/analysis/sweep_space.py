@@ -1,0 +1,222 @@
+"""What a sweep varies: knobs, their values, and the grid of points (``satpoint sweep --set K=V1,V2``).
+
+A knob belongs to a *server kind*: the embedded MLServer (``mlserver``), the synthetic server
+(``sim``: capacity known, for trying sweeps out and for tests) or a remote deployment changed by a
+command per point (``remote``: ``--reconfigure 'CMD {knob}'``).  ``protocol`` and ``batch`` are
+client-side on every kind.  Values are checked before anything starts; an unknown knob or a bad value
+is a ``ValueError`` naming the valid ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+KnobType = Literal["int", "float", "choice", "text", "path"]
+ServerKind = Literal["mlserver", "sim", "remote"]
+SERVER_KINDS: tuple[ServerKind, ...] = ("mlserver", "sim", "remote")
+
+ENV_PREFIX = "env."
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KNOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One thing a sweep can vary."""
+
+    name: str
+    type: KnobType
+    help: str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    #: applied by the generator (no server restart needed), e.g. the protocol
+    client_side: bool = False
+
+    @property
+    def numeric(self) -> bool:
+        return self.type in ("int", "float")
+
+    def parse(self, raw: str) -> int | float | str:
+        text = raw.strip()
+        if not text:
+            raise ValueError(f"{self.name}: empty value")
+        if self.type == "int":
+            try:
+                value: int | float = int(text)
+            except ValueError:
+                raise ValueError(f"{self.name} takes whole numbers, got {text!r}") from None
+        elif self.type == "float":
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{self.name} takes numbers, got {text!r}") from None
+        elif self.type == "choice":
+            if text not in self.choices:
+                raise ValueError(f"{self.name} takes {', '.join(self.choices)}; got {text!r}")
+            return text
+        elif self.type == "path":
+            path = Path(text).expanduser()
+            if not (path / "model-settings.json").is_file():
+                raise ValueError(f"{self.name}: {text!r} is not an MLServer model folder (no model-settings.json)")
+            return str(path)
+        else:
+            return text
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"{self.name} must be >= {self.minimum:g}, got {text}")
+        return value
+
+
+_PROTOCOL = Knob("protocol", "choice", "rest or grpc (client side)", choices=("rest", "grpc"), client_side=True)
+_BATCH = Knob("batch", "int", "rows per request: the input size (client side)", minimum=1, client_side=True)
+_CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", minimum=1)
+
+KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
+    "mlserver": (
+        Knob("workers", "int", "MLServer parallel_workers (0 = inference in the main process)", minimum=0),
+        Knob("max_batch_size", "int", "adaptive batching size (1 = off)", minimum=1),
+        Knob("max_batch_time", "float", "adaptive batching wait, seconds", minimum=0),
+        _PROTOCOL,
+        _BATCH,
+        _CPUS,
+        Knob("runtime", "choice", "artefact of the demo model", choices=("sklearn", "onnx")),
+        Knob("demo_model", "choice", "demo model", choices=("iris", "digits-mlp", "digits-forest")),
+        Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
+    ),
+    "sim": (
+        Knob("workers", "int", "parallel slots of the synthetic server", minimum=1),
+        Knob("service_ms", "float", "mean service time, ms", minimum=0.001),
+        _PROTOCOL,
+        _BATCH,
+        _CPUS,
+    ),
+    "remote": (_PROTOCOL, _BATCH),
+}
+
+
+def knob_table(kind: ServerKind) -> dict[str, Knob]:
+    return {k.name: k for k in KNOBS[kind]}
+
+
+def valid_knobs_text(kind: ServerKind) -> str:
+    names = [k.name for k in KNOBS[kind]]
+    if kind == "mlserver":
+        names.append("env.NAME")
+    if kind == "remote":
+        names.append("any {placeholder} of --reconfigure")
+    return ", ".join(names)
+
+
+def placeholders(command: str) -> list[str]:
+    """The ``{name}`` fields of a ``--reconfigure`` command, in order of first use."""
+    out: list[str] = []
+    for _, field_name, _, _ in string.Formatter().parse(command):
+        if field_name is None:
+            continue
+        if not field_name or not _KNOB_NAME.match(field_name):
+            raise ValueError(f"--reconfigure: {{{field_name}}} is not a knob name (letters, digits, _ and .)")
+        if field_name not in out:
+            out.append(field_name)
+    return out
+
+
+def knob_for(name: str, kind: ServerKind, reconfigure: str | None = None) -> Knob:
+    """The knob called ``name`` on ``kind``; a ValueError listing the valid ones otherwise."""
+    table = knob_table(kind)
+    if name in table:
+        return table[name]
+    if kind == "mlserver" and name.startswith(ENV_PREFIX):
+        var = name[len(ENV_PREFIX) :]
+        if not _ENV_NAME.match(var):
+            raise ValueError(f"{name}: {var!r} is not an environment variable name")
+        return Knob(name, "text", f"the server's environment variable {var}")
+    if kind == "remote" and reconfigure is not None and name in placeholders(reconfigure):
+        return Knob(name, "text", "a {placeholder} of --reconfigure")
+    raise ValueError(f"unknown knob {name!r} for the {kind} server; valid knobs: {valid_knobs_text(kind)}")
+
+
+Value = int | float | str
+
+
+@dataclass(frozen=True)
+class Dimension:
+    knob: Knob
+    values: tuple[Value, ...]
+
+
+def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = None) -> list[Dimension]:
+    """``["workers=0,1,2", "protocol=rest,grpc"]`` → dimensions, checked (duplicates, types, ranges)."""
+    dims: list[Dimension] = []
+    seen: set[str] = set()
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"--set takes KNOB=V1,V2,…; got {item!r} (valid knobs: {valid_knobs_text(kind)})")
+        knob = knob_for(name, kind, reconfigure)
+        if name in seen:
+            raise ValueError(f"knob {name!r} is set twice")
+        seen.add(name)
+        values = tuple(knob.parse(v) for v in raw.split(","))
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name}: a value is listed twice ({raw})")
+        dims.append(Dimension(knob, values))
+    if not dims:
+        raise ValueError(f"a sweep needs at least one --set KNOB=V1,V2 (valid knobs: {valid_knobs_text(kind)})")
+    if kind == "remote" and reconfigure is not None:
+        server_side = [p for p in placeholders(reconfigure)]
+        missing = [p for p in server_side if p not in seen]
+        if missing:
+            raise ValueError(f"--reconfigure uses {{{'}, {'.join(missing)}}} but no --set gives it values")
+    if kind == "remote" and reconfigure is None:
+        server = [d.knob.name for d in dims if not d.knob.client_side]
+        if server:
+            raise ValueError(f"{', '.join(server)}: a remote server's knobs need --reconfigure 'CMD {{knob}}'")
+    return dims
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of the grid: its index (1-based, grid order) and knob values."""
+
+    index: int
+    knobs: tuple[tuple[str, Value], ...]
+
+    @property
+    def id(self) -> str:
+        return f"p{self.index:02d}"
+
+    @property
+    def values(self) -> dict[str, Value]:
+        return dict(self.knobs)
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={_show(v)}" for k, v in self.knobs)
+
+    @property
+    def dirname(self) -> str:
+        text = "_".join(f"{k}={_show(v)}" for k, v in self.knobs)
+        safe = re.sub(r"[^A-Za-z0-9_.=+-]+", "-", text)[:80]
+        return f"{self.id}-{safe}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label, "knobs": self.values}
+
+
+def _show(value: Value) -> str:
+    if isinstance(value, str) and "/" in value:
+        return Path(value).name or value
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def grid(dims: Sequence[Dimension]) -> list[Point]:
+    """Every combination, the first dimension varying slowest."""
+    names = [d.knob.name for d in dims]
+    combos = itertools.product(*(d.values for d in dims))
+    return [Point(i + 1, tuple(zip(names, combo, strict=True))) for i, combo in enumerate(combos)]

@@ -1,0 +1,142 @@
+"""``satpoint sweep``: options for the tuning sweep (``experiments.sweep``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from satpoint.api import default_out, split_cpus
+from satpoint.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    HeaderOpt,
+    PayloadOpt,
+    console,
+    fail,
+    guarded,
+    interruptible,
+    parse_cpus,
+    parse_headers,
+    secrets_of,
+)
+from satpoint.config import FindOptions, LoadOptions
+from satpoint.experiments.sweep import SWEEP_CSV, SWEEP_FILE, SweepConfig, SweepState, estimate, run_sweep
+from satpoint.experiments.sweep_servers import BaseServer
+from satpoint.reports.progress import EventPrinter
+from satpoint.reports.sweep import print_sweep
+
+_Str = Annotated[str | None, typer.Option()]
+
+
+def sweep(
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="KNOB=V1,V2,… (repeatable; the grid is every combination)"),
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="mlserver (embedded, default), sim, or remote (default with --url)")
+    ] = None,
+    url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
+    grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
+    model: Annotated[str | None, typer.Option(help="model name (remote)")] = None,
+    reconfigure: Annotated[
+        str | None, typer.Option(help="command run per point, {knob} placeholders filled in (remote)")
+    ] = None,
+    ready_timeout: Annotated[float, typer.Option(help="seconds to wait for readiness after --reconfigure")] = 300.0,
+    server_cores: Annotated[int | None, typer.Option(help="cores of a remote server (for rps per core)")] = None,
+    demo_model: Annotated[str | None, typer.Option(help="iris, digits-mlp or digits-forest")] = None,
+    runtime: Annotated[str | None, typer.Option(help="sklearn or onnx (demo models)")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="serve this MLServer model folder")] = None,
+    workers: Annotated[int, typer.Option(help="parallel_workers (sim: slots) unless swept")] = 1,
+    max_batch_size: Annotated[int, typer.Option(help="adaptive batching size unless swept")] = 1,
+    max_batch_time: Annotated[float, typer.Option(help="adaptive batching wait (s) unless swept")] = 0.0,
+    env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the server (repeatable)")] = None,
+    service_ms: Annotated[float, typer.Option(help="sim: mean service time, ms")] = 10.0,
+    protocol: Annotated[str, typer.Option(help="rest or grpc unless swept")] = "rest",
+    batch_size: Annotated[int, typer.Option(help="rows per request unless swept")] = 1,
+    header: HeaderOpt = None,
+    payload: PayloadOpt = None,
+    server_cpus: Annotated[str | None, typer.Option(help="CPUs of the server (default: all but the last)")] = None,
+    generator_cpus: Annotated[str | None, typer.Option(help="CPUs of the generator (default: the last)")] = None,
+    objective: Annotated[str, typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo")] = "saturation",
+    at_rps: Annotated[float | None, typer.Option(help="compare p99 latency at this rate")] = None,
+    slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms")] = None,
+    repeats: Annotated[int, typer.Option(help="measurements of every point")] = 1,
+    remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
+    budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
+    find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
+    precision: Annotated[float, typer.Option(help="search precision")] = 0.1,
+    profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
+    ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
+    min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
+    max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
+    min_requests: Annotated[int, typer.Option(help="aim for this many requests per hold")] = 2000,
+    out: Annotated[Path | None, typer.Option(help="results folder (default results/sweep-TIMESTAMP)")] = None,
+    resume: Annotated[Path | None, typer.Option(help="continue the sweep in this folder")] = None,
+    dry_run: Annotated[bool, typer.Option(help="print the grid and the estimate, measure nothing")] = False,
+) -> None:
+    """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
+    headers = parse_headers(header)
+    secrets = secrets_of([url, grpc_url], headers)
+
+    def body() -> int:
+        if resume is not None:
+            state = SweepState.resume(resume, headers)
+            cfg, out_dir = state.cfg, resume
+        else:
+            if not set_:
+                raise fail("sweep needs --set KNOB=V1,V2 (or --resume DIR)")
+            kind = server or ("remote" if url or grpc_url else "mlserver")
+            if kind != "remote" and (url or grpc_url or reconfigure):
+                raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
+            s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
+            cfg = SweepConfig(
+                sets=tuple(set_),
+                server=BaseServer(
+                    kind=kind,  # type: ignore[arg-type]
+                    workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
+                    demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
+                    env=tuple(_env(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
+                    reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
+                    protocol=protocol, batch=batch_size, headers=headers,
+                    payload_file=str(payload) if payload else None,
+                    server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
+                ),
+                repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
+                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s,
+                find=FindOptions(
+                    precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
+                    max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
+                ),
+                load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) if generator_cpus else g_cpus),
+            ).validate()  # fmt: skip
+            out_dir = out or default_out("sweep")
+            state = None
+        if dry_run:
+            for p in cfg.points():
+                console.print(f"{p.id}  {p.label}")
+            console.print(f"estimate: {estimate(cfg, len(cfg.points()))['text']}")
+            return EXIT_OK
+        with interruptible() as stop, EventPrinter(console, secrets) as printer:
+            outcome = run_sweep(cfg, out_dir, stop=stop, on_event=printer, state=state)
+        print_sweep(console, outcome.doc)
+        console.print(f"results: {out_dir} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
+        if outcome.interrupted:
+            return EXIT_INTERRUPTED
+        done = [m for m in outcome.doc["measurements"] if m["status"] == "done"]
+        return EXIT_OK if done else EXIT_FAILED
+
+    guarded(body, secrets)
+
+
+def _env(items: list[str] | None) -> list[tuple[str, str]]:
+    out = []
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise fail(f"--env takes NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return out

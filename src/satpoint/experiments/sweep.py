@@ -1,0 +1,442 @@
+"""``satpoint sweep``: the saturation search for every point of a grid of server configurations.
+
+Each measurement is a ``find`` on a freshly started (or freshly reconfigured) server, written to its own
+folder under ``out_dir/points/``.  ``sweep.json`` is rewritten after every measurement (and marks the
+one running), so a sweep cut off by Ctrl-C or a crash keeps everything measured and continues with
+``resume``.  After the first pass the leaders (by the chosen objective) are measured again until each
+has at least two measurements; every figure is then a median with its range, and two points whose
+ranges overlap are reported as tied (``analysis.sweep``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.sweep import (
+    OBJECTIVES,
+    Objective,
+    PointInput,
+    add_scaling,
+    aggregate,
+    best,
+    measurement_figures,
+    pareto_front,
+    rank,
+    recommendation_lines,
+    remeasure_plan,
+)
+from satpoint.analysis.sweep_space import SERVER_KINDS, Point, grid, parse_set
+from satpoint.analysis.thresholds import parse_slo
+from satpoint.config import FindOptions, LoadOptions, VerdictRules
+from satpoint.errors import SatpointError
+from satpoint.experiments.sweep_servers import BaseServer, point_server
+from satpoint.progress import OnEvent, say
+from satpoint.reports.files import write_all
+from satpoint.saturation import search_target
+
+SWEEP_FILE = "sweep.json"
+SWEEP_CSV = "sweep.csv"
+SWEEP_VERSION = 1
+#: below this many seconds of budget left, no new measurement starts
+MIN_MEASUREMENT_S = 45.0
+#: a re-measurement starts its staircase at this fraction of the point's known saturation
+RESEED_FRACTION = 0.6
+_START_S = {"mlserver": 12.0, "sim": 2.0, "remote": 5.0}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A sweep: the grid (``sets``), the server it runs on, and how each point is measured and judged."""
+
+    sets: tuple[str, ...]
+    server: BaseServer = field(default_factory=BaseServer)
+    repeats: int = 1
+    remeasure_top: int = 3
+    objective: Objective = "saturation"
+    at_rps: float | None = None
+    slo: tuple[str, ...] = ()
+    max_error_rate: float = 0.01
+    budget_s: float | None = None
+    find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.1, profile=False, budget_s=240.0))
+    load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
+
+    def points(self) -> list[Point]:
+        return grid(parse_set(self.sets, self.server.kind, self.server.reconfigure))
+
+    def validate(self) -> SweepConfig:
+        if self.server.kind not in SERVER_KINDS:
+            raise ValueError(f"server kind {self.server.kind!r}: choose one of {', '.join(SERVER_KINDS)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r}: choose one of {', '.join(OBJECTIVES)}")
+        if self.objective == "p99" and self.at_rps is None:
+            raise ValueError("the p99 objective compares points at one rate: give --at-rps")
+        if self.objective == "slo" and not self.slo:
+            raise ValueError("the slo objective needs --slo, e.g. --slo p99<50ms")
+        if self.at_rps is not None and self.at_rps <= 0:
+            raise ValueError("--at-rps must be > 0")
+        if self.repeats < 1 or self.remeasure_top < 0:
+            raise ValueError("repeats must be >= 1 and --remeasure-top >= 0")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ValueError("--budget-s must be > 0")
+        if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
+            raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
+        if self.server.kind == "remote" and self.server.model is None:
+            raise ValueError("a remote sweep needs --model")
+        parse_slo(list(self.slo))
+        self.find.validate()
+        self.load.validate()
+        points = self.points()
+        if self.server.kind == "remote":
+            protos = {p.values.get("protocol", self.server.protocol) for p in points}
+            if "grpc" in protos and self.server.grpc_url is None:
+                raise ValueError("protocol=grpc on a remote server needs --grpc-url")
+            if "rest" in protos and self.server.url is None:
+                raise ValueError("protocol=rest on a remote server needs --url")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.find
+        return {
+            "sets": list(self.sets),
+            "server": self.server.to_dict(),
+            "repeats": self.repeats,
+            "remeasure_top": self.remeasure_top,
+            "objective": self.objective,
+            "at_rps": self.at_rps,
+            "slo": list(self.slo),
+            "max_error_rate": self.max_error_rate,
+            "budget_s": self.budget_s,
+            "find": {k: getattr(f, k) for k in f.__dataclass_fields__},
+            "load": self.load.describe(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> SweepConfig:
+        """The configuration ``sweep.json`` recorded (header values are not recorded: pass them again)."""
+        fkw = {k: v for k, v in (d.get("find") or {}).items() if k in FindOptions.__dataclass_fields__}
+        return cls(
+            sets=tuple(d["sets"]),
+            server=BaseServer.from_dict(d.get("server") or {}, headers),
+            repeats=int(d.get("repeats", 1)),
+            remeasure_top=int(d.get("remeasure_top", 3)),
+            objective=d.get("objective", "saturation"),
+            at_rps=d.get("at_rps"),
+            slo=tuple(d.get("slo") or ()),
+            max_error_rate=float(d.get("max_error_rate", 0.01)),
+            budget_s=d.get("budget_s"),
+            find=FindOptions(**fkw),
+            load=LoadOptions.from_dict(dict(d.get("load") or {})),
+        )
+
+
+@dataclass
+class SweepOutcome:
+    doc: dict[str, Any]
+    out_dir: Path
+    interrupted: bool
+
+
+def expected_measurement_s(cfg: SweepConfig) -> float:
+    """A rough duration of one measurement before any was made: server start plus about eight stages."""
+    f = cfg.find
+    stage_s = f.ramp_s + (f.min_hold_s + f.max_hold_s) / 2 + f.cooldown_s + cfg.load.drain_s / 2 + 1.0
+    return min(f.budget_s, 8 * stage_s) + _START_S[cfg.server.kind]
+
+
+def estimate(cfg: SweepConfig, points: int, measured_s: list[float] | None = None) -> dict[str, Any]:
+    """How long the sweep should take: points × repeats, plus the re-measurements of the leaders."""
+    first = points * cfg.repeats
+    extra = 0 if cfg.repeats >= 2 else min(cfg.remeasure_top, points)
+    per = statistics.median(measured_s) if measured_s else expected_measurement_s(cfg)
+    total = (first + extra) * per
+    return {
+        "points": points,
+        "repeats": cfg.repeats,
+        "measurements": first,
+        "remeasurements_up_to": extra,
+        "per_measurement_s": round(per, 1),
+        "total_s": round(total, 1),
+        "budget_s": cfg.budget_s,
+        "text": (
+            f"{points} point{'s' if points != 1 else ''} × {cfg.repeats} repeat{'s' if cfg.repeats != 1 else ''}"
+            + (f" + up to {extra} re-measurement{'s' if extra != 1 else ''} of the leaders" if extra else "")
+            + f" ≈ {first + extra} × {per / 60:.1f} min ≈ {total / 60:.0f} min"
+            + (f" (the budget caps it at {cfg.budget_s / 60:.0f} min)" if cfg.budget_s and cfg.budget_s < total else "")
+        ),
+    }
+
+
+class SweepState:
+    """``sweep.json`` being written: the configuration, the grid, and every measurement as it ends."""
+
+    def __init__(self, out_dir: Path, cfg: SweepConfig, points: list[Point], doc: dict[str, Any] | None = None):
+        self.out_dir = out_dir
+        self.cfg = cfg
+        self.points = points
+        self.doc: dict[str, Any] = doc or {
+            "sweep_version": SWEEP_VERSION,
+            "kind": "sweep",
+            "created_unix": time.time(),
+            "config": cfg.to_dict(),
+            "grid": [p.to_dict() for p in points],
+            "measurements": [],
+        }
+        self.doc["config"] = cfg.to_dict()
+        self.doc["grid"] = [p.to_dict() for p in points]
+
+    @classmethod
+    def resume(cls, out_dir: Path, headers: tuple[tuple[str, str], ...] = ()) -> SweepState:
+        path = out_dir / SWEEP_FILE
+        if not path.is_file():
+            raise SatpointError(f"--resume: {path} does not exist")
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError as e:
+            raise SatpointError(f"--resume: {path} is not valid JSON ({e})") from None
+        cfg = SweepConfig.from_dict(doc["config"], headers).validate()
+        state = cls(out_dir, cfg, cfg.points(), doc)
+        # a measurement that was running when the sweep stopped is measured again: move its folder aside
+        kept = []
+        for m in doc.get("measurements", []):
+            if m.get("status") == "done":
+                kept.append(m)
+                continue
+            folder = out_dir / m["dir"]
+            if folder.exists():
+                aside = folder.with_name(folder.name + f"-cut-{int(time.time())}")
+                shutil.move(str(folder), str(aside))
+        doc["measurements"] = kept
+        doc.pop("stopped", None)
+        doc.setdefault("resumed", []).append(time.time())
+        return state
+
+    @property
+    def measurements(self) -> list[dict[str, Any]]:
+        return list(self.doc["measurements"])
+
+    def done(self, point: Point) -> list[dict[str, Any]]:
+        return [m for m in self.doc["measurements"] if m["point"] == point.id and m["status"] == "done"]
+
+    def record(self, m: dict[str, Any]) -> None:
+        ms = self.doc["measurements"]
+        for i, old in enumerate(ms):
+            if old["dir"] == m["dir"]:
+                ms[i] = m
+                break
+        else:
+            ms.append(m)
+        self.write()
+
+    def write(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.doc.update(analyse(self.cfg, self.points, self.doc["measurements"]))
+        tmp = self.out_dir / (SWEEP_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=2, default=str))
+        tmp.replace(self.out_dir / SWEEP_FILE)
+
+
+def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The per-point figures, the ranking, the front and the best point per objective (a pure function
+    of the measurements)."""
+    rows = []
+    for p in points:
+        ms = [m["figures"] for m in measurements if m["point"] == p.id and m["status"] == "done" and m.get("figures")]
+        cores = next(
+            (m.get("server_cores") for m in measurements if m["point"] == p.id and m.get("server_cores")), None
+        )
+        batch = int(p.values.get("batch", cfg.server.batch))
+        rows.append(aggregate(PointInput(p.id, p.label, p.values, cores, batch, ms)))
+    add_scaling(rows, workers_use_cores=cfg.server.kind != "sim")
+    objectives: list[Objective] = ["saturation", "per_core"]
+    if cfg.at_rps is not None:
+        objectives.append("p99")
+    if cfg.slo:
+        objectives.append("slo")
+    bests = {o: best(rows, o) for o in objectives}
+    if cfg.slo:  # the search already answered under the SLO: its best is the saturation's
+        bests.pop("saturation", None)
+    doc = {
+        "objective": cfg.objective,
+        "points": rows,
+        "order": rank(rows, cfg.objective),
+        "pareto_front": pareto_front(rows),
+        "best": bests,
+    }
+    doc["recommendation"] = recommendation_lines(doc)
+    return doc
+
+
+def _points_by_id(points: list[Point]) -> dict[str, Point]:
+    return {p.id: p for p in points}
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    out_dir: Path,
+    *,
+    stop: threading.Event | None = None,
+    on_event: OnEvent | None = None,
+    state: SweepState | None = None,
+) -> SweepOutcome:
+    """Measure every point (``repeats`` times), then the leaders again; write sweep.json/csv/report.html.
+
+    Pass ``state`` (``SweepState.resume``) to continue a sweep: its finished measurements are kept."""
+    stop = stop or threading.Event()
+    if state is None:
+        cfg.validate()
+        state = SweepState(out_dir, cfg, cfg.points())
+    cfg, points = state.cfg, state.points
+    est = estimate(cfg, len(points))
+    state.doc["estimate"] = est
+    reused = sum(1 for m in state.measurements if m["status"] == "done")
+    say(on_event, f"sweep: {est['text']}" + (f"; {reused} measurements reused from {out_dir}" if reused else ""))
+    say(on_event, f"objective: {cfg.objective}; results in {out_dir}")
+    state.write()
+    t0 = time.monotonic()
+    durations = [float(m["duration_s"]) for m in state.measurements if m.get("duration_s")]
+    stopped: str | None = None
+
+    def budget_left() -> float | None:
+        return None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
+
+    def measure(point: Point, repeat: int, phase: str) -> bool:
+        nonlocal stopped
+        left = budget_left()
+        if left is not None and left < MIN_MEASUREMENT_S:
+            stopped = f"the sweep's budget ({cfg.budget_s:g} s) ran out"
+            return False
+        n_done = sum(1 for m in state.measurements if m["status"] == "done")
+        say(on_event, f"── [{n_done + 1}] {point.id} {point.label} · measurement {repeat} ({phase}) ──")
+        m = _measure(cfg, state, point, repeat, phase, stop, on_event, left)
+        durations.append(m["duration_s"])
+        state.doc["estimate"] = estimate(cfg, len(points), durations)
+        state.record(m)
+        say(on_event, _live_line(point, m))
+        if stop.is_set():
+            stopped = "interrupted (Ctrl-C or a signal)"
+            return False
+        return True
+
+    # first pass: every point `repeats` times, repeats interleaved so slow drift spreads over all points
+    for repeat in range(1, cfg.repeats + 1):
+        for point in points:
+            if stopped is None and len(state.done(point)) < repeat and not measure(point, repeat, "grid"):
+                break
+    # the leaders again, until each has at least two measurements
+    if stopped is None and cfg.remeasure_top > 0:
+        rows = state.doc["points"]
+        for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
+            point = _points_by_id(points)[pid]
+            if not measure(point, len(state.done(point)) + 1, "re-measure the leaders"):
+                break
+    if stopped is not None:
+        state.doc["stopped"] = stopped
+        say(on_event, f"sweep stopped: {stopped}; resume with: satpoint sweep --resume {out_dir}", "warning")
+    state.doc["duration_s"] = round(time.monotonic() - t0, 1)
+    state.write()
+    _write_outputs(state)
+    return SweepOutcome(state.doc, out_dir, stop.is_set())
+
+
+def _measure(
+    cfg: SweepConfig,
+    state: SweepState,
+    point: Point,
+    repeat: int,
+    phase: str,
+    stop: threading.Event,
+    on_event: OnEvent | None,
+    budget_left: float | None,
+) -> dict[str, Any]:
+    rel = f"points/{point.dirname}/m{repeat}"
+    folder = state.out_dir / rel
+    if folder.exists():  # a leftover of a cut-off run of this measurement
+        shutil.move(str(folder), str(folder.with_name(folder.name + f"-cut-{int(time.time())}")))
+    m: dict[str, Any] = {
+        "point": point.id,
+        "repeat": repeat,
+        "phase": phase,
+        "dir": rel,
+        "status": "running",
+        "started_unix": time.time(),
+    }
+    state.record(m)
+    t0 = time.monotonic()
+    fopts = cfg.find
+    known = [x["figures"]["saturation_rps"] for x in state.done(point) if x.get("figures", {}).get("saturation_rps")]
+    if known and fopts.start_rps is None:  # start near what this point sustained before: fewer stages
+        fopts = replace(fopts, start_rps=round(RESEED_FRACTION * statistics.median(known), 3))
+    if budget_left is not None:
+        fopts = replace(fopts, budget_s=max(10.0, min(fopts.budget_s, budget_left - _START_S[cfg.server.kind])))
+    rules = VerdictRules(max_error_rate=cfg.max_error_rate, slo_ms=parse_slo(list(cfg.slo)))
+    try:
+        with point_server(cfg.server, point.values, stop=stop, on_event=on_event, log_dir=None) as srv:
+            m["server_cores"] = srv.cores
+            m.update(srv.actions)
+            if srv.info is not None:
+                m["server"] = {k: srv.info.get(k) for k in ("kind", "settings", "startup_s", "cpus", "versions")}
+            load = cfg.load
+            if cfg.server.kind != "remote" and load.generator_cpus is None:
+                load = replace(load, generator_cpus=_generator_cpus())
+            session = search_target(
+                srv.target,
+                load,
+                fopts,
+                rules,
+                folder,
+                stop=stop,
+                on_event=on_event,
+                server_info=srv.info,
+                profile_rps=cfg.at_rps,
+            )
+        summary = write_all(folder, session.results, html=True)
+        m["figures"] = measurement_figures(summary, cfg.at_rps)
+        m["status"] = "interrupted" if stop.is_set() else "done"
+    except (SatpointError, ValueError, ConnectionError) as e:  # the target failed or went away
+        m["status"] = "interrupted" if stop.is_set() else "failed"
+        m["error"] = str(e)
+        say(on_event, f"{point.id} {point.label}: measurement failed: {e}", "warning")
+    m["duration_s"] = round(time.monotonic() - t0, 1)
+    return m
+
+
+def _generator_cpus() -> tuple[int, ...] | None:
+    from satpoint.api import split_cpus
+
+    return split_cpus()[1]
+
+
+def _live_line(point: Point, m: Mapping[str, Any]) -> str:
+    head = f"{point.id} {point.label} · m{m['repeat']}: "
+    if m["status"] != "done":
+        return (
+            head + f"{m['status']}" + (f" ({m.get('error')})" if m.get("error") else "") + f" · {m['duration_s']:.0f} s"
+        )
+    f = m["figures"]
+    sat = f.get("saturation_rps")
+    op = f.get("at_operating_point") or {}
+    parts = [f"saturation {sat:.1f} rps" if sat is not None else "no stable rate"]
+    if f.get("unstable_rps"):
+        parts.append(f"unstable at {f['unstable_rps']:.1f}")
+    if op.get("p99_ms") is not None:
+        parts.append(f"p99 {op['p99_ms']:.1f} ms at {op['rps']:.0f} rps")
+    low = f.get("low_load") or {}
+    if low.get("p99_ms") is not None:
+        parts.append(f"low-load p99 {low['p99_ms']:.1f} ms")
+    return head + ", ".join(parts) + f" · {m['duration_s']:.0f} s"
+
+
+def _write_outputs(state: SweepState) -> None:
+    from satpoint.reports.sweep import write_sweep_csv
+    from satpoint.reports.sweep_html import write_sweep_report
+
+    write_sweep_csv(state.doc, state.out_dir / SWEEP_CSV)
+    write_sweep_report(state.doc, state.out_dir / "report.html")

@@ -1,0 +1,255 @@
+"""The server of one sweep point: started fresh with the point's knobs, or reconfigured by a command.
+
+``point_server`` is a context manager yielding a :class:`PointServer`: the target to measure, the
+server facts for the results header, how many cores the server had, and what was done to get there
+(the reconfigure command and its output).  Whatever it starts it stops, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.sweep_space import ENV_PREFIX, ServerKind
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
+from satpoint.errors import SatpointError, TargetUnreachable
+from satpoint.progress import OnEvent, say
+
+_OUTPUT_TAIL = 4000  # characters of a reconfigure command's output kept in sweep.json
+
+
+@dataclass(frozen=True)
+class BaseServer:
+    """The settings every point starts from (a point's knobs override them)."""
+
+    kind: ServerKind = "mlserver"
+    # the embedded MLServer
+    workers: int = 1
+    max_batch_size: int = 1
+    max_batch_time: float = 0.0
+    demo_model: str | None = None
+    runtime: str | None = None
+    model_dir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    # the synthetic server
+    service_ms: float = 10.0
+    # a remote server
+    url: str | None = None
+    grpc_url: str | None = None
+    model: str | None = None
+    reconfigure: str | None = None
+    ready_timeout_s: float = 300.0
+    server_cores: int | None = None
+    # the client side
+    protocol: str = "rest"
+    batch: int = 1
+    headers: tuple[tuple[str, str], ...] = ()
+    payload_file: str | None = None
+    # CPUs of the host the server may use (mlserver, sim); None: all but the generator's
+    server_cpus: tuple[int, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["env"] = dict(self.env)
+        out["headers"] = [name for name, _ in self.headers]  # names only: values may be secrets
+        out["server_cpus"] = list(self.server_cpus) if self.server_cpus is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], headers: Sequence[tuple[str, str]] = ()) -> BaseServer:
+        known = set(cls.__dataclass_fields__)
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["env"] = tuple(sorted((d.get("env") or {}).items()))
+        kw["headers"] = tuple(headers)
+        kw["server_cpus"] = tuple(d["server_cpus"]) if d.get("server_cpus") is not None else None
+        return cls(**kw)
+
+
+@dataclass
+class PointServer:
+    target: Target
+    info: dict[str, Any] | None
+    cores: int | None
+    actions: dict[str, Any] = field(default_factory=dict)
+
+
+def cores_for(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The host CPUs a started server gets: the first ``server_cpus`` of the allowed set."""
+    allowed = base.server_cpus
+    n = knobs.get("server_cpus")
+    if n is None:
+        return allowed
+    pool = sorted(os.sched_getaffinity(0))
+    if int(n) > len(pool):
+        raise ValueError(f"server_cpus={n}: this machine lets satpoint use {len(pool)} CPUs")
+    return tuple(pool[: int(n)])
+
+
+def _client(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[str, int]:
+    return str(knobs.get("protocol", base.protocol)), int(knobs.get("batch", base.batch))
+
+
+@contextmanager
+def point_server(
+    base: BaseServer,
+    knobs: Mapping[str, Any],
+    *,
+    stop: threading.Event,
+    on_event: OnEvent | None = None,
+    log_dir: Path | None = None,
+) -> Iterator[PointServer]:
+    """The server for a point, ready to measure; stopped (when satpoint started it) on exit."""
+    protocol, batch = _client(base, knobs)
+    fields = {"batch_size": batch, "headers": base.headers}
+    if base.payload_file is not None:
+        fields["payload_file"] = Path(base.payload_file)
+    with ExitStack() as stack:
+        if base.kind == "mlserver":
+            from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+
+            cpus = cores_for(base, knobs)
+            env = dict(base.env)
+            env.update({k[len(ENV_PREFIX) :]: str(v) for k, v in knobs.items() if k.startswith(ENV_PREFIX)})
+            kw: dict[str, Any] = {
+                "parallel_workers": int(knobs.get("workers", base.workers)),
+                "max_batch_size": int(knobs.get("max_batch_size", base.max_batch_size)),
+                "max_batch_time_s": float(knobs.get("max_batch_time", base.max_batch_time)),
+                "env": env,
+                "cpus": cpus,
+            }
+            for name in ("demo_model", "runtime", "model_dir"):
+                value = knobs.get(name, getattr(base, name))
+                if value is not None:
+                    kw[name] = Path(value) if name == "model_dir" else value
+            settings = MLServerSettings(**kw)
+            say(on_event, f"starting the embedded MLServer ({_describe(kw)})")
+            server = stack.enter_context(MLServerTarget(settings))
+            target = server.target(protocol, **fields)
+            say(on_event, f"MLServer ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
+            yield PointServer(target, server.info(), len(cpus) if cpus else os.cpu_count())
+            return
+        if base.kind == "sim":
+            from satpoint.servers.sim_process import SimServer
+
+            cpus = cores_for(base, knobs)
+            sim = SimServer(
+                slots=int(knobs.get("workers", base.workers)),
+                service_ms=float(knobs.get("service_ms", base.service_ms)),
+                protocol=protocol,
+                cpus=cpus,
+                log_dir=log_dir,
+            )
+            stack.enter_context(sim)
+            slots, svc = sim_slots(knobs, base), sim_service(knobs, base)
+            info: dict[str, Any] = {"kind": "sim", "slots": slots, "service_ms": svc}
+            info["capacity_rps"] = slots / svc * 1000.0
+            info["cpus"] = list(cpus) if cpus else None
+            yield PointServer(sim.target(**fields), info, len(cpus) if cpus else os.cpu_count())
+            return
+        # a remote server: run the reconfigure command (if any), then wait until it answers an inference
+        url = base.grpc_url if protocol == "grpc" else base.url
+        if url is None or base.model is None:
+            raise ValueError(f"a remote sweep over {protocol} needs {'--grpc-url' if protocol == 'grpc' else '--url'}")
+        target = Target(url=url, model=base.model, protocol=protocol, **fields)  # type: ignore[arg-type]
+        actions: dict[str, Any] = {}
+        if base.reconfigure is not None:
+            actions["reconfigure"] = run_reconfigure(base.reconfigure, knobs, stop=stop, on_event=on_event)
+            actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
+        cores = knobs.get("server_cpus", base.server_cores)
+        yield PointServer(target, None, int(cores) if cores is not None else None, actions)
+
+
+def sim_slots(knobs: Mapping[str, Any], base: BaseServer) -> int:
+    return int(knobs.get("workers", base.workers))
+
+
+def sim_service(knobs: Mapping[str, Any], base: BaseServer) -> float:
+    return float(knobs.get("service_ms", base.service_ms))
+
+
+def _describe(kw: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in kw.items():
+        if k == "env" and not v:
+            continue
+        if k == "cpus":
+            parts.append(f"CPUs {','.join(map(str, v)) if v else 'any'}")
+        else:
+            parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def render_command(template: str, knobs: Mapping[str, Any]) -> str:
+    """The command for a point: each ``{knob}`` replaced by its value, shell-quoted."""
+    return template.format(**{k: shlex.quote(str(v)) for k, v in knobs.items()})
+
+
+def run_reconfigure(
+    template: str,
+    knobs: Mapping[str, Any],
+    *,
+    stop: threading.Event,
+    on_event: OnEvent | None = None,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Run the reconfigure command for a point; its command line, exit code, time and output are returned
+    (and recorded). A failing command raises ``SatpointError`` quoting the end of its output."""
+    command = render_command(template, knobs)
+    say(on_event, f"reconfigure: {command}")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        while True:
+            try:
+                out, _ = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if stop.is_set() or time.monotonic() - t0 > timeout_s:
+                    os.killpg(proc.pid, 9)
+                    proc.communicate()
+                    why = "interrupted" if stop.is_set() else f"timed out after {timeout_s:g} s"
+                    raise SatpointError(f"reconfigure command {why}: {command}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = out.decode(errors="replace")
+    record = {
+        "command": command,
+        "exit_code": proc.returncode,
+        "seconds": round(time.monotonic() - t0, 3),
+        "output": text[-_OUTPUT_TAIL:],
+    }
+    if proc.returncode != 0:
+        tail = "\n".join(text.strip().splitlines()[-5:])
+        raise SatpointError(f"reconfigure command exited with {proc.returncode}: {command}\n{tail}")
+    return record
+
+
+def wait_ready(target: Target, timeout_s: float, *, stop: threading.Event, on_event: OnEvent | None = None) -> float:
+    """Wait until the target answers a test inference (``prepare`` succeeds); seconds waited."""
+    t0 = time.monotonic()
+    last = ""
+    while not stop.is_set():
+        try:
+            prepare(target, 8)
+            waited = time.monotonic() - t0
+            say(on_event, f"ready after {waited:.1f} s")
+            return round(waited, 3)
+        except SatpointError as e:
+            last = str(e)
+        if time.monotonic() - t0 > timeout_s:
+            raise TargetUnreachable(f"not ready {timeout_s:g} s after reconfiguring (--ready-timeout): {last}")
+        stop.wait(1.0)
+    raise SatpointError("interrupted while waiting for the server to be ready")

@@ -1,0 +1,161 @@
+"""A sweep's table, recommendation and CSV: functions of ``sweep.json``."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def _num(v: Any, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _median_range(s: Mapping[str, Any] | None, spec: str = ".1f") -> str:
+    if not s:
+        return "-"
+    if s["n"] == 1:
+        return format(s["median"], spec)
+    return f"{format(s['median'], spec)} [{format(s['min'], spec)}–{format(s['max'], spec)}]"
+
+
+def sorted_rows(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    by_id = {r["id"]: r for r in doc["points"]}
+    return [by_id[i] for i in doc.get("order") or by_id]
+
+
+def sweep_table(doc: Mapping[str, Any]) -> Table:
+    """Points sorted by the chosen objective; ``*`` marks the non-dominated front."""
+    title = escape(f"sweep: points by {doc['objective']} (median [min–max] over the measurements)")
+    t = Table(title=title, title_justify="left")
+    for col, just in (
+        ("point", "left"),
+        ("knobs", "left"),
+        ("n", "right"),
+        ("saturation rps", "right"),
+        ("inferences/s", "right"),
+        ("rps/core", "right"),
+        ("low-load p50/p99 ms", "right"),
+        ("p99 ms at 85 %", "right"),
+        ("vs 1 worker", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    front = set(doc.get("pareto_front") or [])
+    for r in sorted_rows(doc):
+        low = r["low_load"]
+        low_txt = "-"
+        if low["p50_ms"] and low["p99_ms"]:
+            low_txt = f"{low['p50_ms']['median']:.2f}/{low['p99_ms']['median']:.2f}"
+        sc = r.get("scaling")
+        t.add_row(
+            r["id"] + (" *" if r["id"] in front else ""),
+            escape(r["label"]),
+            str(r["measurements"]),
+            _median_range(r["saturation_rps"]) + (" ≥" if r.get("lower_bound") else ""),
+            _median_range(r["inferences_per_s"]) if r["batch"] != 1 else "=",
+            _median_range(r["rps_per_core"]),
+            low_txt,
+            _median_range(r["at_operating_point"]["p99_ms"], ".2f"),
+            f"{sc['vs_one_worker']:.2f}x ({sc['efficiency']:.0%})" if sc else "-",
+        )
+    return t
+
+
+def print_sweep(console: Console, doc: Mapping[str, Any]) -> None:
+    console.print(sweep_table(doc))
+    console.print("* = on the front: no other point has both a higher saturation and a lower p99 at 85 %")
+    if any(r.get("lower_bound") for r in doc["points"]):
+        console.print("≥ = a lower bound: the generator (or its connection cap) was the limit, not the server")
+    for line in doc.get("recommendation") or []:
+        console.print(escape(line))
+    failed = [m for m in doc.get("measurements", []) if m.get("status") == "failed"]
+    for m in failed:
+        console.print(f"[yellow]{m['point']} measurement {m['repeat']} failed: {m.get('error')}[/]")
+    if doc.get("stopped"):
+        console.print(f"[yellow]the sweep stopped early: {doc['stopped']}[/]")
+
+
+CSV_COLUMNS = (
+    "id",
+    "label",
+    "measurements",
+    "saturation_rps_median",
+    "saturation_rps_min",
+    "saturation_rps_max",
+    "max_throughput_rps_median",
+    "inferences_per_s_median",
+    "server_cores",
+    "rps_per_core_median",
+    "low_load_rps",
+    "low_load_p50_ms",
+    "low_load_p99_ms",
+    "operating_point_rps",
+    "operating_point_p50_ms",
+    "operating_point_p99_ms",
+    "at_rps_p99_ms",
+    "vs_one_worker",
+    "scaling_efficiency",
+    "lower_bound",
+    "on_front",
+)
+
+
+def _m(s: Mapping[str, Any] | None, key: str = "median") -> Any:
+    return None if not s else s.get(key)
+
+
+def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per point (knob columns first, then CSV_COLUMNS), in the objective's order."""
+    knobs: list[str] = []
+    for r in doc["points"]:
+        for k in r["knobs"]:
+            if k not in knobs:
+                knobs.append(k)
+    front = set(doc.get("pareto_front") or [])
+    out = []
+    for r in sorted_rows(doc):
+        sc = r.get("scaling") or {}
+        at = r.get("at_rps") or {}
+        row: dict[str, Any] = {f"knob.{k}": r["knobs"].get(k) for k in knobs}
+        row.update(
+            {
+                "id": r["id"],
+                "label": r["label"],
+                "measurements": r["measurements"],
+                "saturation_rps_median": _m(r["saturation_rps"]),
+                "saturation_rps_min": _m(r["saturation_rps"], "min"),
+                "saturation_rps_max": _m(r["saturation_rps"], "max"),
+                "max_throughput_rps_median": _m(r["max_throughput_rps"]),
+                "inferences_per_s_median": _m(r["inferences_per_s"]),
+                "server_cores": r["server_cores"],
+                "rps_per_core_median": _m(r["rps_per_core"]),
+                "low_load_rps": _m(r["low_load"]["rps"]),
+                "low_load_p50_ms": _m(r["low_load"]["p50_ms"]),
+                "low_load_p99_ms": _m(r["low_load"]["p99_ms"]),
+                "operating_point_rps": _m(r["at_operating_point"]["rps"]),
+                "operating_point_p50_ms": _m(r["at_operating_point"]["p50_ms"]),
+                "operating_point_p99_ms": _m(r["at_operating_point"]["p99_ms"]),
+                "at_rps_p99_ms": _m(at.get("p99_ms")),
+                "vs_one_worker": sc.get("vs_one_worker"),
+                "scaling_efficiency": sc.get("efficiency"),
+                "lower_bound": r.get("lower_bound"),
+                "on_front": r["id"] in front,
+            }
+        )
+        out.append(row)
+    return out
+
+
+def write_sweep_csv(doc: Mapping[str, Any], path: Path) -> Path:
+    rows = csv_rows(doc)
+    names = list(rows[0]) if rows else list(CSV_COLUMNS)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=names)
+        w.writeheader()
+        w.writerows(rows)
+    return path
