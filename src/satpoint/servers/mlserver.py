@@ -155,8 +155,8 @@ class MLServerSettings:
             ]
             if chosen:
                 raise ValueError(
-                    f"model_dir serves your own model folder, {' and '.join(chosen)} choose a demo model: "
-                    "give one or the other"
+                    f"model_dir (your own model folder) and {' and '.join(chosen)} (a demo model) exclude each "
+                    "other: give one or the other"
                 )
             model_dir = Path(self.model_dir)
             object.__setattr__(self, "model_dir", model_dir)
