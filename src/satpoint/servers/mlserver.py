@@ -23,6 +23,9 @@ MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-skl
   load, MLServer briefly answers 200 on the former (no models, all "ready"), then exits.
 - A port taken between choosing and binding does not make MLServer exit: it hangs (uvicorn's
   ``sys.exit`` happens inside a task). We watch the log for bind errors, fail fast, retry on new ports.
+- The server's cwd is its temporary folder, so relative ``PYTHONPATH`` entries are made absolute; with the
+  ONNX runtime, the folder satpoint was imported from goes first on it (MLServer imports
+  ``satpoint.servers.onnx_runtime``: it must be this satpoint) unless it is a site directory.
 - Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
 - A user's model folder (``model_dir``) is served as ``<repo>/<name>/``: a real folder holding a symlink
   to each of its entries (MLServer opens files and imports a custom runtime's module through them) and a
@@ -590,6 +593,9 @@ class MLServerTarget:
         s = self._settings
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MLSERVER_")}
         env["PYTHONUNBUFFERED"] = "1"
+        if env.get("PYTHONPATH"):
+            # the server runs in its temporary folder: relative entries would point elsewhere there
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
         if s.model_dir is None and s.runtime == "onnx":
             # MLServer imports satpoint's ONNX runtime: make it this satpoint, wherever it was imported from
             _prepend_pythonpath(env, _satpoint_root())
@@ -760,7 +766,7 @@ def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
     if root in sites:
         return
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if any(Path(p).resolve() == root for p in parts):
+    if any(os.path.isabs(p) and Path(p).resolve() == root for p in parts):
         return
     env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
 
