@@ -249,7 +249,7 @@ def find(
             where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
             say(
                 on_event,
-                f"starting the embedded MLServer ({settings.model_name} model, "
+                f"starting the embedded MLServer ({_served(settings)}, "
                 f"parallel_workers={settings.parallel_workers}, {where})",
             )
             embedded = stack.enter_context(MLServerTarget(settings))
@@ -270,6 +270,13 @@ def find(
             files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
             say(on_event, max_replicas_choice(rec)[1])
     return FindResult(summary, out_dir, files)
+
+
+def _served(settings: MLServerSettings) -> str:
+    """What the embedded MLServer serves, for the progress line."""
+    if settings.model_dir is not None:
+        return f"model {settings.served_model_name} from {settings.model_dir}"
+    return f"{settings.demo_model} model, {settings.runtime} runtime"
 
 
 def _cpu_list(cpus: Sequence[int] | None) -> str:

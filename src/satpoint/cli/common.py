@@ -25,6 +25,7 @@ from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.redact import redact_text, secret_values
+from satpoint.servers.demo_model import DEMO_MODELS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -53,6 +54,18 @@ GrpcConnsOpt = Annotated[
 ThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),
+]
+DemoModelOpt = Annotated[
+    str | None,
+    typer.Option(help=f"embedded MLServer: the demo model, {' | '.join(DEMO_MODELS)} (default iris; trained at start)"),
+]
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(help="embedded MLServer: how the demo model is served, sklearn | onnx (default sklearn)"),
+]
+ModelDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
 _FILE = {"exists": True, "dir_okay": False, "readable": True}
 CaCertOpt = Annotated[
@@ -169,3 +182,16 @@ def exit_code(summary: RunSummary) -> int:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
+
+
+def embedded_model(
+    url: str | None, demo_model: str | None, runtime: str | None, model_dir: Path | None
+) -> dict[str, Any]:
+    """``--demo-model``/``--runtime``/``--model-dir`` as ``MLServerSettings`` keyword arguments (only those
+    given). They describe the embedded server: with a URL they are a usage error."""
+    given = {"demo_model": demo_model, "runtime": runtime, "model_dir": model_dir}
+    chosen = {k: v for k, v in given.items() if v is not None}
+    if url is not None and chosen:
+        flags = ", ".join("--" + k.replace("_", "-") for k in chosen)
+        raise fail(f"{flags} describe the embedded MLServer: leave them out with --url")
+    return chosen

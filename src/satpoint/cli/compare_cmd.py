@@ -14,11 +14,15 @@ from satpoint.cli.common import (
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
+    DemoModelOpt,
     GrpcRawOpt,
     HeaderOpt,
     InsecureOpt,
+    ModelDirOpt,
     PayloadOpt,
+    RuntimeOpt,
     console,
+    embedded_model,
     guarded,
     interruptible,
     parse_cpus,
@@ -43,6 +47,9 @@ def compare(
     payload: PayloadOpt = None,
     grpc_raw: GrpcRawOpt = False,
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
+    demo_model: DemoModelOpt = None,
+    runtime: RuntimeOpt = None,
+    model_dir: ModelDirOpt = None,
     server_cpus: Annotated[str | None, typer.Option(help="CPUs for the embedded server")] = None,
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs for the generator")] = None,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
@@ -59,6 +66,7 @@ def compare(
     secrets = secrets_of([url, grpc_url], parse_headers(header))
 
     def body() -> int:
+        served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
         cfg = CompareConfig(
             protocols=tuple(p.strip() for p in protocols.split(",") if p.strip()),
@@ -70,6 +78,7 @@ def compare(
             grpc_raw=grpc_raw,
             **tls_fields(ca_cert, insecure, client_cert, client_key),
             workers=workers,
+            **served,
             server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
             load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus),
             find=FindOptions(

@@ -14,17 +14,21 @@ from satpoint.cli.common import (
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
+    DemoModelOpt,
     ErrRateOpt,
     GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
     HtmlOpt,
     InsecureOpt,
+    ModelDirOpt,
     PayloadOpt,
     ProtocolOpt,
+    RuntimeOpt,
     ThresholdOpt,
     TimeoutOpt,
     console,
+    embedded_model,
     exit_code,
     fail,
     guarded,
@@ -75,8 +79,17 @@ def find(
     ] = None,
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs for the generator (default: the last)")] = None,
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
-    max_batch_size: Annotated[int, typer.Option(help="embedded MLServer adaptive batching size (1 = off)")] = 1,
-    max_batch_time: Annotated[float, typer.Option(help="embedded MLServer max_batch_time, seconds")] = 0.0,
+    max_batch_size: Annotated[
+        int | None,
+        typer.Option(help="embedded MLServer adaptive batching size (default 1 = off; with --model-dir: the folder's)"),
+    ] = None,
+    max_batch_time: Annotated[
+        float | None,
+        typer.Option(help="embedded MLServer max_batch_time, seconds (default 0; with --model-dir: the folder's)"),
+    ] = None,
+    demo_model: DemoModelOpt = None,
+    runtime: RuntimeOpt = None,
+    model_dir: ModelDirOpt = None,
     mlserver_debug: Annotated[bool, typer.Option(help="embedded MLServer debug (access log)")] = False,
     grpc_raw: GrpcRawOpt = False,
     grpc_connections: GrpcConnsOpt = None,
@@ -106,6 +119,7 @@ def find(
     def body() -> int:
         if url is not None and model is None:
             raise fail("--url needs --model")
+        served = embedded_model(url, demo_model, runtime, model_dir)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
@@ -132,6 +146,7 @@ def find(
                 max_batch_size=max_batch_size,
                 max_batch_time_s=max_batch_time,
                 cpus=parse_cpus(server_cpus) if server_cpus is not None else s_cpus,
+                **served,
             )
         else:
             assert url is not None and model is not None

@@ -20,6 +20,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import profile_session, search_target
+from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.session import Session
 
 COMPARE_FILE = "compare.json"
@@ -38,6 +39,11 @@ class CompareConfig:
     payload_file: Path | None = None
     grpc_raw: bool = False
     workers: int = 1
+    # what the embedded MLServer serves (None: its default, the iris demo model on sklearn); with a URL
+    # they are an error
+    demo_model: str | None = None
+    runtime: str | None = None
+    model_dir: Path | None = None
     server_cpus: tuple[int, ...] | None = None
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, profile=False))
@@ -58,8 +64,20 @@ class CompareConfig:
         urls = [u for u in (self.url, self.grpc_url) if u is not None]
         if tls_given and not any(u.startswith(("https://", "grpcs://")) for u in urls):
             raise ValueError("--ca-cert/--insecure/--client-cert/--client-key need an https:// or grpcs:// URL")
+        embedded = {"demo_model": self.demo_model, "runtime": self.runtime, "model_dir": self.model_dir}
+        if any(v is not None for v in embedded.values()):
+            if self.url is not None or self.grpc_url is not None:
+                raise ValueError("demo_model, runtime and model_dir describe the embedded MLServer: not with a URL")
+            self.server_settings()  # a ValueError now (bad name, bad folder), before anything starts
         self.find.validate()
         return self
+
+    def server_settings(self) -> MLServerSettings:
+        """The embedded MLServer's settings (used when no URL is given)."""
+        chosen: dict[str, Any] = {"demo_model": self.demo_model, "runtime": self.runtime, "model_dir": self.model_dir}
+        return MLServerSettings(
+            parallel_workers=self.workers, cpus=self.server_cpus, **{k: v for k, v in chosen.items() if v is not None}
+        )
 
 
 @dataclass
@@ -117,10 +135,13 @@ def run_compare(
         addr: dict[str, str | None] = {"rest": cfg.url, "grpc": cfg.grpc_url}
         name = cfg.model
         if cfg.url is None:
-            from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-
-            say(on_event, f"starting the embedded MLServer (parallel_workers={cfg.workers})")
-            settings = MLServerSettings(parallel_workers=cfg.workers, cpus=cfg.server_cpus)
+            settings = cfg.server_settings()
+            what = (
+                f"model {settings.served_model_name} from {settings.model_dir}"
+                if settings.model_dir is not None
+                else f"{settings.demo_model} model, {settings.runtime} runtime"
+            )
+            say(on_event, f"starting the embedded MLServer ({what}, parallel_workers={cfg.workers})")
             server = stack.enter_context(MLServerTarget(settings))
             server_info = server.info()
             addr = {"rest": server.rest_url, "grpc": server.grpc_address}

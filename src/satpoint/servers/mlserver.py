@@ -1,8 +1,10 @@
-"""The embedded default target: a real MLServer 1.7.1 serving the iris demo model on loopback.
+"""The embedded default target: a real MLServer 1.7.1 serving a demo model (iris by default) or the
+user's own model folder on loopback.
 
 ``MLServerTarget`` writes a model repository into a temporary directory (``settings.json`` with free
-loopback ports, ``<model>/model-settings.json`` with declared inputs/outputs, ``<model>/model.joblib``),
-starts ``mlserver start`` from *this* interpreter's environment as a :class:`ManagedProcess`, waits for
+loopback ports, ``<model>/model-settings.json`` with declared inputs/outputs, ``<model>/model.joblib`` or
+``<model>/model.onnx`` for satpoint's ONNX runtime; or, with ``model_dir``, the user's folder), starts
+``mlserver start`` from *this* interpreter's environment as a :class:`ManagedProcess`, waits for
 ``GET /v2/health/ready`` == 200 and stops the whole process tree (parallel workers included) on exit.
 
 MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-sklearn 1.7.1):
@@ -21,7 +23,15 @@ MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-skl
   load, MLServer briefly answers 200 on the former (no models, all "ready"), then exits.
 - A port taken between choosing and binding does not make MLServer exit: it hangs (uvicorn's
   ``sys.exit`` happens inside a task). We watch the log for bind errors, fail fast, retry on new ports.
+- The server's cwd is its temporary folder, so relative ``PYTHONPATH`` entries are made absolute; with the
+  ONNX runtime, the folder satpoint was imported from goes first on it (MLServer imports
+  ``satpoint.servers.onnx_runtime``: it must be this satpoint) unless it is a site directory.
 - Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
+- A user's model folder (``model_dir``) is served as ``<repo>/<name>/``: a real folder holding a symlink
+  to each of its entries (MLServer opens files and imports a custom runtime's module through them) and a
+  rewritten ``model-settings.json`` (its own, with the name satpoint serves, relative ``parameters.uri``
+  made absolute, and ``max_batch_size``/``max_batch_time`` replaced only when given to satpoint). The
+  user's folder is never written to.
 
 Why this module is long: it also holds the scrape of MLServer's Prometheus ``/metrics``; that part
 moves to its own module when server-side observability is built on it.
@@ -38,6 +48,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +58,15 @@ from types import TracebackType
 from typing import Any
 
 from satpoint.endpoints.spec import Target
-from satpoint.servers.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_iris_model
+from satpoint.servers.demo_model import (
+    DEMO_MODELS,
+    MODEL_FILENAME,
+    ONNX_FILENAME,
+    RUNTIMES,
+    demo_model,
+    intra_op_threads,
+    write_demo_artifact,
+)
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = [
@@ -62,6 +81,14 @@ _HOST = "127.0.0.1"
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _INPUT_DATATYPES = ("FP32", "FP64")
 _VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop", "numpy", "joblib")
+_ONNX_PACKAGES = ("skl2onnx", "onnxruntime", "onnx")
+_MODEL_SETTINGS_FILE = "model-settings.json"
+_RUNTIME_IMPLEMENTATIONS = {
+    "sklearn": "mlserver_sklearn.SKLearnModel",
+    "onnx": "satpoint.servers.onnx_runtime.OnnxModel",
+}
+_DEFAULT_DEMO_MODEL = "iris"
+_DEFAULT_RUNTIME = "sklearn"
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and MLServer binding it
 _BIND_FAILURES = ("address already in use", "failed to bind")  # uvicorn / grpc wording
 _FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
@@ -79,27 +106,70 @@ DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
 @dataclass(frozen=True)
 class MLServerSettings:
     """How the embedded MLServer is configured. ``debug`` defaults to False here (MLServer's own default
-    is True, whose access log costs a lot of throughput)."""
+    is True, whose access log costs a lot of throughput).
+
+    What it serves: the demo model ``demo_model`` (iris, digits-mlp, digits-forest) through ``runtime``
+    (``sklearn``: ``mlserver_sklearn.SKLearnModel`` on ``model.joblib``; ``onnx``: the model converted with
+    skl2onnx, served by :class:`satpoint.servers.onnx_runtime.OnnxModel`), or the user's MLServer model
+    folder ``model_dir`` (its ``model-settings.json``; mutually exclusive with a non-default demo model or
+    runtime). ``model_name`` is the name it is served under; None: the demo model's name, or the folder's
+    ``name`` (else the folder's name). ``served_model_name`` is that name resolved. ``max_batch_size`` /
+    ``max_batch_time_s`` None: the model's own (demo models: 1 and 0, no adaptive batching); given, they
+    replace a model folder's values. ``input_name`` / ``input_datatype`` describe the demo model's input.
+
+    Every field stays as given (``dataclasses.replace`` with another ``demo_model`` changes the served
+    name too); a ``model_dir`` is read and checked here, so a bad folder fails before anything starts."""
 
     parallel_workers: int = 1
     debug: bool = False
-    max_batch_size: int = 1
-    max_batch_time_s: float = 0.0
+    max_batch_size: int | None = None
+    max_batch_time_s: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    model_name: str = "iris"
+    model_name: str | None = None
     cpus: Sequence[int] | None = None
     input_name: str = "input-0"
     input_datatype: str = "FP32"
+    demo_model: str = _DEFAULT_DEMO_MODEL
+    runtime: str = _DEFAULT_RUNTIME
+    model_dir: Path | None = None
+    # the model folder's model-settings.json as read when these settings were made (not a parameter)
+    _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.parallel_workers < 0:
             raise ValueError(f"parallel_workers must be >= 0 (0 = in the main process), got {self.parallel_workers}")
-        if self.max_batch_size < 1:
+        if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (1 = no adaptive batching), got {self.max_batch_size}")
-        if self.max_batch_time_s < 0:
+        if self.max_batch_time_s is not None and self.max_batch_time_s < 0:
             raise ValueError(f"max_batch_time_s must be >= 0, got {self.max_batch_time_s}")
-        if not _MODEL_NAME_RE.match(self.model_name):
+        if self.model_name is not None and not _MODEL_NAME_RE.match(self.model_name):
             raise ValueError(f"model_name must match {_MODEL_NAME_RE.pattern}, got {self.model_name!r}")
+        demo_model(self.demo_model)  # a ValueError listing the valid names
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
+        if self.model_dir is not None:
+            chosen = [
+                f"{name}={value!r}"
+                for name, value, default in (
+                    ("demo_model", self.demo_model, _DEFAULT_DEMO_MODEL),
+                    ("runtime", self.runtime, _DEFAULT_RUNTIME),
+                )
+                if value != default
+            ]
+            if chosen:
+                raise ValueError(
+                    f"model_dir (your own model folder) and {' and '.join(chosen)} (a demo model) exclude each "
+                    "other: give one or the other"
+                )
+            model_dir = Path(self.model_dir)
+            object.__setattr__(self, "model_dir", model_dir)
+            folder = read_model_folder(model_dir)
+            object.__setattr__(self, "_folder_settings", folder)
+            if self.model_name is None and not _MODEL_NAME_RE.match(self.served_model_name):
+                raise ValueError(
+                    f"the model name {self.served_model_name!r} (from {model_dir / _MODEL_SETTINGS_FILE}) cannot "
+                    f"be served by satpoint: it must match {_MODEL_NAME_RE.pattern}; give another with model_name"
+                )
         if not self.input_name:
             raise ValueError("input_name must not be empty")
         if self.input_datatype not in _INPUT_DATATYPES:
@@ -112,18 +182,87 @@ class MLServerSettings:
                 raise ValueError(f"cpus must be distinct non-negative CPU ids, got {list(self.cpus)}")
             object.__setattr__(self, "cpus", cpus)
 
+    @property
+    def served_model_name(self) -> str:
+        """The name the model is served under (``model_name``, else the demo model's or folder's name)."""
+        if self.model_name is not None:
+            return self.model_name
+        if self.model_dir is not None:
+            name = (self._folder_settings or {}).get("name")
+            return name if isinstance(name, str) and name else self.model_dir.resolve().name
+        return self.demo_model
+
+    @property
+    def effective_max_batch_size(self) -> int:
+        """``max_batch_size`` in force: the given one, else the model folder's (MLServer default 0), else 1."""
+        if self.max_batch_size is not None:
+            return self.max_batch_size
+        if self._folder_settings is not None:
+            return int(self._folder_settings.get("max_batch_size", 0))
+        return 1
+
+    @property
+    def effective_max_batch_time_s(self) -> float:
+        """``max_batch_time`` in force: the given one, else the model folder's (MLServer default 0), else 0."""
+        if self.max_batch_time_s is not None:
+            return self.max_batch_time_s
+        if self._folder_settings is not None:
+            return float(self._folder_settings.get("max_batch_time", 0.0))
+        return 0.0
+
+    def folder_settings(self) -> dict[str, Any] | None:
+        """A copy of the model folder's ``model-settings.json`` (None without ``model_dir``)."""
+        return json.loads(json.dumps(self._folder_settings)) if self._folder_settings is not None else None
+
     def to_dict(self) -> dict[str, Any]:
+        """The settings for the results header: batching values as in force, the served name;
+        ``demo_model``/``runtime`` are None when a model folder is served."""
+        own = self.model_dir is not None
         return {
             "parallel_workers": self.parallel_workers,
             "debug": self.debug,
-            "max_batch_size": self.max_batch_size,
-            "max_batch_time_s": self.max_batch_time_s,
+            "max_batch_size": self.effective_max_batch_size,
+            "max_batch_time_s": self.effective_max_batch_time_s,
             "env": dict(self.env),
-            "model_name": self.model_name,
+            "model_name": self.served_model_name,
             "cpus": list(self.cpus) if self.cpus is not None else None,
             "input_name": self.input_name,
             "input_datatype": self.input_datatype,
+            "demo_model": None if own else self.demo_model,
+            "runtime": None if own else self.runtime,
+            "model_dir": str(self.model_dir) if self.model_dir is not None else None,
         }
+
+
+def read_model_folder(model_dir: Path) -> dict[str, Any]:
+    """The ``model-settings.json`` of an MLServer model folder, checked: a ValueError saying what is wrong
+    (no such folder, no ``model-settings.json``, invalid JSON, not an object, no ``implementation``)."""
+    folder = Path(model_dir)
+    if not folder.exists():
+        raise ValueError(f"model_dir {folder} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"model_dir {folder} is not a folder (give the folder holding {_MODEL_SETTINGS_FILE})")
+    path = folder / _MODEL_SETTINGS_FILE
+    if not path.is_file():
+        raise ValueError(f"model_dir {folder} has no {_MODEL_SETTINGS_FILE} (an MLServer model folder needs one)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(doc).__name__}")
+    impl = doc.get("implementation")
+    if not isinstance(impl, str) or not impl:
+        raise ValueError(f'{path} names no "implementation" (e.g. "mlserver_sklearn.SKLearnModel")')
+    if "name" in doc and not isinstance(doc["name"], str):
+        raise ValueError(f'{path}: "name" must be a string, got {doc["name"]!r}')
+    for key in ("max_batch_size", "max_batch_time"):
+        if key in doc and (isinstance(doc[key], bool) or not isinstance(doc[key], int | float)):
+            raise ValueError(f"{path}: {key!r} must be a number, got {doc[key]!r}")
+    params = doc.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f'{path}: "parameters" must be an object, got {params!r}')
+    return doc
 
 
 @dataclass(frozen=True)
@@ -134,7 +273,8 @@ class _Ports:
 
 
 class MLServerTarget:
-    """A real MLServer serving the iris demo model on loopback; use as a context manager."""
+    """A real MLServer serving a demo model or the user's model folder on loopback; use as a context
+    manager."""
 
     def __init__(
         self,
@@ -160,6 +300,7 @@ class MLServerTarget:
         self._startup_s: float | None = None
         self._train_s: float | None = None
         self._removed_env: list[str] = []
+        self._onnx_threads: tuple[int, str] | None = None
         self._seen_pids: frozenset[int] = frozenset()
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -183,12 +324,17 @@ class MLServerTarget:
         else:
             workdir = Path(tempfile.mkdtemp(prefix="satpoint-mlserver-"))
         self._workdir = workdir
-        model_dir = workdir / s.model_name
-        t0 = time.monotonic()
-        train_iris_model(model_dir)
-        self._train_s = time.monotonic() - t0
-        _write_json(model_dir / "model-settings.json", self._model_settings())
         env = self._server_env()
+        model_dir = workdir / s.served_model_name
+        if s.model_dir is not None:
+            _link_entries(s.model_dir, model_dir)
+        else:
+            if s.runtime == "onnx":
+                self._onnx_threads = _onnx_threads(env)  # a bad OMP_NUM_THREADS fails here, not in MLServer
+            t0 = time.monotonic()
+            write_demo_artifact(s.demo_model, s.runtime, model_dir)
+            self._train_s = time.monotonic() - t0
+        _write_json(model_dir / _MODEL_SETTINGS_FILE, self._model_settings())
         log_path = self._given_log_path if self._given_log_path is not None else workdir / "mlserver.log"
 
         for attempt in range(1, _START_ATTEMPTS + 1):
@@ -211,7 +357,7 @@ class MLServerTarget:
                 process.wait_ready(
                     self._is_ready,
                     self._ready_timeout_s,
-                    f"MLServer model {s.model_name!r}",
+                    f"MLServer model {s.served_model_name!r}",
                     fail_patterns=_BIND_FAILURES,
                 )
             except TargetError:
@@ -263,7 +409,8 @@ class MLServerTarget:
 
     @property
     def model_name(self) -> str:
-        return self._settings.model_name
+        """The name the model is served under."""
+        return self._settings.served_model_name
 
     @property
     def rest_url(self) -> str:
@@ -318,21 +465,17 @@ class MLServerTarget:
         return self._process is not None and self._process.running and self._is_ready()
 
     def info(self) -> dict[str, Any]:
-        """Facts for the results file header: versions, settings, ports, pinning, log path, timings."""
+        """Facts for the results file header: versions, settings, the model served, ports, pinning, log
+        path, timings."""
         ports = self._ports
+        s = self._settings
+        packages = _VERSIONED_PACKAGES + (_ONNX_PACKAGES if s.model_dir is None and s.runtime == "onnx" else ())
         return {
             "kind": "mlserver",
-            "versions": _package_versions(),
+            "versions": _package_versions(packages),
             "python": sys.version.split()[0],
-            "settings": self._settings.to_dict(),
-            "model": {
-                "name": self._settings.model_name,
-                "estimator": "sklearn.linear_model.LogisticRegression",
-                "dataset": "sklearn.datasets.load_iris",
-                "implementation": "mlserver_sklearn.SKLearnModel",
-                "inputs": self._declared_inputs(),
-                "outputs": self._declared_outputs(),
-            },
+            "settings": s.to_dict(),
+            "model": self._model_info(),
             "host": _HOST,
             "ports": {"http": ports.http, "grpc": ports.grpc, "metrics": ports.metrics} if ports else None,
             "rest_url": self.rest_url if ports else None,
@@ -350,9 +493,63 @@ class MLServerTarget:
 
     # -- internals -------------------------------------------------------------------------------------
 
+    def _model_info(self) -> dict[str, Any]:
+        s = self._settings
+        batching = {"max_batch_size": s.effective_max_batch_size, "max_batch_time_s": s.effective_max_batch_time_s}
+        if s.model_dir is not None:
+            folder = s.folder_settings() or {}
+            overridden = {
+                key: {"yours": folder.get(key), "used": value}
+                for key, given, value in (
+                    ("max_batch_size", s.max_batch_size, s.max_batch_size),
+                    ("max_batch_time", s.max_batch_time_s, s.max_batch_time_s),
+                )
+                if given is not None and folder.get(key) != given
+            }
+            replaced = ", ".join(f"{k} ({v['yours']} -> {v['used']})" for k, v in overridden.items())
+            return {
+                "name": s.served_model_name,
+                "source": "model_dir",
+                "model_dir": str(s.model_dir.resolve()),
+                "implementation": folder.get("implementation"),
+                "parameters": folder.get("parameters"),
+                "inputs": folder.get("inputs", []),
+                "outputs": folder.get("outputs", []),
+                **batching,
+                "overridden": overridden,
+                "note": "served from your model-settings.json; "
+                + (f"satpoint replaced {replaced}" if replaced else "satpoint replaced nothing but the name"),
+            }
+        spec = demo_model(s.demo_model)
+        info: dict[str, Any] = {
+            "name": s.served_model_name,
+            "source": "demo_model",
+            "demo_model": spec.name,
+            "estimator": spec.estimator,
+            "dataset": spec.dataset,
+            "n_features": spec.n_features,
+            "runtime": s.runtime,
+            "implementation": _RUNTIME_IMPLEMENTATIONS[s.runtime],
+            "artifact": ONNX_FILENAME if s.runtime == "onnx" else MODEL_FILENAME,
+            "inputs": self._declared_inputs(),
+            "outputs": self._declared_outputs(),
+            **batching,
+        }
+        if s.runtime == "onnx":
+            threads, source = self._onnx_threads or _onnx_threads(self._server_env_preview())
+            info["onnx"] = {
+                "provider": "CPUExecutionProvider",
+                "intra_op_num_threads": threads,
+                "inter_op_num_threads": 1,
+                "threads_from": source,
+                "zipmap": False,
+            }
+        return info
+
     def _declared_inputs(self) -> list[dict[str, Any]]:
         s = self._settings
-        return [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, IRIS_N_FEATURES]}]
+        n_features = DEMO_MODELS[s.demo_model].n_features
+        return [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, n_features]}]
 
     @staticmethod
     def _declared_outputs() -> list[dict[str, Any]]:
@@ -360,12 +557,15 @@ class MLServerTarget:
 
     def _model_settings(self) -> dict[str, Any]:
         s = self._settings
+        if s.model_dir is not None:
+            return _folder_model_settings(s)
+        artifact = ONNX_FILENAME if s.runtime == "onnx" else MODEL_FILENAME
         return {
-            "name": s.model_name,
-            "implementation": "mlserver_sklearn.SKLearnModel",
-            "parameters": {"uri": f"./{MODEL_FILENAME}"},
-            "max_batch_size": s.max_batch_size,
-            "max_batch_time": s.max_batch_time_s,
+            "name": s.served_model_name,
+            "implementation": _RUNTIME_IMPLEMENTATIONS[s.runtime],
+            "parameters": {"uri": f"./{artifact}"},
+            "max_batch_size": s.effective_max_batch_size,
+            "max_batch_time": s.effective_max_batch_time_s,
             "inputs": self._declared_inputs(),
             "outputs": self._declared_outputs(),
         }
@@ -385,12 +585,21 @@ class MLServerTarget:
         }
 
     def _server_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        self._removed_env = sorted(k for k in env if k.upper().startswith("MLSERVER_"))
-        for key in self._removed_env:
-            del env[key]
+        env = self._server_env_preview()
+        self._removed_env = sorted(k for k in os.environ if k.upper().startswith("MLSERVER_"))
+        return env
+
+    def _server_env_preview(self) -> dict[str, str]:
+        s = self._settings
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MLSERVER_")}
         env["PYTHONUNBUFFERED"] = "1"
-        env.update(self._settings.env)
+        if env.get("PYTHONPATH"):
+            # the server runs in its temporary folder: relative entries would point elsewhere there
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+        if s.model_dir is None and s.runtime == "onnx":
+            # MLServer imports satpoint's ONNX runtime: make it this satpoint, wherever it was imported from
+            _prepend_pythonpath(env, _satpoint_root())
+        env.update(s.env)
         return env
 
     def _is_ready(self) -> bool:
@@ -535,9 +744,66 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def _package_versions() -> dict[str, str | None]:
+def _onnx_threads(env: Mapping[str, str]) -> tuple[int, str]:
+    """The intra-op thread count the ONNX runtime will use in a server with environment ``env`` (satpoint
+    writes no ``parameters.extra.intra_op_num_threads`` for the demo models) and where it comes from."""
+    threads = intra_op_threads(None, env)
+    return threads, "OMP_NUM_THREADS" if env.get("OMP_NUM_THREADS", "").strip() else "default (1)"
+
+
+def _satpoint_root() -> Path:
+    import satpoint
+
+    return Path(satpoint.__file__).resolve().parent.parent
+
+
+def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
+    """Put ``root`` first on the server's PYTHONPATH, unless it is a site directory (already on the path,
+    and putting it before the standard library could shadow it)."""
+    import site
+
+    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root in sites:
+        return
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if any(os.path.isabs(p) and Path(p).resolve() == root for p in parts):
+        return
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
+
+
+def _link_entries(source: Path, dest: Path) -> None:
+    """``dest`` as a real folder holding a symlink to each entry of the user's ``source`` folder except its
+    ``model-settings.json`` (satpoint writes its own there)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(Path(source).resolve().iterdir()):
+        if entry.name != _MODEL_SETTINGS_FILE:
+            (dest / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+
+
+def _folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
+    """The user's ``model-settings.json`` with what satpoint controls: the served name, batching when given,
+    and a relative ``parameters.uri`` made absolute (resolved against the user's folder, as MLServer would)."""
+    assert s.model_dir is not None
+    doc = s.folder_settings() or {}
+    doc["name"] = s.served_model_name
+    if s.max_batch_size is not None:
+        doc["max_batch_size"] = s.max_batch_size
+    if s.max_batch_time_s is not None:
+        doc["max_batch_time"] = s.max_batch_time_s
+    params = doc.get("parameters")
+    uri = params.get("uri") if isinstance(params, dict) else None
+    if isinstance(params, dict) and isinstance(uri, str) and uri:
+        scheme = urllib.parse.urlparse(uri).scheme
+        if scheme in ("", "file"):
+            path = urllib.parse.urlparse(uri).path if scheme == "file" else uri
+            if not os.path.isabs(path):
+                params["uri"] = os.path.normpath(s.model_dir.resolve() / path)
+    return doc
+
+
+def _package_versions(packages: Sequence[str] = _VERSIONED_PACKAGES) -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
-    for name in _VERSIONED_PACKAGES:
+    for name in packages:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
