@@ -21,6 +21,9 @@ from tests.reports.test_html import make_find, make_run
 ROOT = Path(__file__).resolve().parents[1]
 
 API = [
+    "BaseServer",
+    "SweepConfig",
+    "sweep",
     "CoDemoConfig",
     "CompareConfig",
     "EmbeddedMLServer",

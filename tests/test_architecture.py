@@ -12,8 +12,12 @@ def _lines(path: Path) -> int:
 
 
 def test_the_command_line_is_a_thin_shell() -> None:
-    total = sum(_lines(p) for p in (SRC / "cli").glob("*.py"))
-    assert total < 800, f"cli/ has {total} lines: move orchestration into the library"
+    """Options, one library call, rendering: about 100 lines per command (there are ten)."""
+    files = list((SRC / "cli").glob("*.py"))
+    total = sum(_lines(p) for p in files)
+    assert total < 1100, f"cli/ has {total} lines: move orchestration into the library"
+    for p in files:
+        assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 
 
 def test_long_modules_say_why_at_their_top() -> None:

@@ -41,6 +41,9 @@ _EXPORTS = {
     "CompareConfig": "satpoint.experiments.compare",
     "co_demo": "satpoint.experiments.co_demo",
     "CoDemoConfig": "satpoint.experiments.co_demo",
+    "sweep": "satpoint.experiments.sweep",
+    "SweepConfig": "satpoint.experiments.sweep",
+    "BaseServer": "satpoint.experiments.sweep_servers",
     # results
     "RunResult": "satpoint.api",
     "FindResult": "satpoint.api",
@@ -62,10 +65,11 @@ _EXPORTS = {
     "PlanError": "satpoint.plan",
 }
 #: names whose attribute in the defining module differs from the public name
-_RENAMED = {"compare": "run_compare", "co_demo": "run_co_demo"}
+_RENAMED = {"compare": "run_compare", "co_demo": "run_co_demo", "sweep": "run_sweep"}
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BaseServer",
     "CoDemoConfig",
     "CompareConfig",
     "EmbeddedMLServer",
@@ -89,6 +93,7 @@ __all__ = [
     "Snapshot",
     "Stage",
     "StageResult",
+    "SweepConfig",
     "Target",
     "TargetUnreachable",
     "Verdict",
@@ -101,6 +106,7 @@ __all__ = [
     "report",
     "run",
     "run_closed_loop",
+    "sweep",
 ]
 
 
@@ -138,6 +144,9 @@ if TYPE_CHECKING:
     from satpoint.experiments.co_demo import run_co_demo as co_demo
     from satpoint.experiments.compare import CompareConfig
     from satpoint.experiments.compare import run_compare as compare
+    from satpoint.experiments.sweep import SweepConfig
+    from satpoint.experiments.sweep import run_sweep as sweep
+    from satpoint.experiments.sweep_servers import BaseServer
     from satpoint.plan import PlanError, Stage
     from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
     from satpoint.servers.mlserver import MLServerSettings

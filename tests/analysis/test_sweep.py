@@ -72,7 +72,7 @@ def test_unknown_knob_lists_the_valid_ones() -> None:
 
 
 def test_remote_knobs_are_the_reconfigure_placeholders() -> None:
-    cmd = "kubectl patch model m --type merge -p '{{\"spec\":{{\"replicas\":{replicas}}}}}' && echo {workers}"
+    cmd = 'kubectl patch model m --type merge -p \'{{"spec":{{"replicas":{replicas}}}}}\' && echo {workers}'
     assert placeholders(cmd) == ["replicas", "workers"]
     dims = parse_set(["workers=1,2", "replicas=1", "protocol=rest"], "remote", cmd)
     assert [d.knob.name for d in dims] == ["workers", "replicas", "protocol"]
@@ -81,7 +81,7 @@ def test_remote_knobs_are_the_reconfigure_placeholders() -> None:
     with pytest.raises(ValueError, match="unknown knob 'cpus'"):
         parse_set(["workers=1", "replicas=1", "cpus=2"], "remote", cmd)
     assert len(grid(parse_set(["protocol=rest,grpc", "batch=1,8"], "remote"))) == 4  # client side only
-    with pytest.raises(ValueError, match="placeholder. of --reconfigure"):
+    with pytest.raises(ValueError, match=r"\{placeholder\} of --reconfigure"):
         parse_set(["workers=1"], "remote")  # a server knob without a command to apply it
 
 

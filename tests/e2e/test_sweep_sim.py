@@ -126,6 +126,9 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> No
         outcome = run_sweep(cfg.validate(), tmp_path / "s", on_event=events.append)
     ms = outcome.doc["measurements"]
     assert [m["status"] for m in ms] == ["done", "failed"]
-    assert ms[0]["reconfigure"]["exit_code"] == 0 and ms[0]["reconfigure"]["command"] == "test ok = ok || (echo 'cannot apply' ok; exit 3)"
+    assert (
+        ms[0]["reconfigure"]["exit_code"] == 0
+        and ms[0]["reconfigure"]["command"] == "test ok = ok || (echo 'cannot apply' ok; exit 3)"
+    )
     assert "exited with 3" in ms[1]["error"] and "cannot apply broken" in ms[1]["error"]
     assert outcome.doc["points"][0]["rps_per_core"] is not None

@@ -12,8 +12,11 @@ from satpoint.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    DemoModelOpt,
     HeaderOpt,
+    ModelDirOpt,
     PayloadOpt,
+    RuntimeOpt,
     console,
     fail,
     guarded,
@@ -47,12 +50,12 @@ def sweep(
     ] = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for readiness after --reconfigure")] = 300.0,
     server_cores: Annotated[int | None, typer.Option(help="cores of a remote server (for rps per core)")] = None,
-    demo_model: Annotated[str | None, typer.Option(help="iris, digits-mlp or digits-forest")] = None,
-    runtime: Annotated[str | None, typer.Option(help="sklearn or onnx (demo models)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="serve this MLServer model folder")] = None,
+    demo_model: DemoModelOpt = None,
+    runtime: RuntimeOpt = None,
+    model_dir: ModelDirOpt = None,
     workers: Annotated[int, typer.Option(help="parallel_workers (sim: slots) unless swept")] = 1,
-    max_batch_size: Annotated[int, typer.Option(help="adaptive batching size unless swept")] = 1,
-    max_batch_time: Annotated[float, typer.Option(help="adaptive batching wait (s) unless swept")] = 0.0,
+    max_batch_size: Annotated[int | None, typer.Option(help="adaptive batching size unless swept")] = None,
+    max_batch_time: Annotated[float | None, typer.Option(help="adaptive batching wait (s) unless swept")] = None,
     env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the server (repeatable)")] = None,
     service_ms: Annotated[float, typer.Option(help="sim: mean service time, ms")] = 10.0,
     protocol: Annotated[str, typer.Option(help="rest or grpc unless swept")] = "rest",
@@ -92,6 +95,8 @@ def sweep(
             kind = server or ("remote" if url or grpc_url else "mlserver")
             if kind != "remote" and (url or grpc_url or reconfigure):
                 raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
+            if kind != "mlserver" and (demo_model or runtime or model_dir):
+                raise fail("--demo-model/--runtime/--model-dir describe the embedded MLServer (--server mlserver)")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),

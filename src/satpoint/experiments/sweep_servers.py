@@ -34,8 +34,8 @@ class BaseServer:
     kind: ServerKind = "mlserver"
     # the embedded MLServer
     workers: int = 1
-    max_batch_size: int = 1
-    max_batch_time: float = 0.0
+    max_batch_size: int | None = None  # None: the model's own (1 and 0 for the demo models)
+    max_batch_time: float | None = None
     demo_model: str | None = None
     runtime: str | None = None
     model_dir: str | None = None
@@ -121,11 +121,13 @@ def point_server(
             env.update({k[len(ENV_PREFIX) :]: str(v) for k, v in knobs.items() if k.startswith(ENV_PREFIX)})
             kw: dict[str, Any] = {
                 "parallel_workers": int(knobs.get("workers", base.workers)),
-                "max_batch_size": int(knobs.get("max_batch_size", base.max_batch_size)),
-                "max_batch_time_s": float(knobs.get("max_batch_time", base.max_batch_time)),
                 "env": env,
                 "cpus": cpus,
             }
+            for name, key in (("max_batch_size", "max_batch_size"), ("max_batch_time", "max_batch_time_s")):
+                value = knobs.get(name, getattr(base, name))
+                if value is not None:
+                    kw[key] = value
             for name in ("demo_model", "runtime", "model_dir"):
                 value = knobs.get(name, getattr(base, name))
                 if value is not None:
