@@ -238,7 +238,8 @@ def test_scaling_against_one_worker_times_cores() -> None:
         "rule": "min(workers, cores)",
     }
     assert rows[2]["scaling"]["ideal"] == 2.0  # 4 workers on 2 cores
-    assert rows[3]["scaling"]["ideal"] == 1.0  # inference in the main process
+    assert rows[3]["scaling"]["ideal"] is None  # inference in the main process: nothing to scale
+    assert rows[3]["scaling"]["vs_one_worker"] == 1.2 and rows[3]["scaling"]["efficiency"] is None
     add_scaling(rows, workers_use_cores=False)
     assert rows[2]["scaling"]["ideal"] == 4.0
     doc = {"objective": "saturation", "points": rows, "best": {"saturation": best(rows, "saturation")}}

@@ -200,11 +200,13 @@ def add_scaling(rows: list[dict[str, Any]], workers_use_cores: bool = True) -> N
             continue
         ratio = row["saturation_rps"]["median"] / one["saturation_rps"]["median"]
         cores = row["server_cores"]
-        ideal = float(min(max(n, 1), cores)) if cores and workers_use_cores else float(max(n, 1))
+        ideal: float | None = float(min(n, cores)) if cores and workers_use_cores else float(n)
+        if n == 0:  # inference in the main process: no worker processes, no IPC; nothing to scale
+            ideal = None
         row["scaling"] = {
             "vs_one_worker": round(ratio, 3),
             "ideal": ideal,
-            "efficiency": round(ratio / ideal, 3),
+            "efficiency": round(ratio / ideal, 3) if ideal else None,
             "one_worker_x_cores_rps": _round(one["saturation_rps"]["median"] * cores) if cores else None,
             "rule": "min(workers, cores)" if workers_use_cores else "workers",
         }
@@ -269,6 +271,8 @@ def _fmt(objective: Objective, v: float) -> str:
 
 def _range_text(objective: Objective, lo: float, hi: float) -> str:
     a, b = sorted([abs(lo), abs(hi)])
+    if a == b:
+        return f"{_fmt(objective, a)}, one measurement"
     return f"{_fmt(objective, a)}–{_fmt(objective, b)}"
 
 
@@ -283,6 +287,8 @@ def _best_text(
     enough: bool,
 ) -> str:
     spread_text = f"median of {top['measurements']}, range {_shown_range(top, objective)}"
+    if top["measurements"] == 1:
+        spread_text = "one measurement"
     head = f"{top['label']}: {_fmt(objective, med)} ({spread_text})"
     if runner is None:
         return f"{head}; the only point with a figure"
@@ -365,7 +371,12 @@ def recommendation_lines(doc: Mapping[str, Any]) -> list[str]:
     scaled = [r for r in doc.get("points", []) if r.get("scaling")]
     for r in scaled:
         s = r["scaling"]
-        if r["knobs"].get("workers") not in (None, 1):
+        if r["knobs"].get("workers") == 0:
+            lines.append(
+                f"{r['label']}: {s['vs_one_worker']:.2f}x one worker's saturation (inference in the main "
+                "process: no worker processes, no inter-process hop)"
+            )
+        elif r["knobs"].get("workers") != 1:
             rule = f"min(workers, {r['server_cores']} cores)" if s.get("rule") != "workers" else "the worker count"
             lines.append(
                 f"{r['label']}: {s['vs_one_worker']:.2f}x one worker's saturation; the ideal is {s['ideal']:g}x "

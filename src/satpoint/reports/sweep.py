@@ -16,12 +16,20 @@ def _num(v: Any, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _median_range(s: Mapping[str, Any] | None, spec: str = ".1f") -> str:
+def median_range(s: Mapping[str, Any] | None, spec: str = ".1f") -> str:
     if not s:
         return "-"
     if s["n"] == 1:
         return format(s["median"], spec)
     return f"{format(s['median'], spec)} [{format(s['min'], spec)}–{format(s['max'], spec)}]"
+
+
+def scaling_text(sc: Mapping[str, Any] | None) -> str:
+    """``1.80x (90 % of ideal)``: saturation relative to one worker, and of the ideal scaling."""
+    if not sc:
+        return "-"
+    eff = f" ({sc['efficiency']:.0%} of ideal)" if sc.get("efficiency") is not None else ""
+    return f"{sc['vs_one_worker']:.2f}x{eff}"
 
 
 def sorted_rows(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -56,12 +64,12 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
             r["id"] + (" *" if r["id"] in front else ""),
             escape(r["label"]),
             str(r["measurements"]),
-            _median_range(r["saturation_rps"]) + (" ≥" if r.get("lower_bound") else ""),
-            _median_range(r["inferences_per_s"]) if r["batch"] != 1 else "=",
-            _median_range(r["rps_per_core"]),
+            median_range(r["saturation_rps"]) + (" ≥" if r.get("lower_bound") else ""),
+            median_range(r["inferences_per_s"]) if r["batch"] != 1 else "=",
+            median_range(r["rps_per_core"]),
             low_txt,
-            _median_range(r["at_operating_point"]["p99_ms"], ".2f"),
-            f"{sc['vs_one_worker']:.2f}x ({sc['efficiency']:.0%})" if sc else "-",
+            median_range(r["at_operating_point"]["p99_ms"], ".2f"),
+            scaling_text(sc),
         )
     return t
 

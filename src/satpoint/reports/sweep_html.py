@@ -15,7 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from satpoint.reports.html import CSS, HEAD_JS, PLOT_CONFIG
 from satpoint.reports.html_tables import esc, fmt_time, table
-from satpoint.reports.sweep import _median_range, sorted_rows
+from satpoint.reports.sweep import median_range, scaling_text, sorted_rows
 
 FRONT_COLOUR = "#b42318"
 POINT_COLOUR = "#0969da"
@@ -125,7 +125,7 @@ def knob_plot(doc: Mapping[str, Any], knob: str) -> go.Figure:
             )
         )
         if knob == "workers":
-            ideal = [(r["knobs"][knob], r["scaling"]) for r in rs if r.get("scaling")]
+            ideal = [(r["knobs"][knob], r["scaling"]) for r in rs if (r.get("scaling") or {}).get("ideal")]
             if ideal:
                 one = next((r["saturation_rps"]["median"] for r in rs if r["knobs"][knob] == 1), None)
                 if one:
@@ -185,14 +185,14 @@ def _table_html(doc: Mapping[str, Any]) -> str:
                 esc(r["id"]) + (" ★" if r["id"] in front else ""),
                 esc(r["label"]),
                 str(r["measurements"]),
-                esc(_median_range(r["saturation_rps"])) + (" ≥" if r.get("lower_bound") else ""),
-                esc(_median_range(r["max_throughput_rps"])),
-                esc(_median_range(r["inferences_per_s"])),
-                esc(_median_range(r["rps_per_core"])),
-                esc(_median_range(r["low_load"]["p50_ms"], ".2f")),
-                esc(_median_range(r["low_load"]["p99_ms"], ".2f")),
-                esc(_median_range(r["at_operating_point"]["p99_ms"], ".2f")),
-                esc(f"{sc['vs_one_worker']:.2f}x ({sc['efficiency']:.0%} of ideal)") if sc else "-",
+                esc(median_range(r["saturation_rps"])) + (" ≥" if r.get("lower_bound") else ""),
+                esc(median_range(r["max_throughput_rps"])),
+                esc(median_range(r["inferences_per_s"])),
+                esc(median_range(r["rps_per_core"])),
+                esc(median_range(r["low_load"]["p50_ms"], ".2f")),
+                esc(median_range(r["low_load"]["p99_ms"], ".2f")),
+                esc(median_range(r["at_operating_point"]["p99_ms"], ".2f")),
+                esc(scaling_text(sc)),
             ]
         )
     return table(head, rows, "stages")
