@@ -20,13 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
+from satpoint.observe.prom import parse_prometheus_text, scrape_metrics
 from satpoint.servers.demo_model import IRIS_EXAMPLE_ROW, train_iris_model
-from satpoint.servers.mlserver import (
-    MLServerSettings,
-    MLServerTarget,
-    parse_prometheus_text,
-    scrape_metrics,
-)
+from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.process import TargetError, pids_alive
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -23,8 +23,7 @@ MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-skl
   ``sys.exit`` happens inside a task). We watch the log for bind errors, fail fast, retry on new ports.
 - Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
 
-Why this module is long: it also holds the scrape of MLServer's Prometheus ``/metrics``; that part
-moves to its own module when server-side observability is built on it.
+Its Prometheus ``/metrics`` endpoint (``metrics_url``) is read by ``satpoint.observe``.
 """
 
 from __future__ import annotations
@@ -51,11 +50,8 @@ from satpoint.servers.demo_model import IRIS_N_FEATURES, MODEL_FILENAME, train_i
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = [
-    "DEFAULT_METRIC_PREFIXES",
     "MLServerSettings",
     "MLServerTarget",
-    "parse_prometheus_text",
-    "scrape_metrics",
 ]
 
 _HOST = "127.0.0.1"
@@ -66,14 +62,6 @@ _START_ATTEMPTS = 3  # a free port can be taken between choosing it and MLServer
 _BIND_FAILURES = ("address already in use", "failed to bind")  # uvicorn / grpc wording
 _FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
 _MLSERVER_MAIN = "import sys; from mlserver.cli.main import main; sys.argv[0] = 'mlserver'; main()"
-
-DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
-    "model_infer_request_duration",
-    "model_infer_request_success",
-    "model_infer_request_failure",
-    "parallel_request_queue",
-    "batch_request_queue",
-)
 
 
 @dataclass(frozen=True)
@@ -417,92 +405,6 @@ class MLServerTarget:
         return self._process
 
 
-# -- metrics ---------------------------------------------------------------------------------------------
-
-
-def parse_prometheus_text(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples ``(name, labels, value)`` from Prometheus text exposition format (comments skipped,
-    optional timestamps ignored, unparsable lines skipped)."""
-    samples: list[tuple[str, dict[str, str], float]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        labels: dict[str, str] = {}
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name = line[:brace]
-            parsed = _parse_labels(line, brace + 1)
-            if parsed is None:
-                continue
-            labels, end = parsed
-            rest = line[end:].split()
-        else:
-            parts = line.split()
-            name, rest = parts[0], parts[1:]
-        if not rest:
-            continue
-        try:
-            value = float(rest[0])
-        except ValueError:
-            continue
-        samples.append((name, labels, value))
-    return samples
-
-
-def _parse_labels(line: str, pos: int) -> tuple[dict[str, str], int] | None:
-    labels: dict[str, str] = {}
-    n = len(line)
-    while pos < n:
-        while pos < n and line[pos] in " ,":
-            pos += 1
-        if pos < n and line[pos] == "}":
-            return labels, pos + 1
-        eq = line.find("=", pos)
-        if eq == -1 or eq + 1 >= n or line[eq + 1] != '"':
-            return None
-        key = line[pos:eq].strip()
-        pos = eq + 2
-        chars: list[str] = []
-        while pos < n and line[pos] != '"':
-            if line[pos] == "\\" and pos + 1 < n:
-                nxt = line[pos + 1]
-                chars.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, nxt))
-                pos += 2
-            else:
-                chars.append(line[pos])
-                pos += 1
-        if pos >= n:
-            return None
-        labels[key] = "".join(chars)
-        pos += 1
-    return None
-
-
-def scrape_metrics(
-    metrics_url: str,
-    *,
-    prefixes: Sequence[str] = DEFAULT_METRIC_PREFIXES,
-    model: str | None = None,
-    timeout_s: float = 2.0,
-) -> dict[str, float]:
-    """Scrape MLServer's ``/metrics`` and return ``{metric_name: value}`` summed over label sets, for
-    names starting with one of ``prefixes`` (histogram ``_bucket`` and ``_created`` series dropped).
-    With ``model``, series carrying a ``model`` label are kept only for that model. Counters are
-    cumulative since start: diff two scrapes to get a stage's server-side numbers, e.g. mean inference
-    time = Δ``model_infer_request_duration_sum`` / Δ``model_infer_request_duration_count``."""
-    body = _http_get(metrics_url, timeout_s=timeout_s)
-    totals: dict[str, float] = {}
-    for name, labels, value in parse_prometheus_text(body):
-        if name.endswith(("_bucket", "_created")) or not name.startswith(tuple(prefixes)):
-            continue
-        if model is not None and "model" in labels and labels["model"] != model:
-            continue
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
-
-
 # -- small helpers ---------------------------------------------------------------------------------------
 
 
@@ -519,15 +421,6 @@ def _http_status(url: str, timeout_s: float) -> int:
     except urllib.error.HTTPError as exc:
         exc.close()
         return int(exc.code)
-
-
-def _http_get(url: str, timeout_s: float) -> str:
-    try:
-        with _opener().open(url, timeout=timeout_s) as resp:
-            data: bytes = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise TargetError(f"GET {url} failed: {exc}") from exc
-    return data.decode("utf-8", errors="replace")
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

@@ -1,0 +1,139 @@
+"""A server's process tree sampled with psutil: CPU (user/system), RSS, threads, context switches, and
+the cores the server may use (CPU affinity, cgroup ``cpu.max`` quota)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+@dataclass
+class _Seen:
+    user: float
+    system: float
+    vol: float
+    invol: float
+
+
+@dataclass
+class TreeSampler:
+    """Samples the trees under ``roots`` (re-discovered every time: workers come and go).  CPU seconds and
+    context switches are cumulative since the first sample: per process, what it used since it was
+    last seen (a process first seen after the first sample adds all it used: it started since)."""
+
+    roots: Sequence[int]
+    _seen: dict[int, _Seen] = field(default_factory=dict)
+    _first: bool = True
+    _user: float = 0.0
+    _system: float = 0.0
+    _vol: float = 0.0
+    _invol: float = 0.0
+
+    def processes(self) -> list[psutil.Process]:
+        out: dict[int, psutil.Process] = {}
+        for pid in self.roots:
+            try:
+                root = psutil.Process(pid)
+                out[pid] = root
+                for child in root.children(recursive=True):
+                    out[child.pid] = child
+            except psutil.Error:
+                continue
+        return list(out.values())
+
+    def sample(self) -> dict[str, float] | None:
+        """One sample (``metrics.observed.SAMPLE_COLUMNS``), or None when no process of the tree is alive."""
+        procs = self.processes()
+        rss = threads = 0
+        alive = 0
+        seen: dict[int, _Seen] = {}
+        for p in procs:
+            try:
+                with p.oneshot():
+                    ct = p.cpu_times()
+                    mem = p.memory_info()
+                    n_threads = p.num_threads()
+                    ctx = p.num_ctx_switches()
+            except psutil.Error:
+                continue
+            alive += 1
+            rss += mem.rss
+            threads += n_threads
+            now = _Seen(ct.user, ct.system, float(ctx.voluntary), float(ctx.involuntary))
+            seen[p.pid] = now
+            before = self._seen.get(p.pid) or (now if self._first else _Seen(0.0, 0.0, 0.0, 0.0))
+            self._user += max(0.0, now.user - before.user)
+            self._system += max(0.0, now.system - before.system)
+            self._vol += max(0.0, now.vol - before.vol)
+            self._invol += max(0.0, now.invol - before.invol)
+        # a pid that vanished is forgotten; were it reused by a new process, that one starts from zero
+        self._seen = seen
+        self._first = False
+        if alive == 0:
+            return None
+        return {
+            "mono_s": time.monotonic(),
+            "unix_s": time.time(),
+            "cpu_user_s": self._user,
+            "cpu_system_s": self._system,
+            "rss_bytes": float(rss),
+            "threads": float(threads),
+            "ctx_voluntary": self._vol,
+            "ctx_involuntary": self._invol,
+            "procs": float(alive),
+        }
+
+
+def cgroup_quota_cores(pid: int, root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The tightest cgroup v2 ``cpu.max`` quota (in cores) over the cgroup of ``pid`` and its parents
+    (None: no quota, or not readable: cgroup v1, another mount namespace)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    rel = next((ln.split("::", 1)[1] for ln in lines if ln.startswith("0::")), None)
+    if rel is None:
+        return None
+    best: float | None = None
+    path = root / rel.lstrip("/")
+    while True:
+        try:
+            quota, period = (path / "cpu.max").read_text().split()[:2]
+            if quota != "max":
+                cores = int(quota) / int(period)
+                best = cores if best is None else min(best, cores)
+        except (OSError, ValueError):
+            pass
+        if path == root or root not in path.parents:
+            break
+        path = path.parent
+    return best
+
+
+def allowed_cores(pids: Sequence[int]) -> dict[str, Any]:
+    """The CPUs the server may run on (the first live root's affinity), the cgroup quota when one can be
+    read, and ``allowed_cores``: the smaller of the two (None when nothing could be read)."""
+    affinity: list[int] | None = None
+    quota: float | None = None
+    for pid in pids:
+        try:
+            affinity = sorted(psutil.Process(pid).cpu_affinity() or [])
+        except (psutil.Error, AttributeError, OSError):
+            continue
+        quota = cgroup_quota_cores(pid)
+        break
+    candidates = [float(len(affinity))] if affinity else []
+    if quota is not None:
+        candidates.append(quota)
+    allowed = min(candidates) if candidates else None
+    return {
+        "affinity": affinity,
+        "cgroup_quota_cores": None if quota is None else round(quota, 3),
+        "allowed_cores": None if allowed is None or not math.isfinite(allowed) else round(allowed, 3),
+    }
