@@ -81,6 +81,8 @@ def stage_resources(
         "cpu_system_cores": round(float(system.sum()) / wall, 4),
         "allowed_cores": allowed,
         "cpu_utilisation": round(mean / allowed, 4) if allowed else None,
+        "cpus_busy_cores": None,
+        "other_cores": None,
         "cpu_us_per_request": None,
         "cpu_us_per_inference": None,
         "rss_mb": {"max": round(float(s["rss_bytes"][idx].max()) / 2**20, 2)},
@@ -91,6 +93,11 @@ def stage_resources(
             "involuntary": round(float(np.diff(s["ctx_involuntary"][idx])[good].sum()) / wall, 1),
         },
     }
+    busy = s["cpus_busy_s"][idx]
+    if np.isfinite(busy).all():  # the allowed CPUs' busy time, by any process: were they shared?
+        cores_busy = float(np.diff(busy)[good].sum()) / wall
+        out["cpus_busy_cores"] = round(cores_busy, 4)
+        out["other_cores"] = round(max(0.0, cores_busy - mean), 4)
     if m.completed_rps and m.completed_rps > 0:
         per_req = mean / m.completed_rps * 1e6
         out["cpu_us_per_request"] = round(per_req, 2)
@@ -263,9 +270,11 @@ def cross_check(seg: Segment, scrapes: list[Scrape], model: str | None) -> dict[
     diff = (counted - answered) / answered if answered else (0.0 if counted == 0 else None)
     agrees = diff is not None and abs(diff) <= CROSS_CHECK_TOLERANCE
     why: list[str] = []
+    lost = int(np.count_nonzero(np.isin(rec.outcome, [Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.CONN_RESET])))
+    retried = int(np.count_nonzero(rec.retried))
+    # more counted than answered, by no more than the requests satpoint stopped waiting for (or sent twice)
+    explained = not agrees and answered <= counted <= answered + lost + retried
     if not agrees:
-        lost = int(np.count_nonzero(np.isin(rec.outcome, [Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.CONN_RESET])))
-        retried = int(np.count_nonzero(rec.retried))
         if counted > answered and lost:
             why.append(
                 f"{lost} requests timed out, were cut off or lost their connection: the server may have "
@@ -287,6 +296,7 @@ def cross_check(seg: Segment, scrapes: list[Scrape], model: str | None) -> dict[
         "client_answers": answered,
         "difference": None if diff is None else round(diff, 5),
         "agrees": agrees,
+        "explained": explained,
         "note": "; ".join(why) or None,
     }
 

@@ -60,6 +60,8 @@ class ServerResources(BaseModel):
     cpu_system_cores: float
     allowed_cores: float | None = None  # affinity, or the cgroup quota when smaller
     cpu_utilisation: float | None = None  # cpu_cores.mean / allowed_cores
+    cpus_busy_cores: float | None = None  # busy time of the server's allowed CPUs, by any process
+    other_cores: float | None = None  # of which not the server's: its CPUs were shared
     cpu_us_per_request: float | None = None
     cpu_us_per_inference: float | None = None  # per row of a batch, when a request carries more than one
     rss_mb: RssMb
@@ -78,6 +80,9 @@ class CrossCheck(BaseModel):
     client_answers: int
     difference: float | None = None  # (server - client) / client
     agrees: bool  # within 1 %
+    #: not within 1 %, but the server counted more by no more than the requests satpoint stopped waiting
+    #: for (timed out, cut off at the end of the segment) or sent twice
+    explained: bool = False
     note: str | None = None  # why they may differ
 
 

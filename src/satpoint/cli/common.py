@@ -54,6 +54,14 @@ ThresholdOpt = Annotated[
     list[str] | None,
     typer.Option(help="SLO gate, e.g. 'p99<50ms', 'error_rate<1%', 'saturation_rps>400' (repeatable; exit 3)"),
 ]
+ServerPidOpt = Annotated[
+    list[int] | None,
+    typer.Option("--server-pid", help="a local server's pid: sample its process tree's CPU and memory (repeatable)"),
+]
+MetricsUrlOpt = Annotated[
+    list[str] | None,
+    typer.Option("--metrics-url", help="the server's Prometheus endpoint, scraped during every stage (repeatable)"),
+]
 _FILE = {"exists": True, "dir_okay": False, "readable": True}
 CaCertOpt = Annotated[
     Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)

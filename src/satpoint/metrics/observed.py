@@ -5,7 +5,9 @@ Two files in the results folder, appended while the run goes by the observer pro
 
 - ``server-samples.csv``: the server's process tree every few hundred ms; CPU seconds and context
   switches are cumulative over the tree since the first sample (a process that appears later adds
-  all of its CPU, one that exits keeps what it used), RSS and threads are the tree's sums at that moment.
+  all of its CPU, one that exits keeps what it used), RSS and threads are the tree's sums at that moment;
+  ``cpus_busy_s``: busy seconds (any process) of the CPUs the server may run on, cumulative, which
+  tells a server that had its cores to itself from one that shared them.
 - ``server-metrics.jsonl``: one line per scrape of a Prometheus endpoint: when, why (``start N`` /
   ``end N`` around segment N, ``tick`` in between), and every sample it returned (unknown metrics
   included), or the error.
@@ -38,6 +40,7 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "ctx_voluntary",
     "ctx_involuntary",
     "procs",
+    "cpus_busy_s",
 )
 
 #: one Prometheus sample: (name, labels, value)
@@ -95,17 +98,23 @@ def read_observations(out_dir: Path) -> Observations | None:
         return None
     obs = Observations()
     rows: list[list[float]] = []
+    names: list[str] = list(SAMPLE_COLUMNS)
     if samples_path.exists():
         with samples_path.open(newline="") as f:
             for row in csv.reader(f):
-                if len(row) != len(SAMPLE_COLUMNS) or row[0] == SAMPLE_COLUMNS[0]:
+                if row and row[0] == "mono_s":
+                    names = row  # the header says which columns this file has
+                    continue
+                if len(row) != len(names):
                     continue
                 try:
                     rows.append([float(x) for x in row])
                 except ValueError:
                     continue
-    arr = np.array(rows, dtype=np.float64).reshape(-1, len(SAMPLE_COLUMNS))
-    obs.samples = {c: arr[:, i].copy() for i, c in enumerate(SAMPLE_COLUMNS)}
+    arr = np.array(rows, dtype=np.float64).reshape(-1, len(names))
+    obs.samples = {
+        c: arr[:, names.index(c)].copy() if c in names else np.full(len(arr), np.nan) for c in SAMPLE_COLUMNS
+    }
     if scrapes_path.exists():
         for line in scrapes_path.read_text(errors="replace").splitlines():
             try:

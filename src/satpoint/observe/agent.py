@@ -29,7 +29,8 @@ class Agent:
     def __init__(self, cfg: dict[str, Any]) -> None:
         out_dir = Path(cfg["out_dir"])
         roots = [int(p) for p in cfg.get("server_pids", [])]
-        self.sampler = TreeSampler(roots) if roots else None
+        cpus = cfg.get("cpus")
+        self.sampler = TreeSampler(roots, cpus=[int(c) for c in cpus] if cpus else None) if roots else None
         #: (URL scraped, URL recorded: secrets redacted)
         self.urls: list[tuple[str, str]] = [(u, r) for u, r in cfg.get("metrics_urls", [])]
         self.sample_every = float(cfg.get("sample_interval_s", 0.25))

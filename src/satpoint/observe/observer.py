@@ -59,6 +59,7 @@ class Observer:
             "sample_interval_s": opts.sample_interval_s,
             "scrape_interval_s": opts.scrape_interval_s,
             "parent_pid": os.getpid(),
+            "cpus": self._cores.get("affinity"),
         }
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])  # this satpoint, however it was imported

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ class TreeSampler:
     last seen (a process first seen after the first sample adds all it used: it started since)."""
 
     roots: Sequence[int]
+    #: the CPUs whose busy time is summed in ``cpus_busy_s`` (the server's affinity; None: all)
+    cpus: Sequence[int] | None = None
     _seen: dict[int, _Seen] = field(default_factory=dict)
     _first: bool = True
     _user: float = 0.0
@@ -77,6 +79,9 @@ class TreeSampler:
         self._first = False
         if alive == 0:
             return None
+        per_cpu = psutil.cpu_times(percpu=True)
+        wanted = range(len(per_cpu)) if self.cpus is None else [c for c in self.cpus if c < len(per_cpu)]
+        busy = sum(_busy(per_cpu[c]) for c in wanted)
         return {
             "mono_s": time.monotonic(),
             "unix_s": time.time(),
@@ -87,33 +92,59 @@ class TreeSampler:
             "ctx_voluntary": self._vol,
             "ctx_involuntary": self._invol,
             "procs": float(alive),
+            "cpus_busy_s": busy,
         }
 
 
+def _busy(t: Any) -> float:
+    """Seconds a CPU spent on anything but idling (``cpu_times`` of one CPU)."""
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
+
+
 def cgroup_quota_cores(pid: int, root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """The tightest cgroup v2 ``cpu.max`` quota (in cores) over the cgroup of ``pid`` and its parents
-    (None: no quota, or not readable: cgroup v1, another mount namespace)."""
+    """The tightest CPU quota (in cores) over the cgroup of ``pid`` and its parents: cgroup v2 ``cpu.max``,
+    else v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (None: no quota, or nothing readable)."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
-    rel = next((ln.split("::", 1)[1] for ln in lines if ln.startswith("0::")), None)
-    if rel is None:
-        return None
-    best: float | None = None
-    path = root / rel.lstrip("/")
+    quotas: list[float] = []
+    for line in lines:
+        _, controllers, rel = ([*line.split(":", 2), "", ""])[:3]
+        if controllers == "":  # v2
+            quotas += _walk(root, root / rel.lstrip("/"), _v2_quota)
+        elif "cpu" in controllers.split(","):  # v1
+            base = root / controllers
+            quotas += _walk(base, base / rel.lstrip("/"), _v1_quota)
+    return min(quotas) if quotas else None
+
+
+def _walk(top: Path, path: Path, read: Callable[[Path], float | None]) -> list[float]:
+    out = []
     while True:
-        try:
-            quota, period = (path / "cpu.max").read_text().split()[:2]
-            if quota != "max":
-                cores = int(quota) / int(period)
-                best = cores if best is None else min(best, cores)
-        except (OSError, ValueError):
-            pass
-        if path == root or root not in path.parents:
-            break
+        got = read(path)
+        if got is not None:
+            out.append(got)
+        if path == top or top not in path.parents:
+            return out
         path = path.parent
-    return best
+
+
+def _v2_quota(path: Path) -> float | None:
+    try:
+        quota, period = (path / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(path: Path) -> float | None:
+    try:
+        quota = int((path / "cpu.cfs_quota_us").read_text())
+        period = int((path / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def allowed_cores(pids: Sequence[int]) -> dict[str, Any]:
