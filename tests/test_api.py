@@ -32,6 +32,7 @@ API = [
     "LoadedResults",
     "MLServerSettings",
     "Message",
+    "ObserveOptions",
     "PayloadError",
     "PlanError",
     "RunConfig",
