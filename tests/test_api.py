@@ -35,6 +35,7 @@ API = [
     "LoadedResults",
     "MLServerSettings",
     "Message",
+    "ObserveOptions",
     "PayloadError",
     "PlanError",
     "RunConfig",

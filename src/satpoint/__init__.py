@@ -29,6 +29,7 @@ _EXPORTS = {
     "Stage": "satpoint.plan",
     "LoadOptions": "satpoint.config",
     "FindOptions": "satpoint.config",
+    "ObserveOptions": "satpoint.config",
     "VerdictRules": "satpoint.config",
     "RunConfig": "satpoint.config",
     # entry points
@@ -81,6 +82,7 @@ __all__ = [
     "LoadedResults",
     "MLServerSettings",
     "Message",
+    "ObserveOptions",
     "PayloadError",
     "PlanError",
     "RunConfig",
@@ -137,7 +139,7 @@ if TYPE_CHECKING:
         run,
         run_closed_loop,
     )
-    from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
+    from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
     from satpoint.endpoints.spec import Target
     from satpoint.errors import PayloadError, SatpointError, TargetUnreachable
     from satpoint.experiments.co_demo import CoDemoConfig

@@ -27,11 +27,12 @@ from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
 from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
 from satpoint.analysis.thresholds import parse_slo, parse_thresholds
-from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
 from satpoint.metrics.results import Segment, load_results, write_header
+from satpoint.observe.observer import Observer
 from satpoint.plan import Stage, validate_plan
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
@@ -143,12 +144,16 @@ def run(
     html: bool = True,
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
+    observe: ObserveOptions | None = None,
 ) -> RunResult:
     """A staged open-loop load test: every stage ramps to its target rate and holds it; each is judged.
 
     ``stages`` are ``Stage(target_rps, ramp_s, hold_s)`` or ``"RPS:RAMP_S:HOLD_S"`` strings with rising
     targets.  ``thresholds`` are SLO gates (``"p99<50ms"``, ``"error_rate<1%"``) evaluated into
-    ``summary.thresholds``.  Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
+    ``summary.thresholds``.  ``observe`` names a local server's pids and Prometheus endpoints to watch
+    (each stage's ``server`` and ``server_metrics``, the ``diagnosis``).
+
+    Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
     before any load is sent (also a plan whose rows would not fit in memory).  Once measuring has
     started, nothing raises for the target going away: ``summary.target_lost`` says where it did."""
     plan = _stages(stages)
@@ -159,8 +164,9 @@ def run(
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
-    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
-    _measure_kept(session, lambda: session.measure(plan, title="run"))
+    with Observer(observe or ObserveOptions(), out_dir) as observer:
+        session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
+        _measure_kept(session, lambda: session.measure(plan, title="run"))
     return _finish_run(session, html)
 
 
@@ -180,6 +186,7 @@ def run_closed_loop(
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     grpc_connections: int | None = None,
+    observe: ObserveOptions | None = None,
 ) -> RunResult:
     """A closed loop: ``users`` that each wait for their answer (plus ``think_ms``) before sending again.
 
@@ -203,8 +210,9 @@ def run_closed_loop(
         closed_loop=options.describe(),
     )
     out_dir = Path(out) if out is not None else default_out("run")
-    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop)
-    _measure_kept(session, lambda: session.measure_closed(options))
+    with Observer(observe or ObserveOptions(), out_dir) as observer:
+        session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
+        _measure_kept(session, lambda: session.measure_closed(options))
     return _finish_run(session, html)
 
 
@@ -224,6 +232,7 @@ def find(
     html: bool = True,
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
+    observe: ObserveOptions | None = None,
 ) -> FindResult:
     """The saturation search: the highest rate one replica sustains before queueing sets in.
 
@@ -232,8 +241,10 @@ def find(
     ``protocol`` with ``target_options`` (other ``Target`` fields, e.g. ``headers``).  ``slo`` adds
     latency objectives (``["p99<50ms"]`` or ``{"p99": 50.0}``): the answer is then the highest stable
     rate that meets them.  ``emit_k8s`` writes a Seldon Core 2 ``Model`` and an HPA for the
-    recommendation into that folder."""
+    recommendation into that folder.  ``observe`` names a local server's pids and Prometheus endpoints
+    to watch; the embedded MLServer's process tree and metrics endpoint are watched by default."""
     opts = (options or FindOptions()).validate()
+    observe = (observe or ObserveOptions()).validate()
     slo_ms = dict(slo) if isinstance(slo, Mapping) else parse_slo(list(slo))
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "find"))
     rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
@@ -256,10 +267,17 @@ def find(
             server_info = embedded.info()
             target = embedded.target(protocol, **(target_options or {}))
             say(on_event, f"MLServer ready at {target.url} (pid {embedded.pid})")
+            observe = replace(
+                observe,
+                server_pids=observe.server_pids or (embedded.pid,),
+                metrics_urls=(*observe.metrics_urls, embedded.metrics_url),
+            )
         load = (load or LoadOptions(drain_s=5.0)).validate()
+        observer = stack.enter_context(Observer(observe, out_dir))
         session = search_target(
-            target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info, thresholds=checks
-        )
+            target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info,
+            thresholds=checks, observer=observer,
+        )  # fmt: skip
     summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
     files: tuple[Path, ...] = ()
     if emit_k8s is not None and summary.recommendation is not None:

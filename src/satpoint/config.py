@@ -212,3 +212,32 @@ class RunConfig:
             closed_loop=c.get("closed_loop"),
             demo=c.get("demo"),
         )
+
+
+@dataclass(frozen=True)
+class ObserveOptions:
+    """What satpoint watches on the server side while it measures (``satpoint.observe``).
+
+    ``server_pids``: root pids of a local server; each one's whole process tree (re-discovered at every
+    sample: MLServer runs one process per worker) is sampled with psutil every ``sample_interval_s`` by
+    a separate process, never inside the generator.  ``metrics_urls``: Prometheus endpoints, scraped at
+    every segment's start and end and every ``scrape_interval_s`` in between."""
+
+    server_pids: tuple[int, ...] = ()
+    metrics_urls: tuple[str, ...] = ()
+    sample_interval_s: float = 0.25
+    scrape_interval_s: float = 2.0
+
+    def validate(self) -> ObserveOptions:
+        if any(p <= 0 for p in self.server_pids):
+            raise ValueError(f"server pids must be positive, got {list(self.server_pids)}")
+        if not 0.05 <= self.sample_interval_s <= 10 or not 0.2 <= self.scrape_interval_s <= 60:
+            raise ValueError("sample_interval_s must be within [0.05, 10] and scrape_interval_s within [0.2, 60]")
+        for url in self.metrics_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"a metrics URL starts with http:// or https://, got {url!r}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return bool(self.server_pids or self.metrics_urls)

@@ -37,6 +37,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.metrics.stats import StageMetrics
+from satpoint.observe.observer import Observer
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
 from satpoint.session import LOST_ERRORS, Session, announce_target
@@ -354,6 +355,7 @@ def search_target(
     server_info: dict[str, Any] | None = None,
     thresholds: tuple[str, ...] = (),
     profile_rps: float | None = None,
+    observer: Observer | None = None,
 ) -> Session:
     """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
 
@@ -380,7 +382,9 @@ def search_target(
     config = RunConfig(
         kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
     )
-    session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info)
+    session = Session(
+        prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info, observer=observer
+    )
     say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
 
     def cooldown(min_s: float, max_s: float) -> None:

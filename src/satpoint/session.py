@@ -31,6 +31,7 @@ from satpoint.engine.runner import run_schedule
 from satpoint.engine.schedule import due_times
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.checkpoint import CheckpointSpec
+from satpoint.metrics.observed import read_observations
 from satpoint.metrics.records import Records
 from satpoint.metrics.results import (
     Results,
@@ -42,6 +43,7 @@ from satpoint.metrics.results import (
     start_segment,
     write_header,
 )
+from satpoint.observe.observer import Observer
 from satpoint.plan import PlanError, RateCurve, Stage
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
@@ -104,6 +106,8 @@ def run_segment(
         # connections, retries, idle closes, gRPC's effective in-flight cap (connections x streams)...
         "transport": merge_stats([s.transport for s in out.shards]),
     }
+    if out.t0_monotonic is not None:  # maps the server-side samples (CLOCK_MONOTONIC) onto the run clock
+        generator["t0_monotonic"] = round(out.t0_monotonic, 6)
     return Segment(
         index=index,
         purpose=purpose,
@@ -132,16 +136,20 @@ class Session:
         on_event: OnEvent | None = None,
         stop: threading.Event | None = None,
         server_info: dict[str, Any] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.prepared = prepared
         self.out_dir = Path(out_dir)
         self.on_event = on_event
         self.stop = stop or threading.Event()
+        self.observer = observer
         self.results = Results(new_header(config, prepared.spec.describe(), time.time()))
         self.results.header["target"]["metadata"] = prepared.metadata
         self.results.header["target"]["managed"] = server_info is not None
         if server_info is not None:
             self.results.header["server"] = server_info
+        if observer is not None:
+            self.results.header["observe"] = observer.describe()
         write_header(self.out_dir, self.results)
 
     @property
@@ -162,6 +170,16 @@ class Session:
     def _started(self, seg_index: int, purpose: str, stages: list[Stage], title: str, **kw: Any) -> None:
         if self.on_event is not None:
             self.on_event(SegmentStarted(seg_index, purpose, tuple(stages), title, **kw))
+
+    def _mark(self, tag: str) -> None:
+        """Tell the observer a segment starts or ended (it samples and scrapes the server right then)."""
+        if self.observer is None:
+            return
+        self.observer.mark(tag)
+        self.results.observed = read_observations(self.out_dir)
+        if self.observer.problems != self.results.header.get("observe", {}).get("problems"):
+            self.results.header["observe"] = self.observer.describe()
+            write_header(self.out_dir, self.results)
 
     def _finish(self, seg: Segment, append: bool = True) -> Segment:
         if append:
@@ -223,6 +241,7 @@ class Session:
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
         checkpoint = self._begin(index, purpose, stages, start_rps)
+        self._mark(f"start {index}")
         try:
             seg = run_segment(
                 self.prepared,
@@ -238,8 +257,10 @@ class Session:
                 checkpoint=checkpoint,
             )
         except BaseException as e:
+            self._mark(f"end {index}")
             self._salvage(e)
             raise
+        self._mark(f"end {index}")
         return self._finish(seg, append)
 
     def measure_closed(self, options: ClosedLoopOptions, title: str = "closed loop") -> Segment:
@@ -248,6 +269,7 @@ class Session:
         stages = [Stage(1.0, 0.0, options.duration_s)]  # the real target (the achieved rate) is known at the end
         self._started(index, PURPOSE, stages, title, users=options.users, duration_s=options.duration_s)
         checkpoint = self._begin(index, PURPOSE, stages, arrival=ARRIVAL, seed=0)
+        self._mark(f"start {index}")
         try:
             seg = closed_loop_segment(
                 self.prepared.builder,
@@ -258,8 +280,10 @@ class Session:
                 checkpoint=checkpoint,
             )
         except BaseException as e:
+            self._mark(f"end {index}")
             self._salvage(e)
             raise
+        self._mark(f"end {index}")
         return self._finish(seg)
 
 

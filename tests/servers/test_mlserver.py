@@ -20,13 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
+from satpoint.observe.prom import scrape_metrics
 from satpoint.servers.demo_model import IRIS_EXAMPLE_ROW, train_iris_model
-from satpoint.servers.mlserver import (
-    MLServerSettings,
-    MLServerTarget,
-    parse_prometheus_text,
-    scrape_metrics,
-)
+from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.process import TargetError, pids_alive
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -86,27 +82,6 @@ def test_settings_validation() -> None:
     ):
         with pytest.raises(ValueError):
             MLServerSettings(**bad)
-
-
-def test_parse_prometheus_text() -> None:
-    text = textwrap.dedent(
-        """
-        # HELP model_infer_request_duration Model infer request duration
-        # TYPE model_infer_request_duration summary
-        model_infer_request_duration_count{model="iris",version="None"} 7.0
-        model_infer_request_duration_sum{model="iris",version="None"} 0.0285
-        model_infer_request_duration_count{model="other",version="None"} 3.0
-        parallel_request_queue_bucket{le="+Inf"} 7.0
-        parallel_request_queue_count 10.0 1700000000000
-        weird{path="/a b,c}",q="x\\"y"} 2
-        broken{oops 1
-        """
-    )
-    samples = parse_prometheus_text(text)
-    assert ("model_infer_request_duration_sum", {"model": "iris", "version": "None"}, 0.0285) in samples
-    assert ("parallel_request_queue_count", {}, 10.0) in samples
-    assert ("weird", {"path": "/a b,c}", "q": 'x"y'}, 2.0) in samples
-    assert all(name != "broken" for name, _, _ in samples)
 
 
 def test_train_iris_model(tmp_path: Path) -> None:

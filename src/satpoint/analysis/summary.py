@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from satpoint.analysis.diagnosis import diagnose
+from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
 from satpoint.config import VerdictRules
 from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.results import Results, Segment
-from satpoint.metrics.stats import StageMetrics, stage_metrics
+from satpoint.metrics.stats import StageMetrics, intervals, stage_metrics
 from satpoint.redact import redact_url
 
 
@@ -116,6 +118,8 @@ def build_summary(results: Results) -> dict[str, Any]:
     cpu = sum(float(s.generator.get("cpu_s", 0.0)) for s in results.segments)
     # segments rebuilt from checkpoints (a run cut off) have no CPU figure: leave their rows out of it
     timed = sum(len(s.records) for s in results.segments if "cpu_s" in s.generator)
+    stage_docs = [stage_dict(i, m) for i, m in stages]
+    add_server_fields(results, stage_docs, stages)  # what the server did in each stage, if it was watched
     summary: dict[str, Any] = {
         "schema_version": h.get("schema_version"),
         "tool_version": h.get("tool_version"),
@@ -139,10 +143,11 @@ def build_summary(results: Results) -> dict[str, Any]:
             "generator_lag_p99_ms": rules.generator_lag_p99_ms,
             "slo_ms": rules.slo_ms,
         },
-        "stages": [stage_dict(i, m) for i, m in stages],
+        "stages": stage_docs,
         "interrupted": any(s.interrupted for s in results.segments),
         "target_lost": lost,
         "warnings": warnings,
+        "observed": observed_block(results),
     }
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
@@ -154,7 +159,24 @@ def build_summary(results: Results) -> dict[str, Any]:
     from satpoint.analysis.thresholds import results_thresholds  # SLO gates recorded in the config
 
     summary["thresholds"] = results_thresholds(h, summary, {s.index: s.purpose for s in results.segments})
+    summary["diagnosis"] = diagnose(summary, stage_seconds(results, stages))
     return summary
+
+
+def stage_seconds(
+    results: Results, stages: list[tuple[int, StageMetrics]]
+) -> dict[tuple[int, int], list[tuple[int, float | None, float | None]]]:
+    """(segment, stage index) -> the (second, p50 ms, p99 ms) rows of the seconds inside its steady window."""
+    out: dict[tuple[int, int], list[tuple[int, float | None, float | None]]] = {}
+    segs = {s.index: s for s in results.segments}
+    per_seg = {i: intervals(segs[i].records, segs[i].spans) for i in {i for i, _ in stages}}
+    for i, m in stages:
+        out[(i, m.index)] = [
+            (iv.second, iv.latency_ms["p50"], iv.latency_ms["p99"])
+            for iv in per_seg[i]
+            if iv.second >= m.window_start_s and iv.second + 1 <= m.window_end_s
+        ]
+    return out
 
 
 def closed_loop_fields(config: dict[str, object]) -> tuple[dict[str, object], str]:

@@ -33,6 +33,106 @@ class LagPercentiles(BaseModel):
     max: float | None = None
 
 
+class CpuCores(BaseModel):
+    model_config = _CONFIG
+    mean: float
+    p95: float
+
+
+class RssMb(BaseModel):
+    model_config = _CONFIG
+    max: float
+
+
+class CtxSwitches(BaseModel):
+    model_config = _CONFIG
+    voluntary: float
+    involuntary: float
+
+
+class ServerResources(BaseModel):
+    """A stage's ``server`` block: the server's process tree over the steady window (psutil samples)."""
+
+    model_config = _CONFIG
+    samples: int
+    cpu_cores: CpuCores  # cores used = ΔCPU seconds / Δwall (mean, and p95 of the sample intervals)
+    cpu_user_cores: float
+    cpu_system_cores: float
+    allowed_cores: float | None = None  # affinity, or the cgroup quota when smaller
+    cpu_utilisation: float | None = None  # cpu_cores.mean / allowed_cores
+    cpus_busy_cores: float | None = None  # busy time of the server's allowed CPUs, by any process
+    other_cores: float | None = None  # of which not the server's: its CPUs were shared
+    cpu_us_per_request: float | None = None
+    cpu_us_per_inference: float | None = None  # per row of a batch, when a request carries more than one
+    rss_mb: RssMb
+    threads_max: int
+    procs_max: int
+    ctx_switches_per_s: CtxSwitches
+
+
+class CrossCheck(BaseModel):
+    """The server's count of successful requests against the answers satpoint got (whole segment)."""
+
+    model_config = _CONFIG
+    window: str
+    segment: int
+    server_requests: int
+    client_answers: int
+    difference: float | None = None  # (server - client) / client
+    agrees: bool  # within 1 %
+    #: not within 1 %, but the server counted more by no more than the requests satpoint stopped waiting
+    #: for (timed out, cut off at the end of the segment) or sent twice
+    explained: bool = False
+    note: str | None = None  # why they may differ
+
+
+class ServerMetrics(BaseModel):
+    """What one Prometheus endpoint says of a stage (counter deltas between two scrapes)."""
+
+    model_config = _CONFIG
+    url: str
+    window: str  # "steady" (scrapes inside the steady window) or "bracketing" (the scrapes around it)
+    from_s: float
+    to_s: float
+    source: str | None = None  # mlserver, triton, seldon (None: metrics satpoint does not interpret)
+    requests: int | None = None
+    failures: int | None = None
+    rps: float | None = None
+    mean_latency_ms: float | None = None  # the server's own mean request/inference time
+    handler_mean_ms: float | None = None  # MLServer: REST/gRPC handler mean for inference calls
+    queue_ms: float | None = None
+    compute_ms: float | None = None
+    batch_size: float | None = None  # achieved (Triton: inference count / execution count)
+    batch_queue_mean: float | None = None  # MLServer batch_request_queue mean
+    parallel_queue_mean: float | None = None  # MLServer parallel_request_queue mean
+    pending_requests_mean: float | None = None  # Triton nv_inference_pending_request_count
+    cross_check: CrossCheck | None = None
+
+
+class Observed(BaseModel):
+    """summary.json's ``observed``: what was watched on the server side and what could not be seen."""
+
+    model_config = _CONFIG
+    server_pids: list[int]
+    metrics_urls: list[str]
+    affinity: list[int] | None = None
+    cgroup_quota_cores: float | None = None
+    allowed_cores: float | None = None
+    samples: int
+    scrapes: int
+    not_seen: list[str]
+    problems: list[str]
+
+
+class DiagnosisLine(BaseModel):
+    """One line of the diagnosis: what kind, what it says, the numbers behind it."""
+
+    model_config = _CONFIG
+    kind: str
+    text: str
+    evidence: dict[str, Any]
+
+
 class StageResult(BaseModel):
     """One stage's steady-window figures and verdict (``summary.json`` ``stages[]``)."""
 
@@ -62,6 +162,10 @@ class StageResult(BaseModel):
     verdict: str
     reasons: list[str]
     retries: int = 0  # requests sent twice (the first attempt failed before any answer); 0 in older folders
+    #: the server's process tree in the steady window (None: not sampled, or no sample covers it)
+    server: ServerResources | None = None
+    #: per Prometheus endpoint scraped: what the server's own metrics say of the steady window
+    server_metrics: list[ServerMetrics] = []
 
 
 class TargetInfo(BaseModel):
@@ -130,6 +234,8 @@ class RunSummary(BaseModel):
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
     closed_loop: dict[str, Any] | None = None
+    observed: Observed | None = None  # None: nothing on the server side was watched
+    diagnosis: list[DiagnosisLine] = []
 
     @property
     def thresholds_passed(self) -> bool:

@@ -67,6 +67,14 @@ ModelDirOpt = Annotated[
     Path | None,
     typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
+ServerPidOpt = Annotated[
+    list[int] | None,
+    typer.Option("--server-pid", help="a local server's pid: sample its process tree's CPU and memory (repeatable)"),
+]
+MetricsUrlOpt = Annotated[
+    list[str] | None,
+    typer.Option("--metrics-url", help="the server's Prometheus endpoint, scraped during every stage (repeatable)"),
+]
 _FILE = {"exists": True, "dir_okay": False, "readable": True}
 CaCertOpt = Annotated[
     Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)

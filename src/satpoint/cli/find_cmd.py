@@ -21,10 +21,12 @@ from satpoint.cli.common import (
     HeaderOpt,
     HtmlOpt,
     InsecureOpt,
+    MetricsUrlOpt,
     ModelDirOpt,
     PayloadOpt,
     ProtocolOpt,
     RuntimeOpt,
+    ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
     console,
@@ -38,7 +40,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.config import FindOptions, LoadOptions
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -111,6 +113,8 @@ def find(
     insecure: InsecureOpt = False,
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
+    server_pid: ServerPidOpt = None,
+    metrics_url: MetricsUrlOpt = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -157,7 +161,8 @@ def find(
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
                 thresholds=threshold or [], server=server, emit_k8s=emit_k8s, out=out, html=html,
-                on_event=printer, stop=stop, protocol=protocol, target_options={
+                on_event=printer, stop=stop, protocol=protocol,
+                observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ())), target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
                     "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
                 },

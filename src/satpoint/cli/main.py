@@ -30,8 +30,10 @@ from satpoint.cli.common import (
     HeaderOpt,
     HtmlOpt,
     InsecureOpt,
+    MetricsUrlOpt,
     PayloadOpt,
     ProtocolOpt,
+    ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
     console,
@@ -49,7 +51,7 @@ from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
 from satpoint.cli.sweep_cmd import sweep
-from satpoint.config import LoadOptions
+from satpoint.config import LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -100,6 +102,8 @@ def run(
     insecure: InsecureOpt = False,
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
+    server_pid: ServerPidOpt = None,
+    metrics_url: MetricsUrlOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -110,6 +114,7 @@ def run(
             raise fail("--batch-size must be >= 1")
         target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
+        common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ())).validate()
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")

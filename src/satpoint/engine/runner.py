@@ -68,6 +68,7 @@ class RunOutput:
     notes: list[str] = field(default_factory=list)
     overloaded: bool = False  # stopped early because ``abort_when`` judged the server clearly overloaded
     max_inflight_per_proc: int | None = None  # the in-flight cap of each generator process
+    t0_monotonic: float | None = None  # perf_counter() (CLOCK_MONOTONIC) of the run clock's origin
 
     @property
     def generator_cpu_s(self) -> float:
@@ -268,6 +269,7 @@ def run_schedule(
             notes=notes,
             overloaded=overload.is_set(),
             max_inflight_per_proc=per_proc,
+            t0_monotonic=t0,
         )
 
     ctx = mp.get_context("spawn")
@@ -377,6 +379,7 @@ def run_schedule(
         notes=notes,
         overloaded=overload.is_set(),
         max_inflight_per_proc=per_proc,
+        t0_monotonic=t0,
     )
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from satpoint._version import SCHEMA_VERSION, __version__
 from satpoint.config import RunConfig
 from satpoint.metrics.checkpoint import recover_segment_rows, remove_shard_files
+from satpoint.metrics.observed import Observations, read_observations
 from satpoint.metrics.records import Records
 from satpoint.plan import Stage, StageSpan, spans
 
@@ -89,6 +90,8 @@ class Results:
     segments: list[Segment] = field(default_factory=list)
     #: the segment being measured (rows in checkpoint files until it ends), as ``running_meta`` gives it
     running: dict[str, Any] | None = None
+    #: what the observer saw of the server (``server-samples.csv``, ``server-metrics.jsonl``), if anything
+    observed: Observations | None = None
 
     @property
     def kind(self) -> str:
@@ -229,4 +232,5 @@ def load_results(out_dir: Path) -> Results:
         )
         if seg is not None:
             results.segments.append(seg)
+    results.observed = read_observations(out_dir)
     return results

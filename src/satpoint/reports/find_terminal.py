@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from satpoint.analysis.hints import hints
+from satpoint.reports.server_terminal import print_diagnosis
 
 
 def _ms(v: Any) -> str:
@@ -76,3 +77,4 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"[yellow]note:[/] {n}")
     for h in hints(summary):
         console.print(f"[cyan]hint:[/] {h}")
+    print_diagnosis(console, summary)

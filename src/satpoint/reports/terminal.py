@@ -15,6 +15,7 @@ from rich.text import Text
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.plan import RateCurve, Stage, StageSpan, spans
 from satpoint.redact import redact_url
+from satpoint.reports.server_terminal import print_diagnosis, print_server
 
 VERDICT_STYLE = {
     "stable": "green",
@@ -139,6 +140,9 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
     for s in summary["stages"]:
         for r in s.get("reasons", []):
             console.print(f"  stage {summary['stages'].index(s) + 1}: {r}")
+    print_server(console, summary)
+    if summary.get("kind") != "find":  # find prints it with its answer
+        print_diagnosis(console, summary)
     gen = summary.get("generator", {})
     if gen.get("cpu_us_per_request") is not None:
         console.print(f"generator: {gen['cpu_us_per_request']:.1f} µs CPU per request over {gen['requests']} requests")

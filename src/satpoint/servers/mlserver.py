@@ -27,14 +27,9 @@ MLServer facts this module relies on (verified with mlserver 1.7.1, mlserver-skl
   ONNX runtime, the folder satpoint was imported from goes first on it (MLServer imports
   ``satpoint.servers.onnx_runtime``: it must be this satpoint) unless it is a site directory.
 - Control-plane HTTP here bypasses any ``http_proxy`` from the environment (loopback only).
-- A user's model folder (``model_dir``) is served as ``<repo>/<name>/``: a real folder holding a symlink
-  to each of its entries (MLServer opens files and imports a custom runtime's module through them) and a
-  rewritten ``model-settings.json`` (its own, with the name satpoint serves, relative ``parameters.uri``
-  made absolute, and ``max_batch_size``/``max_batch_time`` replaced only when given to satpoint). The
-  user's folder is never written to.
+- A user's model folder is served as described in ``servers.mlserver_settings``.
 
-Why this module is long: it also holds the scrape of MLServer's Prometheus ``/metrics``; that part
-moves to its own module when server-side observability is built on it.
+Its Prometheus ``/metrics`` endpoint (``metrics_url``) is read by ``satpoint.observe``.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -51,7 +45,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -62,207 +56,34 @@ from satpoint.servers.demo_model import (
     DEMO_MODELS,
     MODEL_FILENAME,
     ONNX_FILENAME,
-    RUNTIMES,
     demo_model,
-    intra_op_threads,
     write_demo_artifact,
+)
+from satpoint.servers.mlserver_settings import (
+    MODEL_SETTINGS_FILE,
+    MLServerSettings,
+    folder_model_settings,
+    link_folder_entries,
+    onnx_threads,
 )
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = [
-    "DEFAULT_METRIC_PREFIXES",
     "MLServerSettings",
     "MLServerTarget",
-    "parse_prometheus_text",
-    "scrape_metrics",
 ]
 
 _HOST = "127.0.0.1"
-_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_INPUT_DATATYPES = ("FP32", "FP64")
 _VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop", "numpy", "joblib")
 _ONNX_PACKAGES = ("skl2onnx", "onnxruntime", "onnx")
-_MODEL_SETTINGS_FILE = "model-settings.json"
 _RUNTIME_IMPLEMENTATIONS = {
     "sklearn": "mlserver_sklearn.SKLearnModel",
     "onnx": "satpoint.servers.onnx_runtime.OnnxModel",
 }
-_DEFAULT_DEMO_MODEL = "iris"
-_DEFAULT_RUNTIME = "sklearn"
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and MLServer binding it
 _BIND_FAILURES = ("address already in use", "failed to bind")  # uvicorn / grpc wording
 _FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
 _MLSERVER_MAIN = "import sys; from mlserver.cli.main import main; sys.argv[0] = 'mlserver'; main()"
-
-DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
-    "model_infer_request_duration",
-    "model_infer_request_success",
-    "model_infer_request_failure",
-    "parallel_request_queue",
-    "batch_request_queue",
-)
-
-
-@dataclass(frozen=True)
-class MLServerSettings:
-    """How the embedded MLServer is configured. ``debug`` defaults to False here (MLServer's own default
-    is True, whose access log costs a lot of throughput).
-
-    What it serves: the demo model ``demo_model`` (iris, digits-mlp, digits-forest) through ``runtime``
-    (``sklearn``: ``mlserver_sklearn.SKLearnModel`` on ``model.joblib``; ``onnx``: the model converted with
-    skl2onnx, served by :class:`satpoint.servers.onnx_runtime.OnnxModel`), or the user's MLServer model
-    folder ``model_dir`` (its ``model-settings.json``; mutually exclusive with a non-default demo model or
-    runtime). ``model_name`` is the name it is served under; None: the demo model's name, or the folder's
-    ``name`` (else the folder's name). ``served_model_name`` is that name resolved. ``max_batch_size`` /
-    ``max_batch_time_s`` None: the model's own (demo models: 1 and 0, no adaptive batching); given, they
-    replace a model folder's values. ``input_name`` / ``input_datatype`` describe the demo model's input.
-
-    Every field stays as given (``dataclasses.replace`` with another ``demo_model`` changes the served
-    name too); a ``model_dir`` is read and checked here, so a bad folder fails before anything starts."""
-
-    parallel_workers: int = 1
-    debug: bool = False
-    max_batch_size: int | None = None
-    max_batch_time_s: float | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    model_name: str | None = None
-    cpus: Sequence[int] | None = None
-    input_name: str = "input-0"
-    input_datatype: str = "FP32"
-    demo_model: str = _DEFAULT_DEMO_MODEL
-    runtime: str = _DEFAULT_RUNTIME
-    model_dir: Path | None = None
-    # the model folder's model-settings.json as read when these settings were made (not a parameter)
-    _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.parallel_workers < 0:
-            raise ValueError(f"parallel_workers must be >= 0 (0 = in the main process), got {self.parallel_workers}")
-        if self.max_batch_size is not None and self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1 (1 = no adaptive batching), got {self.max_batch_size}")
-        if self.max_batch_time_s is not None and self.max_batch_time_s < 0:
-            raise ValueError(f"max_batch_time_s must be >= 0, got {self.max_batch_time_s}")
-        if self.model_name is not None and not _MODEL_NAME_RE.match(self.model_name):
-            raise ValueError(f"model_name must match {_MODEL_NAME_RE.pattern}, got {self.model_name!r}")
-        demo_model(self.demo_model)  # a ValueError listing the valid names
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"unknown runtime {self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
-        if self.model_dir is not None:
-            chosen = [
-                f"{name}={value!r}"
-                for name, value, default in (
-                    ("demo_model", self.demo_model, _DEFAULT_DEMO_MODEL),
-                    ("runtime", self.runtime, _DEFAULT_RUNTIME),
-                )
-                if value != default
-            ]
-            if chosen:
-                raise ValueError(
-                    f"model_dir (your own model folder) and {' and '.join(chosen)} (a demo model) exclude each "
-                    "other: give one or the other"
-                )
-            model_dir = Path(self.model_dir)
-            object.__setattr__(self, "model_dir", model_dir)
-            folder = read_model_folder(model_dir)
-            object.__setattr__(self, "_folder_settings", folder)
-            if self.model_name is None and not _MODEL_NAME_RE.match(self.served_model_name):
-                raise ValueError(
-                    f"the model name {self.served_model_name!r} (from {model_dir / _MODEL_SETTINGS_FILE}) cannot "
-                    f"be served by satpoint: it must match {_MODEL_NAME_RE.pattern}; give another with model_name"
-                )
-        if not self.input_name:
-            raise ValueError("input_name must not be empty")
-        if self.input_datatype not in _INPUT_DATATYPES:
-            raise ValueError(f"input_datatype must be one of {_INPUT_DATATYPES}, got {self.input_datatype!r}")
-        env = {str(k): str(v) for k, v in self.env.items()}
-        object.__setattr__(self, "env", env)
-        if self.cpus is not None:
-            cpus = tuple(int(c) for c in self.cpus)
-            if not cpus or len(set(cpus)) != len(cpus) or min(cpus) < 0:
-                raise ValueError(f"cpus must be distinct non-negative CPU ids, got {list(self.cpus)}")
-            object.__setattr__(self, "cpus", cpus)
-
-    @property
-    def served_model_name(self) -> str:
-        """The name the model is served under (``model_name``, else the demo model's or folder's name)."""
-        if self.model_name is not None:
-            return self.model_name
-        if self.model_dir is not None:
-            name = (self._folder_settings or {}).get("name")
-            return name if isinstance(name, str) and name else self.model_dir.resolve().name
-        return self.demo_model
-
-    @property
-    def effective_max_batch_size(self) -> int:
-        """``max_batch_size`` in force: the given one, else the model folder's (MLServer default 0), else 1."""
-        if self.max_batch_size is not None:
-            return self.max_batch_size
-        if self._folder_settings is not None:
-            return int(self._folder_settings.get("max_batch_size", 0))
-        return 1
-
-    @property
-    def effective_max_batch_time_s(self) -> float:
-        """``max_batch_time`` in force: the given one, else the model folder's (MLServer default 0), else 0."""
-        if self.max_batch_time_s is not None:
-            return self.max_batch_time_s
-        if self._folder_settings is not None:
-            return float(self._folder_settings.get("max_batch_time", 0.0))
-        return 0.0
-
-    def folder_settings(self) -> dict[str, Any] | None:
-        """A copy of the model folder's ``model-settings.json`` (None without ``model_dir``)."""
-        return json.loads(json.dumps(self._folder_settings)) if self._folder_settings is not None else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings for the results header: batching values as in force, the served name;
-        ``demo_model``/``runtime`` are None when a model folder is served."""
-        own = self.model_dir is not None
-        return {
-            "parallel_workers": self.parallel_workers,
-            "debug": self.debug,
-            "max_batch_size": self.effective_max_batch_size,
-            "max_batch_time_s": self.effective_max_batch_time_s,
-            "env": dict(self.env),
-            "model_name": self.served_model_name,
-            "cpus": list(self.cpus) if self.cpus is not None else None,
-            "input_name": self.input_name,
-            "input_datatype": self.input_datatype,
-            "demo_model": None if own else self.demo_model,
-            "runtime": None if own else self.runtime,
-            "model_dir": str(self.model_dir) if self.model_dir is not None else None,
-        }
-
-
-def read_model_folder(model_dir: Path) -> dict[str, Any]:
-    """The ``model-settings.json`` of an MLServer model folder, checked: a ValueError saying what is wrong
-    (no such folder, no ``model-settings.json``, invalid JSON, not an object, no ``implementation``)."""
-    folder = Path(model_dir)
-    if not folder.exists():
-        raise ValueError(f"model_dir {folder} does not exist")
-    if not folder.is_dir():
-        raise ValueError(f"model_dir {folder} is not a folder (give the folder holding {_MODEL_SETTINGS_FILE})")
-    path = folder / _MODEL_SETTINGS_FILE
-    if not path.is_file():
-        raise ValueError(f"model_dir {folder} has no {_MODEL_SETTINGS_FILE} (an MLServer model folder needs one)")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(doc).__name__}")
-    impl = doc.get("implementation")
-    if not isinstance(impl, str) or not impl:
-        raise ValueError(f'{path} names no "implementation" (e.g. "mlserver_sklearn.SKLearnModel")')
-    if "name" in doc and not isinstance(doc["name"], str):
-        raise ValueError(f'{path}: "name" must be a string, got {doc["name"]!r}')
-    for key in ("max_batch_size", "max_batch_time"):
-        if key in doc and (isinstance(doc[key], bool) or not isinstance(doc[key], int | float)):
-            raise ValueError(f"{path}: {key!r} must be a number, got {doc[key]!r}")
-    params = doc.get("parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f'{path}: "parameters" must be an object, got {params!r}')
-    return doc
 
 
 @dataclass(frozen=True)
@@ -327,14 +148,14 @@ class MLServerTarget:
         env = self._server_env()
         model_dir = workdir / s.served_model_name
         if s.model_dir is not None:
-            _link_entries(s.model_dir, model_dir)
+            link_folder_entries(s.model_dir, model_dir)
         else:
             if s.runtime == "onnx":
-                self._onnx_threads = _onnx_threads(env)  # a bad OMP_NUM_THREADS fails here, not in MLServer
+                self._onnx_threads = onnx_threads(env)  # a bad OMP_NUM_THREADS fails here, not in MLServer
             t0 = time.monotonic()
             write_demo_artifact(s.demo_model, s.runtime, model_dir)
             self._train_s = time.monotonic() - t0
-        _write_json(model_dir / _MODEL_SETTINGS_FILE, self._model_settings())
+        _write_json(model_dir / MODEL_SETTINGS_FILE, self._model_settings())
         log_path = self._given_log_path if self._given_log_path is not None else workdir / "mlserver.log"
 
         for attempt in range(1, _START_ATTEMPTS + 1):
@@ -536,7 +357,7 @@ class MLServerTarget:
             **batching,
         }
         if s.runtime == "onnx":
-            threads, source = self._onnx_threads or _onnx_threads(self._server_env_preview())
+            threads, source = self._onnx_threads or onnx_threads(self._server_env_preview())
             info["onnx"] = {
                 "provider": "CPUExecutionProvider",
                 "intra_op_num_threads": threads,
@@ -558,7 +379,7 @@ class MLServerTarget:
     def _model_settings(self) -> dict[str, Any]:
         s = self._settings
         if s.model_dir is not None:
-            return _folder_model_settings(s)
+            return folder_model_settings(s)
         artifact = ONNX_FILENAME if s.runtime == "onnx" else MODEL_FILENAME
         return {
             "name": s.served_model_name,
@@ -626,92 +447,6 @@ class MLServerTarget:
         return self._process
 
 
-# -- metrics ---------------------------------------------------------------------------------------------
-
-
-def parse_prometheus_text(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples ``(name, labels, value)`` from Prometheus text exposition format (comments skipped,
-    optional timestamps ignored, unparsable lines skipped)."""
-    samples: list[tuple[str, dict[str, str], float]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        labels: dict[str, str] = {}
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name = line[:brace]
-            parsed = _parse_labels(line, brace + 1)
-            if parsed is None:
-                continue
-            labels, end = parsed
-            rest = line[end:].split()
-        else:
-            parts = line.split()
-            name, rest = parts[0], parts[1:]
-        if not rest:
-            continue
-        try:
-            value = float(rest[0])
-        except ValueError:
-            continue
-        samples.append((name, labels, value))
-    return samples
-
-
-def _parse_labels(line: str, pos: int) -> tuple[dict[str, str], int] | None:
-    labels: dict[str, str] = {}
-    n = len(line)
-    while pos < n:
-        while pos < n and line[pos] in " ,":
-            pos += 1
-        if pos < n and line[pos] == "}":
-            return labels, pos + 1
-        eq = line.find("=", pos)
-        if eq == -1 or eq + 1 >= n or line[eq + 1] != '"':
-            return None
-        key = line[pos:eq].strip()
-        pos = eq + 2
-        chars: list[str] = []
-        while pos < n and line[pos] != '"':
-            if line[pos] == "\\" and pos + 1 < n:
-                nxt = line[pos + 1]
-                chars.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, nxt))
-                pos += 2
-            else:
-                chars.append(line[pos])
-                pos += 1
-        if pos >= n:
-            return None
-        labels[key] = "".join(chars)
-        pos += 1
-    return None
-
-
-def scrape_metrics(
-    metrics_url: str,
-    *,
-    prefixes: Sequence[str] = DEFAULT_METRIC_PREFIXES,
-    model: str | None = None,
-    timeout_s: float = 2.0,
-) -> dict[str, float]:
-    """Scrape MLServer's ``/metrics`` and return ``{metric_name: value}`` summed over label sets, for
-    names starting with one of ``prefixes`` (histogram ``_bucket`` and ``_created`` series dropped).
-    With ``model``, series carrying a ``model`` label are kept only for that model. Counters are
-    cumulative since start: diff two scrapes to get a stage's server-side numbers, e.g. mean inference
-    time = Δ``model_infer_request_duration_sum`` / Δ``model_infer_request_duration_count``."""
-    body = _http_get(metrics_url, timeout_s=timeout_s)
-    totals: dict[str, float] = {}
-    for name, labels, value in parse_prometheus_text(body):
-        if name.endswith(("_bucket", "_created")) or not name.startswith(tuple(prefixes)):
-            continue
-        if model is not None and "model" in labels and labels["model"] != model:
-            continue
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
-
-
 # -- small helpers ---------------------------------------------------------------------------------------
 
 
@@ -730,25 +465,9 @@ def _http_status(url: str, timeout_s: float) -> int:
         return int(exc.code)
 
 
-def _http_get(url: str, timeout_s: float) -> str:
-    try:
-        with _opener().open(url, timeout=timeout_s) as resp:
-            data: bytes = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise TargetError(f"GET {url} failed: {exc}") from exc
-    return data.decode("utf-8", errors="replace")
-
-
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def _onnx_threads(env: Mapping[str, str]) -> tuple[int, str]:
-    """The intra-op thread count the ONNX runtime will use in a server with environment ``env`` (satpoint
-    writes no ``parameters.extra.intra_op_num_threads`` for the demo models) and where it comes from."""
-    threads = intra_op_threads(None, env)
-    return threads, "OMP_NUM_THREADS" if env.get("OMP_NUM_THREADS", "").strip() else "default (1)"
 
 
 def _satpoint_root() -> Path:
@@ -769,36 +488,6 @@ def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
     if any(os.path.isabs(p) and Path(p).resolve() == root for p in parts):
         return
     env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
-
-
-def _link_entries(source: Path, dest: Path) -> None:
-    """``dest`` as a real folder holding a symlink to each entry of the user's ``source`` folder except its
-    ``model-settings.json`` (satpoint writes its own there)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(Path(source).resolve().iterdir()):
-        if entry.name != _MODEL_SETTINGS_FILE:
-            (dest / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
-
-
-def _folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
-    """The user's ``model-settings.json`` with what satpoint controls: the served name, batching when given,
-    and a relative ``parameters.uri`` made absolute (resolved against the user's folder, as MLServer would)."""
-    assert s.model_dir is not None
-    doc = s.folder_settings() or {}
-    doc["name"] = s.served_model_name
-    if s.max_batch_size is not None:
-        doc["max_batch_size"] = s.max_batch_size
-    if s.max_batch_time_s is not None:
-        doc["max_batch_time"] = s.max_batch_time_s
-    params = doc.get("parameters")
-    uri = params.get("uri") if isinstance(params, dict) else None
-    if isinstance(params, dict) and isinstance(uri, str) and uri:
-        scheme = urllib.parse.urlparse(uri).scheme
-        if scheme in ("", "file"):
-            path = urllib.parse.urlparse(uri).path if scheme == "file" else uri
-            if not os.path.isabs(path):
-                params["uri"] = os.path.normpath(s.model_dir.resolve() / path)
-    return doc
 
 
 def _package_versions(packages: Sequence[str] = _VERSIONED_PACKAGES) -> dict[str, str | None]:

@@ -1,0 +1,153 @@
+"""``Observer``: the observer process (``agent``) for the length of a run, and the marks around segments."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from satpoint.config import ObserveOptions
+from satpoint.metrics.observed import SAMPLES_FILE, SCRAPES_FILE
+from satpoint.observe.procs import allowed_cores
+from satpoint.redact import redact_url
+
+START_TIMEOUT_S = 15.0
+MARK_TIMEOUT_S = 8.0  # a mark scrapes every endpoint (1.5 s timeout each) once
+LOG_FILE = "observer.log"
+
+NO_PIDS = (
+    "server resources (CPU, memory): no local server process to sample (satpoint did not start the server "
+    "and no --server-pid was given)"
+)
+NO_METRICS = "server-side metrics (counts, server latency, queue vs compute, batch size): no --metrics-url given"
+
+
+class Observer:
+    """Watches a server while a run measures it (a no-op when ``options`` names nothing to watch).
+
+    Use as a context manager around the run; call ``mark("start N")`` / ``mark("end N")`` around
+    segment N.  Problems never stop the run: they are collected in ``problems`` (and the header)."""
+
+    def __init__(self, options: ObserveOptions, out_dir: Path) -> None:
+        self.options = options.validate()
+        self.out_dir = Path(out_dir)
+        self.problems: list[str] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._cores: dict[str, Any] = {}
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> Observer:
+        opts = self.options
+        if opts.server_pids:
+            self._cores = allowed_cores(opts.server_pids)
+        if not opts.active:
+            return self
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        cfg = {
+            "out_dir": str(self.out_dir),
+            "server_pids": list(opts.server_pids),
+            "metrics_urls": [[u, redact_url(u)] for u in opts.metrics_urls],
+            "sample_interval_s": opts.sample_interval_s,
+            "scrape_interval_s": opts.scrape_interval_s,
+            "parent_pid": os.getpid(),
+            "cpus": self._cores.get("affinity"),
+        }
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[2])  # this satpoint, however it was imported
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        self._log = (self.out_dir / LOG_FILE).open("wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "satpoint.observe.agent", json.dumps(cfg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            close_fds=True,
+            bufsize=0,
+        )
+        if self._read_line(START_TIMEOUT_S) != "ready":
+            self.problems.append("the observer process did not start: nothing was seen of the server")
+            self.stop()
+        return self
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        if not ready:
+            return None
+        return proc.stdout.readline().decode(errors="replace").strip() or None
+
+    def mark(self, tag: str) -> None:
+        """Sample and scrape now, tagged ``tag``; returns once it is written (or after a timeout)."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            return
+        try:
+            proc.stdin.write(f"mark {tag}\n".encode())
+            proc.stdin.flush()
+        except OSError:
+            return
+        if self._read_line(MARK_TIMEOUT_S) != "ok":
+            self.problems.append(f"the observer did not answer the mark {tag!r} in {MARK_TIMEOUT_S:g} s")
+
+    def describe(self) -> dict[str, Any]:
+        """The header's ``observe`` block: what was watched, the server's allowed cores, what was not seen."""
+        opts = self.options
+        not_seen = []
+        if not opts.server_pids:
+            not_seen.append(NO_PIDS)
+        if not opts.metrics_urls:
+            not_seen.append(NO_METRICS)
+        return {
+            "server_pids": list(opts.server_pids),
+            "metrics_urls": [redact_url(u) for u in opts.metrics_urls],
+            "sample_interval_s": opts.sample_interval_s,
+            "scrape_interval_s": opts.scrape_interval_s,
+            **self._cores,
+            "samples_file": SAMPLES_FILE if opts.server_pids else None,
+            "scrapes_file": SCRAPES_FILE if opts.metrics_urls else None,
+            "not_seen": not_seen,
+            "problems": list(self.problems),
+        }
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.write(b"quit\n")
+                    proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+            log = self.out_dir / LOG_FILE
+            if log.exists() and log.stat().st_size == 0:
+                log.unlink()
+
+    def __enter__(self) -> Observer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

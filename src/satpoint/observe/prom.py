@@ -1,0 +1,85 @@
+"""Prometheus endpoints: fetch the text exposition and parse it with ``prometheus_client``'s parser."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from satpoint.metrics.observed import PromSample
+
+#: MLServer's own series (the rest of an endpoint's output is kept too, but these are what it means)
+DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
+    "model_infer_request_duration",
+    "model_infer_request_success",
+    "model_infer_request_failure",
+    "parallel_request_queue",
+    "batch_request_queue",
+)
+
+
+def parse_prometheus_text(text: str) -> list[PromSample]:
+    """Samples ``(name, labels, value)`` of a text exposition, parsed with ``prometheus_client``.  A
+    document the parser refuses is parsed again line by line and the lines it refuses are skipped (one
+    odd exporter must not hide the rest)."""
+    try:
+        return _parse(text)
+    except ValueError:
+        pass
+    out: list[PromSample] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            out.extend(_parse(line + "\n"))
+        except ValueError:
+            continue
+    return out
+
+
+def _parse(text: str) -> list[PromSample]:
+    out: list[PromSample] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.append((s.name, dict(s.labels), float(s.value)))
+    return out
+
+
+def fetch(url: str, timeout_s: float = 2.0) -> str:
+    """GET a metrics endpoint (no proxy: an ``http_proxy`` must not capture a loopback scrape).  Raises
+    ``OSError`` (``urllib.error.URLError`` included) when it cannot."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as resp:
+        data: bytes = resp.read()
+    return data.decode("utf-8", errors="replace")
+
+
+def scrape(url: str, timeout_s: float = 2.0) -> list[PromSample]:
+    """Every sample an endpoint returns now."""
+    return parse_prometheus_text(fetch(url, timeout_s))
+
+
+def scrape_metrics(
+    metrics_url: str,
+    *,
+    prefixes: Sequence[str] = DEFAULT_METRIC_PREFIXES,
+    model: str | None = None,
+    timeout_s: float = 2.0,
+) -> dict[str, float]:
+    """``{metric_name: value}`` summed over label sets, for names starting with one of ``prefixes``
+    (histogram ``_bucket`` and ``_created`` series dropped).  With ``model``, series carrying a
+    ``model`` label are kept only for that model.  Counters are cumulative: diff two scrapes."""
+    try:
+        samples = scrape(metrics_url, timeout_s)
+    except (urllib.error.URLError, OSError) as exc:
+        raise ConnectionError(f"GET {metrics_url} failed: {exc}") from exc
+    totals: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name.endswith(("_bucket", "_created")) or not name.startswith(tuple(prefixes)):
+            continue
+        if model is not None and "model" in labels and labels["model"] != model:
+            continue
+        totals[name] = totals.get(name, 0.0) + value
+    return totals

@@ -1,0 +1,74 @@
+"""The terminal view of what the server did: its CPU, memory and own metrics per stage, the diagnosis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def _f(v: Any, fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def server_table(stages: list[dict[str, Any]]) -> Table | None:
+    """One row per stage with server figures (None when no stage has any)."""
+    rows = [(n, s) for n, s in enumerate(stages, 1) if s.get("server") or s.get("server_metrics")]
+    if not rows:
+        return None
+    t = Table(title="server side (steady window of each stage)", title_justify="left")
+    heads = (
+        "#",
+        "offered",
+        "cores",
+        "p95",
+        "allowed",
+        "others",
+        "µs/req",
+        "RSS MB",
+        "srv count",
+        "srv inf ms",
+        "check",
+    )
+    for c in heads:
+        t.add_column(c, justify="right")
+    for n, s in rows:
+        srv = s.get("server") or {}
+        cores = srv.get("cpu_cores") or {}
+        per = srv.get("cpu_us_per_inference") or srv.get("cpu_us_per_request")
+        met = (s.get("server_metrics") or [{}])[0]
+        cc = met.get("cross_check") or {}
+        check = "-" if not cc else ("ok " if cc["agrees"] else "OFF ") + _f(cc.get("difference"), "+.2%")
+        t.add_row(
+            str(n),
+            _f(s["offered_rps"], ".1f"),
+            _f(cores.get("mean")),
+            _f(cores.get("p95")),
+            _f(srv.get("allowed_cores"), "g"),
+            _f(srv.get("other_cores")),
+            _f(per, ".0f"),
+            _f((srv.get("rss_mb") or {}).get("max"), ".0f"),
+            _f(met.get("requests"), "d"),
+            _f(met.get("mean_latency_ms"), ".3f"),
+            check,
+        )
+    return t
+
+
+def print_server(console: Console, summary: dict[str, Any]) -> None:
+    """The server table and what could not be seen."""
+    table = server_table(summary.get("stages") or [])
+    if table is not None:
+        console.print(table)
+    observed = summary.get("observed") or {}
+    for n in observed.get("not_seen") or []:
+        console.print(f"[yellow]not seen:[/] {escape(n)}")
+    for p in observed.get("problems") or []:
+        console.print(f"[yellow]observer:[/] {escape(p)}")
+
+
+def print_diagnosis(console: Console, summary: dict[str, Any]) -> None:
+    for d in summary.get("diagnosis") or []:
+        console.print(f"[bold cyan]diagnosis:[/] {escape(d['text'])}")

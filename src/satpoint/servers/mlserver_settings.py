@@ -1,0 +1,229 @@
+"""How the embedded MLServer is configured: ``MLServerSettings`` (demo model or the user's model folder,
+runtime, workers, batching, environment, CPUs) and the ``model-settings.json`` of a user's folder as
+satpoint serves it.  Checked when made, so a bad setting fails before any process starts.
+
+A user's model folder (``model_dir``) is served as ``<repo>/<name>/``: a real folder holding a symlink to
+each of its entries (MLServer opens files and imports a custom runtime's module through them) and a
+rewritten ``model-settings.json`` (its own, with the name satpoint serves, relative ``parameters.uri``
+made absolute, and ``max_batch_size``/``max_batch_time`` replaced only when given to satpoint). The
+user's folder is never written to."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from satpoint.servers.demo_model import RUNTIMES, demo_model, intra_op_threads
+
+__all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
+
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+INPUT_DATATYPES = ("FP32", "FP64")
+MODEL_SETTINGS_FILE = "model-settings.json"
+DEFAULT_DEMO_MODEL = "iris"
+DEFAULT_RUNTIME = "sklearn"
+
+
+@dataclass(frozen=True)
+class MLServerSettings:
+    """How the embedded MLServer is configured. ``debug`` defaults to False here (MLServer's own default
+    is True, whose access log costs a lot of throughput).
+
+    What it serves: the demo model ``demo_model`` (iris, digits-mlp, digits-forest) through ``runtime``
+    (``sklearn``: ``mlserver_sklearn.SKLearnModel`` on ``model.joblib``; ``onnx``: the model converted with
+    skl2onnx, served by :class:`satpoint.servers.onnx_runtime.OnnxModel`), or the user's MLServer model
+    folder ``model_dir`` (its ``model-settings.json``; mutually exclusive with a non-default demo model or
+    runtime). ``model_name`` is the name it is served under; None: the demo model's name, or the folder's
+    ``name`` (else the folder's name). ``served_model_name`` is that name resolved. ``max_batch_size`` /
+    ``max_batch_time_s`` None: the model's own (demo models: 1 and 0, no adaptive batching); given, they
+    replace a model folder's values. ``input_name`` / ``input_datatype`` describe the demo model's input.
+
+    Every field stays as given (``dataclasses.replace`` with another ``demo_model`` changes the served
+    name too); a ``model_dir`` is read and checked here, so a bad folder fails before anything starts."""
+
+    parallel_workers: int = 1
+    debug: bool = False
+    max_batch_size: int | None = None
+    max_batch_time_s: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    model_name: str | None = None
+    cpus: Sequence[int] | None = None
+    input_name: str = "input-0"
+    input_datatype: str = "FP32"
+    demo_model: str = DEFAULT_DEMO_MODEL
+    runtime: str = DEFAULT_RUNTIME
+    model_dir: Path | None = None
+    # the model folder's model-settings.json as read when these settings were made (not a parameter)
+    _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.parallel_workers < 0:
+            raise ValueError(f"parallel_workers must be >= 0 (0 = in the main process), got {self.parallel_workers}")
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1 (1 = no adaptive batching), got {self.max_batch_size}")
+        if self.max_batch_time_s is not None and self.max_batch_time_s < 0:
+            raise ValueError(f"max_batch_time_s must be >= 0, got {self.max_batch_time_s}")
+        if self.model_name is not None and not MODEL_NAME_RE.match(self.model_name):
+            raise ValueError(f"model_name must match {MODEL_NAME_RE.pattern}, got {self.model_name!r}")
+        demo_model(self.demo_model)  # a ValueError listing the valid names
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
+        if self.model_dir is not None:
+            chosen = [
+                f"{name}={value!r}"
+                for name, value, default in (
+                    ("demo_model", self.demo_model, DEFAULT_DEMO_MODEL),
+                    ("runtime", self.runtime, DEFAULT_RUNTIME),
+                )
+                if value != default
+            ]
+            if chosen:
+                raise ValueError(
+                    f"model_dir (your own model folder) and {' and '.join(chosen)} (a demo model) exclude each "
+                    "other: give one or the other"
+                )
+            model_dir = Path(self.model_dir)
+            object.__setattr__(self, "model_dir", model_dir)
+            folder = read_model_folder(model_dir)
+            object.__setattr__(self, "_folder_settings", folder)
+            if self.model_name is None and not MODEL_NAME_RE.match(self.served_model_name):
+                raise ValueError(
+                    f"the model name {self.served_model_name!r} (from {model_dir / MODEL_SETTINGS_FILE}) cannot "
+                    f"be served by satpoint: it must match {MODEL_NAME_RE.pattern}; give another with model_name"
+                )
+        if not self.input_name:
+            raise ValueError("input_name must not be empty")
+        if self.input_datatype not in INPUT_DATATYPES:
+            raise ValueError(f"input_datatype must be one of {INPUT_DATATYPES}, got {self.input_datatype!r}")
+        env = {str(k): str(v) for k, v in self.env.items()}
+        object.__setattr__(self, "env", env)
+        if self.cpus is not None:
+            cpus = tuple(int(c) for c in self.cpus)
+            if not cpus or len(set(cpus)) != len(cpus) or min(cpus) < 0:
+                raise ValueError(f"cpus must be distinct non-negative CPU ids, got {list(self.cpus)}")
+            object.__setattr__(self, "cpus", cpus)
+
+    @property
+    def served_model_name(self) -> str:
+        """The name the model is served under (``model_name``, else the demo model's or folder's name)."""
+        if self.model_name is not None:
+            return self.model_name
+        if self.model_dir is not None:
+            name = (self._folder_settings or {}).get("name")
+            return name if isinstance(name, str) and name else self.model_dir.resolve().name
+        return self.demo_model
+
+    @property
+    def effective_max_batch_size(self) -> int:
+        """``max_batch_size`` in force: the given one, else the model folder's (MLServer default 0), else 1."""
+        if self.max_batch_size is not None:
+            return self.max_batch_size
+        if self._folder_settings is not None:
+            return int(self._folder_settings.get("max_batch_size", 0))
+        return 1
+
+    @property
+    def effective_max_batch_time_s(self) -> float:
+        """``max_batch_time`` in force: the given one, else the model folder's (MLServer default 0), else 0."""
+        if self.max_batch_time_s is not None:
+            return self.max_batch_time_s
+        if self._folder_settings is not None:
+            return float(self._folder_settings.get("max_batch_time", 0.0))
+        return 0.0
+
+    def folder_settings(self) -> dict[str, Any] | None:
+        """A copy of the model folder's ``model-settings.json`` (None without ``model_dir``)."""
+        return json.loads(json.dumps(self._folder_settings)) if self._folder_settings is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings for the results header: batching values as in force, the served name;
+        ``demo_model``/``runtime`` are None when a model folder is served."""
+        own = self.model_dir is not None
+        return {
+            "parallel_workers": self.parallel_workers,
+            "debug": self.debug,
+            "max_batch_size": self.effective_max_batch_size,
+            "max_batch_time_s": self.effective_max_batch_time_s,
+            "env": dict(self.env),
+            "model_name": self.served_model_name,
+            "cpus": list(self.cpus) if self.cpus is not None else None,
+            "input_name": self.input_name,
+            "input_datatype": self.input_datatype,
+            "demo_model": None if own else self.demo_model,
+            "runtime": None if own else self.runtime,
+            "model_dir": str(self.model_dir) if self.model_dir is not None else None,
+        }
+
+
+def read_model_folder(model_dir: Path) -> dict[str, Any]:
+    """The ``model-settings.json`` of an MLServer model folder, checked: a ValueError saying what is wrong
+    (no such folder, no ``model-settings.json``, invalid JSON, not an object, no ``implementation``)."""
+    folder = Path(model_dir)
+    if not folder.exists():
+        raise ValueError(f"model_dir {folder} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"model_dir {folder} is not a folder (give the folder holding {MODEL_SETTINGS_FILE})")
+    path = folder / MODEL_SETTINGS_FILE
+    if not path.is_file():
+        raise ValueError(f"model_dir {folder} has no {MODEL_SETTINGS_FILE} (an MLServer model folder needs one)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(doc).__name__}")
+    impl = doc.get("implementation")
+    if not isinstance(impl, str) or not impl:
+        raise ValueError(f'{path} names no "implementation" (e.g. "mlserver_sklearn.SKLearnModel")')
+    if "name" in doc and not isinstance(doc["name"], str):
+        raise ValueError(f'{path}: "name" must be a string, got {doc["name"]!r}')
+    for key in ("max_batch_size", "max_batch_time"):
+        if key in doc and (isinstance(doc[key], bool) or not isinstance(doc[key], int | float)):
+            raise ValueError(f"{path}: {key!r} must be a number, got {doc[key]!r}")
+    params = doc.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f'{path}: "parameters" must be an object, got {params!r}')
+    return doc
+
+
+def folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
+    """The user's ``model-settings.json`` with what satpoint controls: the served name, batching when given,
+    and a relative ``parameters.uri`` made absolute (resolved against the user's folder, as MLServer would)."""
+    assert s.model_dir is not None
+    doc = s.folder_settings() or {}
+    doc["name"] = s.served_model_name
+    if s.max_batch_size is not None:
+        doc["max_batch_size"] = s.max_batch_size
+    if s.max_batch_time_s is not None:
+        doc["max_batch_time"] = s.max_batch_time_s
+    params = doc.get("parameters")
+    uri = params.get("uri") if isinstance(params, dict) else None
+    if isinstance(params, dict) and isinstance(uri, str) and uri:
+        scheme = urllib.parse.urlparse(uri).scheme
+        if scheme in ("", "file"):
+            path = urllib.parse.urlparse(uri).path if scheme == "file" else uri
+            if not os.path.isabs(path):
+                params["uri"] = os.path.normpath(s.model_dir.resolve() / path)
+    return doc
+
+
+def link_folder_entries(source: Path, dest: Path) -> None:
+    """``dest`` as a real folder holding a symlink to each entry of the user's ``source`` folder except its
+    ``model-settings.json`` (satpoint writes its own there)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(Path(source).resolve().iterdir()):
+        if entry.name != MODEL_SETTINGS_FILE:
+            (dest / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+
+
+def onnx_threads(env: Mapping[str, str]) -> tuple[int, str]:
+    """The intra-op thread count the ONNX runtime will use in a server with environment ``env`` (satpoint
+    writes no ``parameters.extra.intra_op_num_threads`` for the demo models) and where it comes from."""
+    threads = intra_op_threads(None, env)
+    return threads, "OMP_NUM_THREADS" if env.get("OMP_NUM_THREADS", "").strip() else "default (1)"

@@ -1,0 +1,74 @@
+"""satpoint.observe.procs: a real process tree sampled with psutil; the cores a process may use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from satpoint.observe.procs import TreeSampler, allowed_cores, cgroup_quota_cores
+
+# a parent that spins for a while, with a sleeping child (a worker that appears after the first sample)
+TREE = (
+    "import subprocess, sys, time\n"
+    "time.sleep(0.3)\n"
+    "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+    "end = time.process_time() + 0.6\n"
+    "while time.process_time() < end: pass\n"
+    "time.sleep(30)\n"
+)
+
+
+def test_the_tree_is_rediscovered_and_its_cpu_accumulates() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", TREE])
+    try:
+        sampler = TreeSampler([proc.pid], cpus=sorted(os.sched_getaffinity(0)))
+        first = sampler.sample()
+        assert first is not None and first["procs"] == 1 and first["cpu_user_s"] == 0.0
+        deadline = time.monotonic() + 10
+        last = first
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            got = sampler.sample()
+            assert got is not None
+            assert got["cpu_user_s"] + got["cpu_system_s"] >= last["cpu_user_s"] + last["cpu_system_s"]
+            last = got
+            if got["procs"] == 2 and got["cpu_user_s"] + got["cpu_system_s"] >= 0.5:
+                break
+        assert last["procs"] == 2, "the child appeared after the first sample and is sampled"
+        assert last["cpu_user_s"] + last["cpu_system_s"] >= 0.5  # the parent's spin (plus the child's start)
+        assert last["rss_bytes"] > 2 * 2**20 and last["threads"] >= 2
+        assert last["ctx_voluntary"] >= 0 and last["cpus_busy_s"] >= last["cpu_user_s"] - first["cpus_busy_s"]
+        assert last["mono_s"] > first["mono_s"]
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+    assert TreeSampler([proc.pid]).sample() is None  # nothing left to sample
+
+
+def test_allowed_cores_is_the_affinity_without_a_quota() -> None:
+    got = allowed_cores([os.getpid()])
+    assert got["affinity"] == sorted(os.sched_getaffinity(0))
+    if got["cgroup_quota_cores"] is None:
+        assert got["allowed_cores"] == len(got["affinity"])
+    assert allowed_cores([]) == {"affinity": None, "cgroup_quota_cores": None, "allowed_cores": None}
+
+
+def test_the_tightest_cgroup_quota_up_the_tree(tmp_path: Path) -> None:
+    lines = Path(f"/proc/{os.getpid()}/cgroup").read_text().splitlines()
+    rel = next((ln.split("::", 1)[1] for ln in lines if ln.startswith("0::")), None)
+    if rel is None:
+        return  # cgroup v1 host: nothing to read (the function then answers None)
+    leaf = tmp_path / rel.lstrip("/")
+    leaf.mkdir(parents=True, exist_ok=True)
+    (leaf / "cpu.max").write_text("max 100000\n")
+    assert cgroup_quota_cores(os.getpid(), root=tmp_path) is None
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    (leaf / "cpu.max").write_text("50000 100000\n")
+    assert cgroup_quota_cores(os.getpid(), root=tmp_path) == 0.5

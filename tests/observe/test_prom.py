@@ -1,0 +1,82 @@
+"""satpoint.observe.prom: Prometheus text parsed with prometheus_client's parser, a scrape over loopback."""
+
+from __future__ import annotations
+
+import http.server
+import textwrap
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from satpoint.observe.prom import parse_prometheus_text, scrape, scrape_metrics
+
+MLSERVER_TEXT = textwrap.dedent(
+    """
+    # HELP model_infer_request_success Model infer request success count
+    # TYPE model_infer_request_success counter
+    model_infer_request_success_total{model="iris",version=""} 7.0
+    model_infer_request_success_total{model="other",version=""} 2.0
+    # HELP model_infer_request_duration Model infer request duration
+    # TYPE model_infer_request_duration summary
+    model_infer_request_duration_count{model="iris",version="None"} 7.0
+    model_infer_request_duration_sum{model="iris",version="None"} 0.0285
+    model_infer_request_duration_count{model="other",version="None"} 3.0
+    # TYPE parallel_request_queue histogram
+    parallel_request_queue_bucket{le="+Inf"} 7.0
+    parallel_request_queue_count 10.0 1700000000000
+    parallel_request_queue_sum 12.0
+    """
+)
+
+
+def test_the_library_parser_reads_mlserver_text() -> None:
+    samples = parse_prometheus_text(MLSERVER_TEXT)
+    assert ("model_infer_request_duration_sum", {"model": "iris", "version": "None"}, 0.0285) in samples
+    assert ("model_infer_request_success_total", {"model": "iris", "version": ""}, 7.0) in samples
+    assert ("parallel_request_queue_count", {}, 10.0) in samples
+
+
+def test_a_line_the_parser_refuses_does_not_hide_the_others() -> None:
+    text = 'weird{path="/a b,c}",q="x\\"y"} 2\nbroken{oops 1\nfine_total 3\n'
+    samples = parse_prometheus_text(text)
+    assert ("weird", {"path": "/a b,c}", "q": 'x"y'}, 2.0) in samples
+    assert ("fine_total", {}, 3.0) in samples
+    assert all(not name.startswith("broken") for name, _, _ in samples)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = MLSERVER_TEXT.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_scrape_over_loopback(endpoint: str) -> None:
+    assert len(scrape(endpoint)) == 8
+    totals = scrape_metrics(endpoint, model="iris")
+    assert totals["model_infer_request_duration_count"] == 7.0  # the other model left out
+    assert totals["parallel_request_queue_count"] == 10.0
+    assert "parallel_request_queue_bucket" not in totals
+
+
+def test_scrape_of_nothing_raises_connection_error() -> None:
+    with pytest.raises(ConnectionError):
+        scrape_metrics("http://127.0.0.1:9/metrics", timeout_s=1)
