@@ -50,6 +50,7 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         low = None  # a search seeded near its answer has no low-load stage
     conf = (summary.get("search") or {}).get("confirmation") or {}
     op: dict[str, Any] = _latency_point(None, None, None)
+    held: list[Mapping[str, Any]] = []
     if conf.get("rate_rps"):
         rate = float(conf["rate_rps"])
         held = [s for s in stages if abs(float(s["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0)]
@@ -74,6 +75,8 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
             at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"))
     gen = summary.get("generator") or {}
     notes = list(summary.get("find_notes") or [])
+    at_sat = [s for s in stable if sat is not None and abs(float(s["target_rps"]) - float(sat)) <= 1e-3 * float(sat)]
+    op_stage = held[-1] if conf.get("rate_rps") and held else None
     return {
         "saturation_rps": summary.get("saturation_rps"),
         "unstable_rps": summary.get("unstable_rps"),
@@ -84,9 +87,30 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "at_rps": at,
         "generator_cpu_us_per_request": gen.get("cpu_us_per_request"),
         "lower_bound": any(n.startswith(("generator-limited", "client-limited")) for n in notes),
+        "server_at_saturation": _server_figures(at_sat[-1] if at_sat else None),
+        "server_at_operating_point": _server_figures(op_stage),
+        "rss_mb_max": max(
+            (float(m) for st in stages if (m := ((st.get("server") or {}).get("rss_mb") or {}).get("max"))),
+            default=None,
+        ),
+        "diagnosis": [d.get("kind") for d in summary.get("diagnosis") or []],
         "interrupted": bool(summary.get("interrupted")),
         "target_lost": summary.get("target_lost") is not None,
         "stages": len(stages),
+    }
+
+
+def _server_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the server's process tree used in a stage (``satpoint.observe``), if it was watched."""
+    srv = (stage or {}).get("server")
+    if not srv:
+        return None
+    return {
+        "rps": stage.get("offered_rps") if stage else None,
+        "cpu_cores": (srv.get("cpu_cores") or {}).get("mean"),
+        "allowed_cores": srv.get("allowed_cores"),
+        "cpu_us_per_request": srv.get("cpu_us_per_request"),
+        "cpu_us_per_inference": srv.get("cpu_us_per_inference"),
     }
 
 
@@ -165,10 +189,25 @@ def aggregate(p: PointInput) -> dict[str, Any]:
             if any(m.get("at_rps") is not None for m in ms)
             else None
         ),
+        "server": {
+            "cpu_cores_at_saturation": _nested(ms, "server_at_saturation", "cpu_cores"),
+            "cpu_us_per_request": spread([_cpu_us(m) for m in ms]),
+            "rss_mb_max": spread([m.get("rss_mb_max") for m in ms]),
+            "diagnosis": sorted({k for m in ms for k in m.get("diagnosis") or [] if k}),
+        },
         "lower_bound": any(bool(m.get("lower_bound")) for m in ms),
         "feasible": sat is not None,
         "scaling": None,
     }
+
+
+def _cpu_us(m: Mapping[str, Any]) -> float | None:
+    """Server CPU per request at the operating point (85 %), else at the saturation point."""
+    for key in ("server_at_operating_point", "server_at_saturation"):
+        v = (m.get(key) or {}).get("cpu_us_per_request")
+        if v is not None:
+            return float(v)
+    return None
 
 
 def _workers(knobs: Mapping[str, Any]) -> int | None:

@@ -35,9 +35,10 @@ from satpoint.analysis.sweep import (
 )
 from satpoint.analysis.sweep_space import SERVER_KINDS, Point, grid, parse_set
 from satpoint.analysis.thresholds import parse_slo
-from satpoint.config import FindOptions, LoadOptions, VerdictRules
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions, VerdictRules
 from satpoint.errors import SatpointError
 from satpoint.experiments.sweep_servers import BaseServer, point_server
+from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import search_target
@@ -386,17 +387,20 @@ def _measure(
             load = cfg.load
             if cfg.server.kind != "remote" and load.generator_cpus is None:
                 load = replace(load, generator_cpus=_generator_cpus())
-            session = search_target(
-                srv.target,
-                load,
-                fopts,
-                rules,
-                folder,
-                stop=stop,
-                on_event=on_event,
-                server_info=srv.info,
-                profile_rps=cfg.at_rps,
-            )
+            watch = ObserveOptions(server_pids=srv.pids, metrics_urls=srv.metrics_urls).validate()
+            with Observer(watch, folder) as observer:
+                session = search_target(
+                    srv.target,
+                    load,
+                    fopts,
+                    rules,
+                    folder,
+                    stop=stop,
+                    on_event=on_event,
+                    server_info=srv.info,
+                    profile_rps=cfg.at_rps,
+                    observer=observer,
+                )
         summary = write_all(folder, session.results, html=True)
         m["figures"] = measurement_figures(summary, cfg.at_rps)
         m["status"] = "interrupted" if stop.is_set() else "done"

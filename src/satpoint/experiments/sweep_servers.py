@@ -49,6 +49,8 @@ class BaseServer:
     reconfigure: str | None = None
     ready_timeout_s: float = 300.0
     server_cores: int | None = None
+    server_pids: tuple[int, ...] = ()  # a local server's pids to sample (their process trees)
+    metrics_urls: tuple[str, ...] = ()  # Prometheus endpoints to scrape
     # the client side
     protocol: str = "rest"
     batch: int = 1
@@ -71,6 +73,8 @@ class BaseServer:
         kw["env"] = tuple(sorted((d.get("env") or {}).items()))
         kw["headers"] = tuple(headers)
         kw["server_cpus"] = tuple(d["server_cpus"]) if d.get("server_cpus") is not None else None
+        kw["server_pids"] = tuple(d.get("server_pids") or ())
+        kw["metrics_urls"] = tuple(d.get("metrics_urls") or ())
         return cls(**kw)
 
 
@@ -80,6 +84,9 @@ class PointServer:
     info: dict[str, Any] | None
     cores: int | None
     actions: dict[str, Any] = field(default_factory=dict)
+    #: what satpoint can watch of this server: its process tree's root pids, its Prometheus endpoints
+    pids: tuple[int, ...] = ()
+    metrics_urls: tuple[str, ...] = ()
 
 
 def cores_for(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[int, ...] | None:
@@ -137,7 +144,8 @@ def point_server(
             server = stack.enter_context(MLServerTarget(settings))
             target = server.target(protocol, **fields)
             say(on_event, f"MLServer ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
-            yield PointServer(target, server.info(), len(cpus) if cpus else os.cpu_count())
+            cores = len(cpus) if cpus else os.cpu_count()
+            yield PointServer(target, server.info(), cores, pids=(server.pid,), metrics_urls=(server.metrics_url,))
             return
         if base.kind == "sim":
             from satpoint.servers.sim_process import SimServer
@@ -155,7 +163,7 @@ def point_server(
             info: dict[str, Any] = {"kind": "sim", "slots": slots, "service_ms": svc}
             info["capacity_rps"] = slots / svc * 1000.0
             info["cpus"] = list(cpus) if cpus else None
-            yield PointServer(sim.target(**fields), info, len(cpus) if cpus else os.cpu_count())
+            yield PointServer(sim.target(**fields), info, len(cpus) if cpus else os.cpu_count(), pids=(sim.pid,))
             return
         # a remote server: run the reconfigure command (if any), then wait until it answers an inference
         url = base.grpc_url if protocol == "grpc" else base.url
@@ -167,7 +175,14 @@ def point_server(
             actions["reconfigure"] = run_reconfigure(base.reconfigure, knobs, stop=stop, on_event=on_event)
             actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
         cores = knobs.get("server_cpus", base.server_cores)
-        yield PointServer(target, None, int(cores) if cores is not None else None, actions)
+        yield PointServer(
+            target,
+            None,
+            int(cores) if cores is not None else None,
+            actions,
+            pids=base.server_pids,
+            metrics_urls=base.metrics_urls,
+        )
 
 
 def sim_slots(knobs: Mapping[str, Any], base: BaseServer) -> int:

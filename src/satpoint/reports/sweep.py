@@ -50,6 +50,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
         ("rps/core", "right"),
         ("low-load p50/p99 ms", "right"),
         ("p99 ms at 85 %", "right"),
+        ("server cores at sat.", "right"),
+        ("server CPU µs/req", "right"),
         ("vs 1 worker", "right"),
     ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
@@ -69,6 +71,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
             median_range(r["rps_per_core"]),
             low_txt,
             median_range(r["at_operating_point"]["p99_ms"], ".2f"),
+            median_range(r["server"]["cpu_cores_at_saturation"], ".2f"),
+            median_range(r["server"]["cpu_us_per_request"], ".0f"),
             scaling_text(sc),
         )
     return t
@@ -106,6 +110,10 @@ CSV_COLUMNS = (
     "operating_point_p50_ms",
     "operating_point_p99_ms",
     "at_rps_p99_ms",
+    "server_cpu_cores_at_saturation",
+    "server_cpu_us_per_request",
+    "server_rss_mb_max",
+    "diagnosis",
     "vs_one_worker",
     "scaling_efficiency",
     "lower_bound",
@@ -149,6 +157,10 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "operating_point_p50_ms": _m(r["at_operating_point"]["p50_ms"]),
                 "operating_point_p99_ms": _m(r["at_operating_point"]["p99_ms"]),
                 "at_rps_p99_ms": _m(at.get("p99_ms")),
+                "server_cpu_cores_at_saturation": _m(r["server"]["cpu_cores_at_saturation"]),
+                "server_cpu_us_per_request": _m(r["server"]["cpu_us_per_request"]),
+                "server_rss_mb_max": _m(r["server"]["rss_mb_max"], "max"),
+                "diagnosis": " ".join(r["server"]["diagnosis"]),
                 "vs_one_worker": sc.get("vs_one_worker"),
                 "scaling_efficiency": sc.get("efficiency"),
                 "lower_bound": r.get("lower_bound"),

@@ -175,6 +175,9 @@ def _table_html(doc: Mapping[str, Any]) -> str:
         "low-load p50 ms",
         "low-load p99 ms",
         "p99 ms at 85 %",
+        "server cores at saturation",
+        "server CPU µs/request",
+        "diagnosis",
         "vs 1 worker",
     ]
     rows = []
@@ -192,6 +195,9 @@ def _table_html(doc: Mapping[str, Any]) -> str:
                 esc(median_range(r["low_load"]["p50_ms"], ".2f")),
                 esc(median_range(r["low_load"]["p99_ms"], ".2f")),
                 esc(median_range(r["at_operating_point"]["p99_ms"], ".2f")),
+                esc(median_range(r["server"]["cpu_cores_at_saturation"], ".2f")),
+                esc(median_range(r["server"]["cpu_us_per_request"], ".0f")),
+                esc(", ".join(r["server"]["diagnosis"]) or "-"),
                 esc(scaling_text(sc)),
             ]
         )
