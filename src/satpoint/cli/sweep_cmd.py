@@ -14,9 +14,11 @@ from satpoint.cli.common import (
     EXIT_OK,
     DemoModelOpt,
     HeaderOpt,
+    MetricsUrlOpt,
     ModelDirOpt,
     PayloadOpt,
     RuntimeOpt,
+    ServerPidOpt,
     console,
     fail,
     guarded,
@@ -50,6 +52,8 @@ def sweep(
     ] = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for readiness after --reconfigure")] = 300.0,
     server_cores: Annotated[int | None, typer.Option(help="cores of a remote server (for rps per core)")] = None,
+    server_pid: ServerPidOpt = None,
+    metrics_url: MetricsUrlOpt = None,
     demo_model: DemoModelOpt = None,
     runtime: RuntimeOpt = None,
     model_dir: ModelDirOpt = None,
@@ -95,6 +99,8 @@ def sweep(
             kind = server or ("remote" if url or grpc_url else "mlserver")
             if kind != "remote" and (url or grpc_url or reconfigure):
                 raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
+            if kind != "remote" and (server_pid or metrics_url):
+                raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
             if kind != "mlserver" and (demo_model or runtime or model_dir):
                 raise fail("--demo-model/--runtime/--model-dir describe the embedded MLServer (--server mlserver)")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
@@ -106,6 +112,7 @@ def sweep(
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
                     env=tuple(_env(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
+                    server_pids=tuple(server_pid or ()), metrics_urls=tuple(metrics_url or ()),
                     protocol=protocol, batch=batch_size, headers=headers,
                     payload_file=str(payload) if payload else None,
                     server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
