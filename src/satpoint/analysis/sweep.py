@@ -27,7 +27,7 @@ OBJECTIVE_TEXT: dict[Objective, str] = {
 #: the operating point every point's latency is compared at: the per-replica autoscaling target
 OPERATING_FRACTION = 0.85
 #: the lowest stable stage counts as "low load" when it is at most this fraction of the saturation point
-LOW_LOAD_FRACTION = 0.35
+LOW_LOAD_FRACTION = 0.5
 _RATE_TOLERANCE = 0.03  # a latency_at entry within 3 % of the asked rate is that rate's measurement
 
 
