@@ -28,7 +28,15 @@ from satpoint.cli.common import (
     secrets_of,
 )
 from satpoint.config import FindOptions, LoadOptions
-from satpoint.experiments.sweep import SWEEP_CSV, SWEEP_FILE, SweepConfig, SweepState, estimate, run_sweep
+from satpoint.experiments.sweep import (
+    SWEEP_CSV,
+    SWEEP_FILE,
+    SweepConfig,
+    SweepState,
+    estimate,
+    rewrite_sweep,
+    run_sweep,
+)
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.sweep import print_sweep
@@ -84,12 +92,19 @@ def sweep(
     out: Annotated[Path | None, typer.Option(help="results folder (default results/sweep-TIMESTAMP)")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the sweep in this folder")] = None,
     dry_run: Annotated[bool, typer.Option(help="print the grid and the estimate, measure nothing")] = False,
+    report: Annotated[
+        Path | None, typer.Option(help="recompute this sweep's figures and files from its folders; measure nothing")
+    ] = None,
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
     secrets = secrets_of([url, grpc_url], headers)
 
     def body() -> int:
+        if report is not None:
+            print_sweep(console, rewrite_sweep(report))
+            console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
+            return EXIT_OK
         if resume is not None:
             state = SweepState.resume(resume, headers)
             cfg, out_dir = state.cfg, resume
