@@ -79,7 +79,7 @@ def test_table_csv_and_recommendation_follow_the_objective(tmp_path: Path) -> No
     console = Console(record=True, width=220)
     print_sweep(console, doc)
     text = console.export_text()
-    assert "median [min–max]" in text and "beats the runner-up" in text
+    assert "median (min–max)" in text and "beats the runner-up" in text
     # workers=2 vs workers=1 with the same protocol: 1.5x, on one core the ideal is 1x
     assert "workers=2 protocol=rest: 1.50x one worker's saturation; the ideal is 1x" in text
 

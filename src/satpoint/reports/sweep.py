@@ -21,14 +21,14 @@ def median_range(s: Mapping[str, Any] | None, spec: str = ".1f") -> str:
         return "-"
     if s["n"] == 1:
         return format(s["median"], spec)
-    return f"{format(s['median'], spec)} [{format(s['min'], spec)}–{format(s['max'], spec)}]"
+    return f"{format(s['median'], spec)} ({format(s['min'], spec)}–{format(s['max'], spec)})"
 
 
 def scaling_text(sc: Mapping[str, Any] | None) -> str:
-    """``1.80x (90 % of ideal)``: saturation relative to one worker, and of the ideal scaling."""
+    """``1.80x (90%)``: saturation relative to one worker, and (in brackets) the share of the ideal."""
     if not sc:
         return "-"
-    eff = f" ({sc['efficiency']:.0%} of ideal)" if sc.get("efficiency") is not None else ""
+    eff = f" ({sc['efficiency']:.0%})" if sc.get("efficiency") is not None else ""
     return f"{sc['vs_one_worker']:.2f}x{eff}"
 
 
@@ -38,43 +38,48 @@ def sorted_rows(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def sweep_table(doc: Mapping[str, Any]) -> Table:
-    """Points sorted by the chosen objective; ``*`` marks the non-dominated front."""
-    title = escape(f"sweep: points by {doc['objective']} (median [min–max] over the measurements)")
+    """Points sorted by the chosen objective; ``*`` marks the non-dominated front.  Columns that would
+    say nothing are left out (inferences/s when every request carries one row)."""
+    title = escape(f"sweep: points by {doc['objective']} (median (min–max) over the measurements)")
     t = Table(title=title, title_justify="left")
-    for col, just in (
-        ("point", "left"),
-        ("knobs", "left"),
-        ("n", "right"),
-        ("saturation rps", "right"),
-        ("inferences/s", "right"),
+    rows = sorted_rows(doc)
+    batched = any(r["batch"] != 1 for r in rows)
+    cols = [("point", "left"), ("knobs", "left"), ("n", "right"), ("saturation rps", "right")]
+    if batched:
+        cols.append(("inferences/s", "right"))
+    cols += [
         ("rps/core", "right"),
-        ("low-load p50/p99 ms", "right"),
+        ("low load p50/p99 ms", "right"),
         ("p99 ms at 85 %", "right"),
         ("server cores at sat.", "right"),
-        ("server CPU µs/req", "right"),
-        ("vs 1 worker", "right"),
-    ):
+        ("server µs/req", "right"),
+        ("vs 1 worker (of ideal)", "right"),
+    ]
+    for col, just in cols:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     front = set(doc.get("pareto_front") or [])
-    for r in sorted_rows(doc):
+    for r in rows:
         low = r["low_load"]
         low_txt = "-"
         if low["p50_ms"] and low["p99_ms"]:
             low_txt = f"{low['p50_ms']['median']:.2f}/{low['p99_ms']['median']:.2f}"
-        sc = r.get("scaling")
-        t.add_row(
+        cells = [
             r["id"] + (" *" if r["id"] in front else ""),
             escape(r["label"]),
             str(r["measurements"]),
-            median_range(r["saturation_rps"]) + (" ≥" if r.get("lower_bound") else ""),
-            median_range(r["inferences_per_s"]) if r["batch"] != 1 else "=",
-            median_range(r["rps_per_core"]),
+            median_range(r["saturation_rps"], ".0f") + (" ≥" if r.get("lower_bound") else ""),
+        ]
+        if batched:
+            cells.append(median_range(r["inferences_per_s"], ".0f"))
+        cells += [
+            median_range(r["rps_per_core"], ".0f"),
             low_txt,
-            median_range(r["at_operating_point"]["p99_ms"], ".2f"),
+            median_range(r["at_operating_point"]["p99_ms"], ".1f"),
             median_range(r["server"]["cpu_cores_at_saturation"], ".2f"),
             median_range(r["server"]["cpu_us_per_request"], ".0f"),
-            scaling_text(sc),
-        )
+            scaling_text(r.get("scaling")),
+        ]
+        t.add_row(*cells)
     return t
 
 

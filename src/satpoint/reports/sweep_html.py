@@ -251,7 +251,7 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
         "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in doc.get("recommendation") or []) + "</ul>",
         *([f'<p class="muted">the sweep stopped early: {esc(doc["stopped"])}</p>'] if doc.get("stopped") else []),
         f"<h2>Points, by {esc(doc['objective'])}</h2>",
-        '<p class="muted">median [min–max] over each point\'s measurements; ★ = on the front (no other point '
+        '<p class="muted">median (min–max) over each point\'s measurements; ★ = on the front (no other point '
         "has both a higher saturation and a lower p99 at 85 % of saturation); ≥ = a lower bound.</p>",
         f'<div class="scroll">{_table_html(doc)}</div>',
         "<h2>Plots</h2>",
