@@ -163,6 +163,8 @@ def aggregate(p: PointInput) -> dict[str, Any]:
         "label": p.label,
         "knobs": dict(p.knobs),
         "measurements": len(ms),
+        # each measurement's own answer, in the order measured: the repeats behind the median
+        "repeats": [{"saturation_rps": m.get("saturation_rps"), "unstable_rps": m.get("unstable_rps")} for m in ms],
         "saturation_rps": sat,
         "bracket_rps": bracket,
         "max_throughput_rps": spread([m.get("max_throughput_rps") for m in ms]),
