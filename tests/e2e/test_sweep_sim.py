@@ -100,6 +100,12 @@ def test_cli_checks_the_grid_before_starting_anything(tmp_path: Path) -> None:
     assert "8 points × 1 repeat + up to 3 re-measurements" in r.output
     r = runner.invoke(app, ["sweep", "--resume", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "does not exist" in r.output
+    r = runner.invoke(app, ["sweep", "--resume", str(tmp_path), "--set", "workers=1"])
+    assert r.exit_code == 2 and "give no --set" in r.output
+    r = runner.invoke(app, ["sweep", "--server", "sim", "--set", "max_batch_size=2"])
+    assert r.exit_code == 2 and "valid knobs: workers, service_ms" in r.output
+    r = runner.invoke(app, ["sweep", "--set", "workers=1", "--objective", "p99"])
+    assert r.exit_code == 2 and "--at-rps" in r.output
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:

@@ -106,6 +106,8 @@ def sweep(
             console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
             return EXIT_OK
         if resume is not None:
+            if set_:
+                raise fail("--resume continues the sweep sweep.json describes: give no --set with it")
             state = SweepState.resume(resume, headers)
             cfg, out_dir = state.cfg, resume
         else:
