@@ -11,6 +11,7 @@ ranges overlap are reported as tied (``analysis.sweep``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import threading
@@ -95,6 +96,11 @@ class SweepConfig:
         self.find.validate()
         self.load.validate()
         points = self.points()
+        if self.server.kind != "remote":
+            have = len(os.sched_getaffinity(0))
+            too_many = sorted({int(n) for p in points if (n := p.values.get("server_cpus")) and int(n) > have})
+            if too_many:
+                raise ValueError(f"server_cpus={too_many[0]}: satpoint may use {have} CPUs on this machine")
         if self.server.kind == "remote":
             protos = {p.values.get("protocol", self.server.protocol) for p in points}
             if "grpc" in protos and self.server.grpc_url is None:

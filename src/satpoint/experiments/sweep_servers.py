@@ -124,6 +124,7 @@ def point_server(
             from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
             cpus = cores_for(base, knobs)
+            _warn_shared(cpus, on_event)
             env = dict(base.env)
             env.update({k[len(ENV_PREFIX) :]: str(v) for k, v in knobs.items() if k.startswith(ENV_PREFIX)})
             kw: dict[str, Any] = {
@@ -183,6 +184,13 @@ def point_server(
             pids=base.server_pids,
             metrics_urls=base.metrics_urls,
         )
+
+
+def _warn_shared(cpus: Sequence[int] | None, on_event: OnEvent | None) -> None:
+    """Say so when the server's CPUs include the generator's (the last one): they then compete."""
+    pool = sorted(os.sched_getaffinity(0))
+    if cpus is not None and len(pool) > 1 and pool[-1] in cpus:
+        say(on_event, f"note: the server's CPUs include CPU {pool[-1]}, the generator's: they share it", "warning")
 
 
 def sim_slots(knobs: Mapping[str, Any], base: BaseServer) -> int:
