@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from satpoint.reports.html import CSS, HEAD_JS, PLOT_CONFIG
+from satpoint.reports.html import CSS, HEAD_JS, PLOT_CONFIG, TAIL_JS
 from satpoint.reports.html_tables import esc, fmt_time, table
 from satpoint.reports.sweep import median_range, scaling_text, sorted_rows
 
@@ -258,7 +258,9 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
         *(f'<div class="plot">{_fig_html(fig, div)}</div>' for div, fig in plots),
         "<h2>Measurements</h2>",
         f'<div class="scroll">{_measurements_html(doc)}</div>',
-        "</main></body></html>",
+        "</main>",
+        f"<script>{TAIL_JS}</script>",
+        "</body></html>",
     ]
     return "\n".join(out)
 
