@@ -29,7 +29,7 @@ def _config(sets: tuple[str, ...], remeasure_top: int = 2) -> SweepConfig:
         server=BaseServer(kind="sim", service_ms=SERVICE_MS),
         remeasure_top=remeasure_top,
         find=FindOptions(
-            precision=0.15,
+            precision=0.25,
             profile=False,
             budget_s=40.0,
             ramp_s=0.3,
