@@ -75,6 +75,18 @@ MetricsUrlOpt = Annotated[
     list[str] | None,
     typer.Option("--metrics-url", help="the server's Prometheus endpoint, scraped during every stage (repeatable)"),
 ]
+FlamegraphOpt = Annotated[
+    bool,
+    typer.Option(
+        "--flamegraph",
+        help="record the server with py-spy during one stage's hold: flamegraph.svg, profile.speedscope.json and "
+        "the top functions by own time (needs the server's pid and ptrace permission)",
+    ),
+]
+FlamegraphNativeOpt = Annotated[
+    bool, typer.Option("--flamegraph-native", help="--flamegraph: add C/C++/Cython frames (py-spy --native)")
+]
+FlamegraphRateOpt = Annotated[int, typer.Option("--flamegraph-rate", help="--flamegraph: samples per second")]
 _FILE = {"exists": True, "dir_okay": False, "readable": True}
 CaCertOpt = Annotated[
     Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)
