@@ -64,3 +64,21 @@ def test_each_device_is_sampled() -> None:
     assert rows[1]["mem_used_bytes"] == 2 * 2**30 and rows[1]["mem_total_bytes"] == 16 * 2**30
     sampler.close()
     assert sampler.nvml.shut
+
+
+def test_the_observer_agent_reports_why_it_samples_no_gpu(tmp_path: Any) -> None:
+    import os
+
+    from satpoint.observe.agent import Agent
+
+    agent = Agent({"out_dir": str(tmp_path), "server_pids": [os.getpid()], "parent_pid": os.getppid()})
+    try:
+        if agent.gpu_status["devices"]:
+            pytest.skip("this machine has a GPU that NVML sees")
+        assert agent.gpu_status["not_seen"].startswith(NO_GPU)
+        assert not (tmp_path / "server-gpus.csv").exists()  # nothing invented
+    finally:
+        agent.close()
+    remote = Agent({"out_dir": str(tmp_path), "metrics_urls": [], "parent_pid": os.getppid()})
+    assert remote.gpu_status == {"devices": [], "not_seen": None}  # a remote server: this machine's GPUs say nothing
+    remote.close()
