@@ -64,4 +64,5 @@ def test_a_remote_server_cannot_be_profiled_and_it_says_how() -> None:
     with pytest.raises(ConfigError, match="remote server"):
         satpoint.find(target, observe=observe)
     with pytest.raises(ConfigError, match="the plan has 1 stages"):
-        satpoint.run(target, ["10:0:1"], observe=ObserveOptions(server_pids=(1,), flamegraph=FlamegraphOptions(stage=3)))
+        third = ObserveOptions(server_pids=(1,), flamegraph=FlamegraphOptions(stage=3))
+        satpoint.run(target, ["10:0:1"], observe=third)

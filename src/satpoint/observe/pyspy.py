@@ -156,6 +156,10 @@ def record_command(
     return cmd
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class PySpyRecording:
     """One py-spy recording, started at ``start_at`` (``time.monotonic``) by whoever polls it.
@@ -182,7 +186,16 @@ class PySpyRecording:
             self._log = self.log_path.open("ab")
             self.started_mono = time.monotonic()
             self.proc = subprocess.Popen(
-                self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, close_fds=True
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                close_fds=True,
+                # its own session: a Ctrl-C at the terminal reaches satpoint, which stops it when the
+                # segment ends; SIGINT back to its default (the observer ignores it, and an ignored
+                # signal stays ignored across exec): SIGINT is how py-spy is asked to write its file
+                start_new_session=True,
+                preexec_fn=_default_sigint,
             )
         except OSError as e:
             self.error = f"py-spy could not be started: {e}"
