@@ -25,7 +25,7 @@ def test_the_command_records_the_whole_tree_as_speedscope_without_pausing_it(tmp
     assert cmd[:4] == ["/bin/py-spy", "record", "--pid", "42"]
     assert "--subprocesses" in cmd and "--nonblocking" in cmd and "--function" in cmd
     assert cmd[cmd.index("--format") + 1] == "speedscope"
-    assert cmd[cmd.index("--duration") + 1] == "10" and cmd[cmd.index("--rate") + 1] == "50"
+    assert cmd[cmd.index("--duration") + 1] == "9" and cmd[cmd.index("--rate") + 1] == "50"
     assert "--native" not in cmd
     blocking = record_command("py-spy", 42, tmp_path / "p.json", 0.2, native=True, nonblocking=False)
     assert "--native" in blocking and "--nonblocking" not in blocking

@@ -9,6 +9,7 @@ line numbers) and draws the SVG flame graph from it itself (``reports.flamegraph
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -145,7 +146,7 @@ def record_command(
         "--rate",
         str(int(rate_hz)),
         "--duration",
-        str(max(1, round(duration_s))),
+        str(max(1, math.floor(duration_s + 1e-6))),  # whole seconds; never past the hold
     ]
     if FUNCTION_GRANULARITY:
         cmd.append("--function")
