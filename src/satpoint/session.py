@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from satpoint.analysis.flamegraph import profiles_seen, top_functions, total_weight
+from satpoint.analysis.flamegraph import profiles_seen, py_spy_counts, sample_count, top_functions
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
@@ -303,12 +303,12 @@ class Session:
             "output": str(output),
         }
         block: dict[str, Any] = {
+            **fopts.describe(),  # native, rate_hz, nonblocking (its "stage" is replaced below)
             "segment": index,
-            "stage": stage,
+            "stage": stage,  # 0-based, in the segment
             "target_rps": span.stage.target_rps,
             "pid": pid,
             "command": " ".join(["py-spy", *cmd[1:]]),
-            **fopts.describe(),
             "planned_s": round(duration, 3),
         }
         if not obs.flame_start(request):
@@ -332,7 +332,11 @@ class Session:
         if isinstance(started, (int, float)) and isinstance(stopped, (int, float)):
             block["seconds"] = round(stopped - started, 3)
         block["error"] = got.get("error")
-        block["log"] = LOG_FILE if (self.out_dir / LOG_FILE).exists() else None
+        block["cpus"] = got.get("cpus")  # where py-spy ran: off the server's CPUs when it has spare ones
+        log = self.out_dir / LOG_FILE
+        block["log"] = LOG_FILE if log.exists() else None
+        if log.exists():  # py-spy's own count, and the samples it could not read
+            _, block["errors"] = py_spy_counts(log.read_text(errors="replace"))
         path = self.out_dir / SPEEDSCOPE_FILE
         block["speedscope"] = None
         if got.get("written") and path.exists():
@@ -342,7 +346,7 @@ class Session:
                 block["error"] = block["error"] or f"py-spy's speedscope file could not be read: {e}"
             else:
                 block["speedscope"] = SPEEDSCOPE_FILE
-                block["samples"] = int(total_weight(doc))
+                block["samples"] = sample_count(doc)
                 block["profiles"] = profiles_seen(doc)
                 block["top"] = top_functions(doc)
                 if not block["samples"]:

@@ -7,10 +7,19 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.flamegraph import flamegraph_block, profiles_seen, stacks, top_functions, total_weight
+from satpoint.analysis.flamegraph import (
+    flamegraph_block,
+    profiles_seen,
+    py_spy_counts,
+    sample_count,
+    stacks,
+    top_functions,
+    total_weight,
+)
 from satpoint.reports.flamegraph_svg import build_tree, render_svg, write_flamegraph_svg
 
-#: two processes: the main one handles requests (and encodes), the worker predicts; 6 samples in all
+#: as py-spy 0.4 writes it (``--subprocesses``: a ``process PID:"cmd"`` frame at each stack's root;
+#: weights in seconds at 100 Hz): the main process handles requests (and encodes), the worker predicts
 DOC: dict[str, Any] = {
     "$schema": "https://www.speedscope.app/file-format-schema.json",
     "shared": {
@@ -19,26 +28,28 @@ DOC: dict[str, Any] = {
             {"name": "handle", "file": "mlserver/rest/endpoints.py", "line": 10},
             {"name": "predict", "file": "sklearn/linear_model/_base.py", "line": 20},
             {"name": "encode", "file": "mlserver/codecs/numpy.py", "line": 5},
+            {"name": 'process 1:"mlserver start"', "file": "", "line": 0},
+            {"name": 'process 2:"spawn_main"', "file": "", "line": 0},
         ]
     },
     "profiles": [
         {
             "type": "sampled",
             "name": 'Process 1 Thread 1 "MainThread"',
-            "unit": "none",
+            "unit": "seconds",
             "startValue": 0,
-            "endValue": 4,
-            "samples": [[0, 1, 2], [0, 1, 2], [0, 1, 3], [0, 1]],
-            "weights": [1, 1, 1, 1],
+            "endValue": 0.04,
+            "samples": [[4, 0, 1, 2], [4, 0, 1, 2], [4, 0, 1, 3], [4, 0, 1]],
+            "weights": [0.01, 0.01, 0.01, 0.01],
         },
         {
             "type": "sampled",
             "name": "Process 2 Thread 7",
-            "unit": "none",
+            "unit": "seconds",
             "startValue": 0,
-            "endValue": 2,
-            "samples": [[0, 2]],
-            "weights": [2],
+            "endValue": 0.02,
+            "samples": [[5, 0, 2], [5, 0, 2]],
+            "weights": [0.01, 0.01],
         },
         {"type": "evented", "name": "ignored", "events": []},
     ],
@@ -47,11 +58,13 @@ DOC: dict[str, Any] = {
 
 def test_stacks_run_from_the_root_to_the_leaf_with_their_weights() -> None:
     got = stacks(DOC)
-    assert len(got) == 5 and total_weight(DOC) == 6
+    assert len(got) == 6 == sample_count(DOC) and abs(total_weight(DOC) - 0.06) < 1e-9
     first, w = got[0]
-    assert [f.name for f in first] == ["<module>", "handle", "predict"] and w == 1
+    assert [f.name for f in first] == ['process 1:"mlserver start"', "<module>", "handle", "predict"] and w == 0.01
     rooted, _ = stacks(DOC, with_profile_root=True)[-1]
     assert rooted[0].name == "Process 2 Thread 7" and rooted[-1].name == "predict"
+    assert py_spy_counts("py-spy> Wrote speedscope file. Samples: 906 Errors: 52\n") == (906, 52)
+    assert py_spy_counts("") == (None, None)
     assert profiles_seen(DOC) == ['Process 1 Thread 1 "MainThread"', "Process 2 Thread 7"]
 
 
@@ -59,7 +72,7 @@ def test_top_functions_rank_own_time() -> None:
     top = top_functions(DOC)
     assert [t["function"] for t in top] == ["predict", "encode", "handle"]  # <module> never ran itself
     predict = top[0]
-    assert predict["own_fraction"] == round(4 / 6, 4)  # 2 samples in process 1, weight 2 in process 2
+    assert predict["own_fraction"] == round(4 / 6, 4)  # 2 samples in each process
     assert predict["total_fraction"] == round(4 / 6, 4)
     assert (predict["file"], predict["line"]) == ("sklearn/linear_model/_base.py", 20)
     assert top[1]["own_fraction"] == top[2]["own_fraction"] == round(1 / 6, 4)
@@ -70,12 +83,13 @@ def test_top_functions_rank_own_time() -> None:
 
 def test_the_svg_draws_every_frame_in_proportion(tmp_path: Path) -> None:
     tree = build_tree(DOC)
-    assert tree.value == 6 and len(tree.children) == 2  # one child per py-spy profile
+    assert tree.count == 6 and len(tree.children) == 2  # one child per process (py-spy's root frames)
     svg = render_svg(DOC, "test <graph>")
     root = ET.fromstring(svg)  # well-formed XML (names are escaped)
     titles = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title")]
-    assert any(t.startswith("predict (sklearn/linear_model/_base.py:20): 2 samples, 33.33%") for t in titles)
+    assert sum(t.startswith("predict (sklearn/linear_model/_base.py:20): 2 samples, 33.33%") for t in titles) == 2
     assert any(t.startswith("all: 6 samples, 100.00%") for t in titles)
+    assert any(t.startswith('process 2:"spawn_main": 2 samples') for t in titles)
     widths = {
         (g.find("{http://www.w3.org/2000/svg}title").text or "").split(":")[0]: float(  # type: ignore[union-attr]
             g.find("{http://www.w3.org/2000/svg}rect").get("width", "0")  # type: ignore[union-attr]

@@ -47,7 +47,7 @@ def test_run_records_a_flame_graph_of_the_chosen_stage(tmp_path: Path) -> None:
     assert fg["error"] is None, fg
     assert fg["stage"] == 2 and fg["svg"] == "flamegraph.svg" and fg["speedscope"] == "profile.speedscope.json"
     assert (tmp_path / "flamegraph.svg").read_text().startswith("<svg")
-    assert fg["samples"] > 50 and fg["top"]
+    assert fg["samples"] > 10 and fg["top"]  # py-spy leaves out idle samples: the sim mostly waits
     # stage 2's hold runs from 3 s (2 s of stage 1, then its 1 s ramp) to 7 s on the run clock
     assert 2.5 <= fg["from_s"] <= 3.5 and 6.5 <= fg["to_s"] <= 7.6 and 3.0 <= fg["seconds"] <= 4.6
     svg = (tmp_path / "flamegraph.svg").read_text()

@@ -45,6 +45,13 @@ def test_who_may_attach() -> None:
     assert "CAP_SYS_PTRACE" in (ptrace_problem(1000, 1000, 2, False) or "")
 
 
+def test_py_spy_runs_off_the_servers_cpus() -> None:
+    from satpoint.observe.pyspy import spare_cpus
+
+    assert spare_cpus([0], 2) == [1]
+    assert spare_cpus([0, 1], 2) is None and spare_cpus(None, 2) is None
+
+
 def test_capabilities_are_read_from_proc_status() -> None:
     assert has_cap_sys_ptrace("Name:\tx\nCapEff:\t000001fffeffffff\n")
     assert not has_cap_sys_ptrace("CapEff:\t0000000000000000\n")
@@ -104,4 +111,5 @@ def test_a_recording_starts_when_due_and_is_stopped_with_its_file_written(tmp_pa
         tmp_path / "none.json",
     )
     failing.start()
+    assert failing.proc is not None and failing.proc.wait(timeout=10) == 1
     assert "no ptrace permission" in (failing.stop()["error"] or "")

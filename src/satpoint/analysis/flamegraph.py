@@ -4,12 +4,14 @@ own time.  Pure functions of the document (https://www.speedscope.app/file-forma
 A speedscope file holds ``shared.frames`` (``name``, ``file``, ``line``) and ``profiles``; py-spy writes
 one *sampled* profile per thread (named after its process and thread), whose ``samples`` are stacks
 of frame indices from the root (outermost call) to the leaf (the function running), each with a
-``weight`` (samples; 1 when py-spy gives none).  A function's *own* time is the share of samples whose
-leaf it is: where the CPU actually was, not what it called.
+``weight`` (py-spy: seconds, 1 / rate; 1 when a file gives none).  With ``--subprocesses`` py-spy
+puts a ``process PID:"command line"`` frame at the root of every stack.  A function's *own* time is
+the share of samples whose leaf it is: where the CPU actually was, not what it called.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +72,20 @@ def stacks(doc: Mapping[str, Any], with_profile_root: bool = False) -> list[Stac
 
 
 def total_weight(doc: Mapping[str, Any]) -> float:
+    """The sum of the samples' weights (py-spy: seconds, 1 / rate per sample)."""
     return sum(w for _, w in stacks(doc))
+
+
+def sample_count(doc: Mapping[str, Any]) -> int:
+    """How many samples the sampled profiles hold."""
+    return sum(len(p.get("samples") or []) for p in doc.get("profiles") or [] if p.get("type") == "sampled")
+
+
+def py_spy_counts(log_text: str) -> tuple[int | None, int | None]:
+    """(samples, errors) from py-spy's closing line ``Samples: N Errors: M`` (None when absent).  Errors
+    are samples it could not read (with ``--nonblocking``: a stack that changed while it was read)."""
+    m = re.search(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)", log_text)
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
 def top_functions(doc: Mapping[str, Any], n: int = TOP_N) -> list[dict[str, Any]]:
@@ -130,6 +145,7 @@ def flamegraph_block(header: Mapping[str, Any], stage_docs: list[dict[str, Any]]
         "from_s": fg.get("from_s"),
         "to_s": fg.get("to_s"),
         "samples": fg.get("samples"),
+        "errors": fg.get("errors"),
         "profiles": list(fg.get("profiles") or []),
         "top": list(fg.get("top") or []),
         "pid": fg.get("pid"),
@@ -137,6 +153,7 @@ def flamegraph_block(header: Mapping[str, Any], stage_docs: list[dict[str, Any]]
         "native": fg.get("native"),
         "rate_hz": fg.get("rate_hz"),
         "nonblocking": fg.get("nonblocking"),
+        "cpus": fg.get("cpus"),
         "log": fg.get("log"),
         "error": fg.get("error"),
     }

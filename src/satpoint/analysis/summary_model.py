@@ -260,6 +260,7 @@ class Flamegraph(BaseModel):
     from_s: float | None = None  # on the segment's run clock
     to_s: float | None = None
     samples: int | None = None
+    errors: int | None = None  # samples py-spy could not read (its "Errors:" count)
     profiles: list[str] = []  # py-spy's profiles: one per process and thread
     top: list[TopFunction] = []
     pid: int | None = None
@@ -267,6 +268,7 @@ class Flamegraph(BaseModel):
     native: bool | None = None
     rate_hz: int | None = None
     nonblocking: bool | None = None
+    cpus: list[int] | None = None  # the CPUs py-spy ran on (those the server may not use), None: any
     log: str | None = None  # py-spy.log
     error: str | None = None  # why there is no flame graph (or what went wrong while recording)
 

@@ -34,7 +34,7 @@ from satpoint.metrics.observed import (
 from satpoint.observe.gpu import GpuSampler, open_gpus
 from satpoint.observe.procs import TreeSampler
 from satpoint.observe.prom import scrape
-from satpoint.observe.pyspy import LOG_FILE, PySpyRecording
+from satpoint.observe.pyspy import LOG_FILE, PySpyRecording, spare_cpus
 
 SCRAPE_TIMEOUT_S = 1.5
 
@@ -50,6 +50,7 @@ class Agent:
         self.sample_every = float(cfg.get("sample_interval_s", 0.25))
         self.scrape_every = float(cfg.get("scrape_interval_s", 2.0))
         self.parent = int(cfg["parent_pid"])
+        self.server_cpus = [int(c) for c in cpus] if cpus else None
         self.out_dir = out_dir
         self.samples: IO[str] | None = None
         self.scrapes: IO[str] | None = None
@@ -113,6 +114,7 @@ class Agent:
                 duration_s=float(req["duration_s"]),
                 log_path=self.out_dir / LOG_FILE,
                 output=Path(req["output"]),
+                cpus=spare_cpus(self.server_cpus),
             )
             self.poll_flame()
             self.answer("ok")

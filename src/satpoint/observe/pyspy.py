@@ -9,6 +9,7 @@ line numbers) and draws the SVG flame graph from it itself (``reports.flamegraph
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -157,8 +158,13 @@ def record_command(
     return cmd
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def spare_cpus(server_cpus: list[int] | None, all_cpus: int | None = None) -> list[int] | None:
+    """The CPUs the server may not use (py-spy runs there, so its reading never takes the server's
+    cores); None when the server may use them all (or its affinity is unknown)."""
+    if not server_cpus:
+        return None
+    spare = sorted(set(range(all_cpus or os.cpu_count() or 1)) - set(server_cpus))
+    return spare or None
 
 
 @dataclass
@@ -173,6 +179,8 @@ class PySpyRecording:
     duration_s: float
     log_path: Path
     output: Path
+    #: the CPUs py-spy runs on (None: wherever the scheduler puts it)
+    cpus: list[int] | None = None
     proc: subprocess.Popen[bytes] | None = None
     started_mono: float | None = None
     stopped_mono: float | None = None
@@ -196,10 +204,16 @@ class PySpyRecording:
                 # segment ends; SIGINT back to its default (the observer ignores it, and an ignored
                 # signal stays ignored across exec): SIGINT is how py-spy is asked to write its file
                 start_new_session=True,
-                preexec_fn=_default_sigint,
+                preexec_fn=self._in_child,
             )
         except OSError as e:
             self.error = f"py-spy could not be started: {e}"
+
+    def _in_child(self) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if self.cpus:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, self.cpus)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, Any]:
         """Stop (or never start) the recording; returns what happened, for the results header."""
@@ -232,4 +246,5 @@ class PySpyRecording:
             "returncode": returncode,
             "written": written,
             "error": self.error,
+            "cpus": self.cpus,
         }

@@ -3,9 +3,10 @@
 py-spy writes one format per recording; satpoint records speedscope (every sample's stack with files
 and lines, which also gives the top functions) and draws the SVG here.  Classic layout: the outermost
 call at the bottom, callees stacked above, each frame as wide as the share of samples it was on the
-stack for; siblings in name order (the x axis is not time).  The first level is py-spy's profile
-(process and thread): MLServer's main process (the HTTP/gRPC handling) and each worker (the model's
-predict) stand side by side.  Hovering a frame shows its name, file:line and share.
+stack for; siblings in name order (the x axis is not time).  The first level is the process (py-spy's
+``process PID:"command line"`` frame): MLServer's main process (the HTTP/gRPC handling) and each
+worker (``spawn_main``: the model's predict) stand side by side.  Hovering a frame shows its name,
+file:line and share.
 """
 
 from __future__ import annotations
@@ -33,20 +34,25 @@ MIN_FRACTION = 0.001
 @dataclass
 class _Node:
     frame: Frame
-    value: float = 0.0
+    value: float = 0.0  # summed weights: the width
+    count: int = 0  # samples
     children: dict[Frame, _Node] = field(default_factory=dict)
 
 
 def build_tree(doc: Mapping[str, Any]) -> _Node:
+    """Stacks merged into a tree (threads of one process merge; py-spy's ``process PID:...`` root frame
+    keeps processes apart)."""
     root = _Node(Frame("all"))
-    for stack, w in stacks(doc, with_profile_root=True):
+    for stack, w in stacks(doc):
         root.value += w
+        root.count += 1
         node = root
         for f in stack:
             child = node.children.get(f)
             if child is None:
                 child = node.children[f] = _Node(f)
             child.value += w
+            child.count += 1
             node = child
     return root
 
@@ -75,7 +81,7 @@ def render_svg(doc: Mapping[str, Any], title: str = "py-spy flame graph") -> str
         f'viewBox="0 0 {WIDTH} {height}" font-family="Verdana, DejaVu Sans, sans-serif" font-size="{FONT_PX}">',
         f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fdfaf3"/>',
         f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="15">{escape(title)}</text>',
-        f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#666">{int(total)} samples; width = share '
+        f'<text x="{WIDTH / 2}" y="34" text-anchor="middle" fill="#666">{root.count} samples; width = share '
         "of samples on the stack, outermost call at the bottom; hover a frame for file:line and share</text>",
     ]
     if total <= 0:
@@ -88,12 +94,12 @@ def render_svg(doc: Mapping[str, Any], title: str = "py-spy flame graph") -> str
         w = node.value * scale
         y = height - PAD_BOTTOM - (level + 1) * FRAME_H
         share = node.value / total
-        tip = f"{node.frame.label}: {int(node.value)} samples, {share:.2%}"
+        tip = f"{node.frame.label}: {node.count} samples, {share:.2%}"
         fill = _colour(node.frame.name, level <= 1)
         text = ""
         room = int((w - 6) / CHAR_PX)
         if room >= 3:
-            name = node.frame.name if level > 0 else f"all ({int(total)} samples)"
+            name = node.frame.name if level > 0 else f"all ({root.count} samples)"
             shown = name if len(name) <= room else name[: room - 2] + ".."
             text = f'<text x="{x + 3:.1f}" y="{y + FRAME_H - 5}">{escape(shown)}</text>'
         out.append(
