@@ -223,7 +223,8 @@ class FlamegraphOptions:
     """A py-spy flame graph of the server for the hold of one stage (``--flamegraph``).
 
     ``stage``: on ``run``, the 1-based stage whose hold is recorded (None: the last); ``find`` holds a
-    stage of its own after the search.  ``native`` adds C/C++/Cython frames (slower to sample);
+    stage of its own after the search.  ``native`` adds C/C++/Cython frames (slower to sample, and
+    py-spy then pauses the server for every sample: it cannot unwind a running process's native stack);
     ``nonblocking`` samples without pausing the server (py-spy's ``--nonblocking``: a stack may be read
     while it changes, so a few samples can be wrong, but the server is never stopped while it serves
     the load being measured)."""
@@ -240,8 +241,19 @@ class FlamegraphOptions:
             raise ValueError(f"--flamegraph-stage counts from 1, got {self.stage}")
         return self
 
+    @property
+    def samples_nonblocking(self) -> bool:
+        """Whether py-spy reads without pausing: never with ``native`` (py-spy cannot unwind native
+        stacks of a running process)."""
+        return self.nonblocking and not self.native
+
     def describe(self) -> dict[str, Any]:
-        return {"native": self.native, "rate_hz": self.rate_hz, "stage": self.stage, "nonblocking": self.nonblocking}
+        return {
+            "native": self.native,
+            "rate_hz": self.rate_hz,
+            "stage": self.stage,
+            "nonblocking": self.samples_nonblocking,
+        }
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,9 @@ def record_command(
     nonblocking: bool = True,
 ) -> list[str]:
     """``py-spy record`` of ``pid`` and its children (MLServer runs one process per worker) into a
-    speedscope file, for at most ``duration_s`` (it is also stopped with SIGINT when the hold ends)."""
+    speedscope file, for at most ``duration_s`` (it is also stopped with SIGINT when the hold ends).
+    ``native`` frames need the process paused while its stack is unwound: py-spy refuses them with
+    ``--nonblocking``, so ``native`` samples blocking."""
     cmd = [
         py_spy,
         "record",
@@ -151,10 +153,10 @@ def record_command(
     ]
     if FUNCTION_GRANULARITY:
         cmd.append("--function")
-    if nonblocking:
-        cmd.append("--nonblocking")
-    if native:
+    if native:  # py-spy 0.4: "Can't get native stack traces with the --nonblocking option"
         cmd.append("--native")
+    elif nonblocking:
+        cmd.append("--nonblocking")
     return cmd
 
 
