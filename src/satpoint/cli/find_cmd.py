@@ -36,6 +36,7 @@ from satpoint.cli.common import (
     embedded_model,
     exit_code,
     fail,
+    flamegraph_options,
     guarded,
     interruptible,
     parse_cpus,
@@ -43,7 +44,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.config import FindOptions, FlamegraphOptions, LoadOptions, ObserveOptions
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -148,7 +149,7 @@ def find(
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
             grpc_connections=grpc_connections,
         ).validate()
-        flame = FlamegraphOptions(native=flamegraph_native, rate_hz=flamegraph_rate) if flamegraph else None
+        flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
         target = server = None
         if managed:
             server = MLServerSettings(

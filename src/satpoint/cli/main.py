@@ -43,6 +43,7 @@ from satpoint.cli.common import (
     err_console,
     exit_code,
     fail,
+    flamegraph_options,
     guarded,
     interruptible,
     parse_cpus,
@@ -54,7 +55,7 @@ from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
 from satpoint.cli.sweep_cmd import sweep
-from satpoint.config import FlamegraphOptions, LoadOptions, ObserveOptions
+from satpoint.config import LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -123,14 +124,8 @@ def run(
             raise fail("--batch-size must be >= 1")
         target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
-        flame = None
-        if flamegraph:
-            flame = FlamegraphOptions(native=flamegraph_native, rate_hz=flamegraph_rate, stage=flamegraph_stage)
-        elif flamegraph_stage is not None:
-            raise fail("--flamegraph-stage needs --flamegraph")
-        common["observe"] = ObserveOptions(
-            tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame
-        ).validate()
+        flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
+        common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")

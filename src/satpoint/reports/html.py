@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from satpoint.redact import redact_url
 from satpoint.reports.html_data import MAX_POINTS, FolderData, folder_labels, load_folder
 from satpoint.reports.html_plots import folder_colour, plots_for
+from satpoint.reports.html_server import server_section
 from satpoint.reports.html_tables import (
     esc,
     fmt_time,
@@ -24,7 +25,6 @@ from satpoint.reports.html_tables import (
     headline_table,
     latency_at_table,
     segments_table,
-    server_section,
     stage_table,
     warnings_html,
 )

@@ -1,4 +1,10 @@
-"""The report's plotly figures, one function per plot; every folder is one trace group."""
+"""The report's plotly figures, one function per plot; every folder is one trace group.
+
+Why this module is long: each plot is one self-contained function (traces, axes, hover text) and they
+share the styling helpers at the top (axes, layout, stage bands, verdict colours); the server's plots
+(CPU and memory over time, server vs client per stage) and the phase series of a ``find`` joined them,
+and splitting the plots from the helpers they all use would only scatter one page's look.
+"""
 
 from __future__ import annotations
 
