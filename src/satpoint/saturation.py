@@ -490,7 +490,9 @@ def _measure(session: Session) -> Measure:
             stages,
             purpose=purpose,
             start_rps=start,
-            abort_when=overload_rule(baseline) if purpose != "profile" else None,
+            # the profile's and the flame graph's stages are held whatever happens (the flame graph
+            # should show the server at its limit, for the whole hold, even if 95 % turns out too much)
+            abort_when=overload_rule(baseline) if purpose not in ("profile", FLAMEGRAPH_PURPOSE) else None,
             append=False,  # run_search and run_profile append what they measure
             flamegraph_stage=0 if purpose == FLAMEGRAPH_PURPOSE else None,
         )

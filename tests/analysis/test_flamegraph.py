@@ -48,8 +48,8 @@ DOC: dict[str, Any] = {
             "unit": "seconds",
             "startValue": 0,
             "endValue": 0.02,
-            "samples": [[5, 0, 2], [5, 0, 2]],
-            "weights": [0.01, 0.01],
+            "samples": [[5, 0, 2], [5, 0, 2], [5]],
+            "weights": [0.01, 0.01, 0.01],
         },
         {"type": "evented", "name": "ignored", "events": []},
     ],
@@ -58,10 +58,10 @@ DOC: dict[str, Any] = {
 
 def test_stacks_run_from_the_root_to_the_leaf_with_their_weights() -> None:
     got = stacks(DOC)
-    assert len(got) == 6 == sample_count(DOC) and abs(total_weight(DOC) - 0.06) < 1e-9
+    assert len(got) == 7 == sample_count(DOC) and abs(total_weight(DOC) - 0.07) < 1e-9
     first, w = got[0]
     assert [f.name for f in first] == ['process 1:"mlserver start"', "<module>", "handle", "predict"] and w == 0.01
-    rooted, _ = stacks(DOC, with_profile_root=True)[-1]
+    rooted, _ = stacks(DOC, with_profile_root=True)[-2]
     assert rooted[0].name == "Process 2 Thread 7" and rooted[-1].name == "predict"
     assert py_spy_counts("py-spy> Wrote speedscope file. Samples: 906 Errors: 52\n") == (906, 52)
     assert py_spy_counts("") == (None, None)
@@ -70,26 +70,27 @@ def test_stacks_run_from_the_root_to_the_leaf_with_their_weights() -> None:
 
 def test_top_functions_rank_own_time() -> None:
     top = top_functions(DOC)
-    assert [t["function"] for t in top] == ["predict", "encode", "handle"]  # <module> never ran itself
+    # <module> never ran itself; the worker's sample without a Python frame counts, but is no function
+    assert [t["function"] for t in top] == ["predict", "encode", "handle"]
     predict = top[0]
-    assert predict["own_fraction"] == round(4 / 6, 4)  # 2 samples in each process
-    assert predict["total_fraction"] == round(4 / 6, 4)
+    assert predict["own_fraction"] == round(4 / 7, 4)  # 2 samples in each process
+    assert predict["total_fraction"] == round(4 / 7, 4)
     assert (predict["file"], predict["line"]) == ("sklearn/linear_model/_base.py", 20)
-    assert top[1]["own_fraction"] == top[2]["own_fraction"] == round(1 / 6, 4)
-    assert top[2]["total_fraction"] == round(4 / 6, 4)  # handle is on the stack of 4 of the 6 samples
+    assert top[1]["own_fraction"] == top[2]["own_fraction"] == round(1 / 7, 4)
+    assert top[2]["total_fraction"] == round(4 / 7, 4)  # handle is on the stack of 4 of the 7 samples
     assert top_functions(DOC, n=1) == top[:1]
     assert top_functions({"profiles": []}) == []
 
 
 def test_the_svg_draws_every_frame_in_proportion(tmp_path: Path) -> None:
     tree = build_tree(DOC)
-    assert tree.count == 6 and len(tree.children) == 2  # one child per process (py-spy's root frames)
+    assert tree.count == 7 and len(tree.children) == 2  # one child per process (py-spy's root frames)
     svg = render_svg(DOC, "test <graph>")
     root = ET.fromstring(svg)  # well-formed XML (names are escaped)
     titles = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title")]
-    assert sum(t.startswith("predict (sklearn/linear_model/_base.py:20): 2 samples, 33.33%") for t in titles) == 2
-    assert any(t.startswith("all: 6 samples, 100.00%") for t in titles)
-    assert any(t.startswith('process 2:"spawn_main": 2 samples') for t in titles)
+    assert sum(t.startswith("predict (sklearn/linear_model/_base.py:20): 2 samples, 28.57%") for t in titles) == 2
+    assert any(t.startswith("all: 7 samples, 100.00%") for t in titles)
+    assert any(t.startswith('process 2:"spawn_main": 3 samples') for t in titles)
     widths = {
         (g.find("{http://www.w3.org/2000/svg}title").text or "").split(":")[0]: float(  # type: ignore[union-attr]
             g.find("{http://www.w3.org/2000/svg}rect").get("width", "0")  # type: ignore[union-attr]

@@ -88,6 +88,11 @@ def py_spy_counts(log_text: str) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
+def is_process_frame(f: Frame) -> bool:
+    """py-spy's ``process PID:"command line"`` frame (``--subprocesses``), not a function."""
+    return not f.file and f.name.startswith("process ")
+
+
 def top_functions(doc: Mapping[str, Any], n: int = TOP_N) -> list[dict[str, Any]]:
     """The ``n`` functions with the most own time: ``{function, file, line, own_fraction, total_fraction}``
     (fractions of all samples; ``total_fraction``: samples with the function anywhere on the stack)."""
@@ -103,7 +108,12 @@ def top_functions(doc: Mapping[str, Any], n: int = TOP_N) -> list[dict[str, Any]
             anywhere[f] = anywhere.get(f, 0.0) + w
     if total <= 0:
         return []
-    ranked = sorted(own.items(), key=lambda kv: (-kv[1], kv[0].name, kv[0].file or "", kv[0].line or 0))
+    # py-spy's root frame of a process (``process PID:"cmd"``) as a leaf: a sample with no Python frame
+    # (a thread in C code); it counts in the total, but it is not a function
+    ranked = sorted(
+        ((f, w) for f, w in own.items() if not is_process_frame(f)),
+        key=lambda kv: (-kv[1], kv[0].name, kv[0].file or "", kv[0].line or 0),
+    )
     return [
         {
             "function": f.name,
