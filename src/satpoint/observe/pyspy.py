@@ -29,6 +29,8 @@ FUNCTION_GRANULARITY = True
 #: how long py-spy may take to write its file once asked to stop (speedscope of several processes)
 STOP_TIMEOUT_S = 20.0
 
+#: py-spy's niceness (lowest priority)
+NICE = 19
 #: Linux capability bit of CAP_SYS_PTRACE in /proc/self/status CapEff
 CAP_SYS_PTRACE = 19
 
@@ -213,6 +215,10 @@ class PySpyRecording:
 
     def _in_child(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # lowest priority: where py-spy shares a core with the generator, the generator keeps its
+        # schedule and py-spy's sampling waits (a late sample, not a late request)
+        with contextlib.suppress(OSError):
+            os.nice(NICE)
         if self.cpus:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self.cpus)
