@@ -12,6 +12,7 @@ exception is kept with the rows it checkpointed before the exception is passed o
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -294,7 +295,8 @@ class Session:
         output = self.out_dir / SPEEDSCOPE_FILE
         output.unlink(missing_ok=True)
         lead = 2.0 if self.config.load.procs > 1 else 0.2  # the generator's clock starts this much later
-        duration = span.end_s - span.hold_start_s
+        # py-spy takes whole seconds: the hold's, rounded down (never past it)
+        duration = float(max(1, math.floor(span.end_s - span.hold_start_s + 1e-6)))
         cmd = record_command(py_spy, pid, output, duration, fopts.rate_hz, fopts.native, fopts.nonblocking)
         request = {
             "command": cmd,
