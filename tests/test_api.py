@@ -36,6 +36,7 @@ API = [
     "MLServerSettings",
     "Message",
     "ObserveOptions",
+    "FlamegraphOptions",
     "PayloadError",
     "PlanError",
     "RunConfig",

@@ -30,6 +30,7 @@ _EXPORTS = {
     "LoadOptions": "satpoint.config",
     "FindOptions": "satpoint.config",
     "ObserveOptions": "satpoint.config",
+    "FlamegraphOptions": "satpoint.config",
     "VerdictRules": "satpoint.config",
     "RunConfig": "satpoint.config",
     # entry points
@@ -78,6 +79,7 @@ __all__ = [
     "FindOptions",
     "FindResult",
     "FindSummary",
+    "FlamegraphOptions",
     "LoadOptions",
     "LoadedResults",
     "MLServerSettings",
@@ -139,7 +141,14 @@ if TYPE_CHECKING:
         run,
         run_closed_loop,
     )
-    from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
+    from satpoint.config import (
+        FindOptions,
+        FlamegraphOptions,
+        LoadOptions,
+        ObserveOptions,
+        RunConfig,
+        VerdictRules,
+    )
     from satpoint.endpoints.spec import Target
     from satpoint.errors import PayloadError, SatpointError, TargetUnreachable
     from satpoint.experiments.co_demo import CoDemoConfig

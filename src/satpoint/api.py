@@ -31,8 +31,11 @@ from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig,
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
+from satpoint.errors import ConfigError
 from satpoint.metrics.results import Segment, load_results, write_header
 from satpoint.observe.observer import Observer
+from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
+from satpoint.observe.pyspy import preflight as flamegraph_preflight
 from satpoint.plan import Stage, validate_plan
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
@@ -114,6 +117,16 @@ def _stages(stages: Sequence[Stage | str]) -> list[Stage]:
     return out
 
 
+def _check_flamegraph(observe: ObserveOptions) -> None:
+    """Refuse, before any load, a flame graph that cannot be recorded (no local pid, no py-spy, no
+    ptrace permission): the message says why and how to grant it."""
+    if observe.flamegraph is None:
+        return
+    why = flamegraph_preflight(observe.server_pids[0] if observe.server_pids else None)
+    if why is not None:
+        raise ConfigError(f"--flamegraph: {why}")
+
+
 def _finish_run(session: Session, html: bool) -> RunResult:
     summary = write_all(session.out_dir, session.results, html=html)
     return RunResult(parse_summary(summary), session.out_dir)
@@ -151,7 +164,9 @@ def run(
     ``stages`` are ``Stage(target_rps, ramp_s, hold_s)`` or ``"RPS:RAMP_S:HOLD_S"`` strings with rising
     targets.  ``thresholds`` are SLO gates (``"p99<50ms"``, ``"error_rate<1%"``) evaluated into
     ``summary.thresholds``.  ``observe`` names a local server's pids and Prometheus endpoints to watch
-    (each stage's ``server`` and ``server_metrics``, the ``diagnosis``).
+    (each stage's ``server`` and ``server_metrics``, the ``diagnosis``); with ``observe.flamegraph``,
+    py-spy records the server during the hold of its ``stage`` (1-based; default the last) into
+    ``flamegraph.svg`` and ``profile.speedscope.json`` (``summary.flamegraph``).
 
     Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
     before any load is sent (also a plan whose rows would not fit in memory).  Once measuring has
@@ -160,13 +175,25 @@ def run(
     check_plan_fits(plan)
     load = (load or LoadOptions()).validate()
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    observe = (observe or ObserveOptions()).validate()
+    flame_stage: int | None = None
+    if observe.flamegraph is not None:
+        flame_stage = observe.flamegraph.stage or len(plan)
+        if flame_stage > len(plan):
+            raise ConfigError(f"--flamegraph-stage {flame_stage}: the plan has {len(plan)} stages")
+        _check_flamegraph(observe)
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
-    with Observer(observe or ObserveOptions(), out_dir) as observer:
+    with Observer(observe, out_dir) as observer:
         session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
-        _measure_kept(session, lambda: session.measure(plan, title="run"))
+        _measure_kept(
+            session,
+            lambda: session.measure(
+                plan, title="run", flamegraph_stage=None if flame_stage is None else flame_stage - 1
+            ),
+        )
     return _finish_run(session, html)
 
 
@@ -242,9 +269,17 @@ def find(
     latency objectives (``["p99<50ms"]`` or ``{"p99": 50.0}``): the answer is then the highest stable
     rate that meets them.  ``emit_k8s`` writes a Seldon Core 2 ``Model`` and an HPA for the
     recommendation into that folder.  ``observe`` names a local server's pids and Prometheus endpoints
-    to watch; the embedded MLServer's process tree and metrics endpoint are watched by default."""
+    to watch; the embedded MLServer's process tree and metrics endpoint are watched by default.  With
+    ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
+    py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``)."""
     opts = (options or FindOptions()).validate()
     observe = (observe or ObserveOptions()).validate()
+    if observe.flamegraph is not None:
+        opts = replace(opts, flamegraph=True)
+        if target is not None and not observe.server_pids:
+            raise ConfigError(f"--flamegraph: {NO_PID}")
+        if find_py_spy() is None:
+            raise ConfigError(f"--flamegraph: {NO_PYSPY}")
     slo_ms = dict(slo) if isinstance(slo, Mapping) else parse_slo(list(slo))
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "find"))
     rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
@@ -273,6 +308,7 @@ def find(
                 metrics_urls=(*observe.metrics_urls, embedded.metrics_url),
             )
         load = (load or LoadOptions(drain_s=5.0)).validate()
+        _check_flamegraph(observe)  # the embedded server's pid is known by now
         observer = stack.enter_context(Observer(observe, out_dir))
         session = search_target(
             target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info,

@@ -126,6 +126,9 @@ class FindOptions:
     min_requests: int = 2000
     cooldown_s: float = 2.0
     profile: bool = True
+    #: after the search, hold one extra stage at ``FLAMEGRAPH_FRACTION`` of the saturation point while
+    #: py-spy records the server (``satpoint find --flamegraph``; not the latency ``profile`` above)
+    flamegraph: bool = False
     #: hold the per-replica target (saturation x (1 - margin)) before accepting an answer
     confirm: bool = True
     #: independent searches; the answer is the lowest, their spread is reported as a range
@@ -155,6 +158,7 @@ class FindOptions:
             "min_requests": self.min_requests,
             "margin": self.margin,
             "profile": self.profile,
+            "flamegraph": self.flamegraph,
             "confirm": self.confirm,
             "repeats": self.repeats,
             "peak_rps": self.peak_rps,
@@ -215,6 +219,44 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class FlamegraphOptions:
+    """A py-spy flame graph of the server for the hold of one stage (``--flamegraph``).
+
+    ``stage``: on ``run``, the 1-based stage whose hold is recorded (None: the last); ``find`` holds a
+    stage of its own after the search.  ``native`` adds C/C++/Cython frames (slower to sample, and
+    py-spy then pauses the server for every sample: it cannot unwind a running process's native stack);
+    ``nonblocking`` samples without pausing the server (py-spy's ``--nonblocking``: a stack may be read
+    while it changes, so a few samples can be wrong, but the server is never stopped while it serves
+    the load being measured)."""
+
+    native: bool = False
+    rate_hz: int = 100
+    stage: int | None = None
+    nonblocking: bool = True
+
+    def validate(self) -> FlamegraphOptions:
+        if not 1 <= self.rate_hz <= 1000:
+            raise ValueError(f"the flame graph's sampling rate must be within [1, 1000] Hz, got {self.rate_hz}")
+        if self.stage is not None and self.stage < 1:
+            raise ValueError(f"--flamegraph-stage counts from 1, got {self.stage}")
+        return self
+
+    @property
+    def samples_nonblocking(self) -> bool:
+        """Whether py-spy reads without pausing: never with ``native`` (py-spy cannot unwind native
+        stacks of a running process)."""
+        return self.nonblocking and not self.native
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "native": self.native,
+            "rate_hz": self.rate_hz,
+            "stage": self.stage,
+            "nonblocking": self.samples_nonblocking,
+        }
+
+
+@dataclass(frozen=True)
 class ObserveOptions:
     """What satpoint watches on the server side while it measures (``satpoint.observe``).
 
@@ -227,6 +269,8 @@ class ObserveOptions:
     metrics_urls: tuple[str, ...] = ()
     sample_interval_s: float = 0.25
     scrape_interval_s: float = 2.0
+    #: record a py-spy flame graph of ``server_pids[0]``'s tree during one stage (None: no flame graph)
+    flamegraph: FlamegraphOptions | None = None
 
     def validate(self) -> ObserveOptions:
         if any(p <= 0 for p in self.server_pids):
@@ -236,6 +280,8 @@ class ObserveOptions:
         for url in self.metrics_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"a metrics URL starts with http:// or https://, got {url!r}")
+        if self.flamegraph is not None:
+            self.flamegraph.validate()
         return self
 
     @property

@@ -3,7 +3,8 @@
 Each measured stage is its own results segment, written as soon as it ends.  A stage that continues
 the current monotonic sequence ramps from the previous target; a fresh sequence waits for the
 server's queue to drain (a cool-down) and ramps from zero.  After the search, a profile sequence holds
-50 %, 80 %, 90 % and 100 % of the saturation point to report the latency users will see there.
+50 %, 80 %, 90 % and 100 % of the saturation point to report the latency users will see there, and,
+with ``--flamegraph``, one more stage holds 95 % of it while py-spy records the server.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ OVERLOAD_INFLIGHT_FACTOR = 20.0
 OVERLOAD_INFLIGHT_FLOOR = 200
 #: a hold lasts at least this many probe latencies (slow servers: fill-up, then a window to judge)
 SLOW_HOLD_LATENCIES = 4.0
+
+#: the flame graph's stage holds this fraction of the saturation point: the server as busy as it gets
+#: while still stable (at 100 % a queue may build and the profile would show a server that waits)
+FLAMEGRAPH_FRACTION = 0.95
+#: what a flame graph stage costs beyond its ramp and hold: py-spy writing its file, the SVG
+FLAMEGRAPH_OVERHEAD_S = 3.0
+FLAMEGRAPH_PURPOSE = "flamegraph"
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
 Measure = Callable[[list[Stage], float, int, str], Segment]
@@ -125,16 +133,34 @@ def profile_stages(opts: FindOptions, saturation_rps: float) -> list[Stage]:
     return out
 
 
-def _profile_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
-    """What the profile will cost at most, given the best stable rate so far (the saturation point can
-    only be at or above it, and higher rates hold shorter): reserved while the search runs."""
-    if not opts.profile:
+def flamegraph_stage(opts: FindOptions, saturation_rps: float) -> Stage:
+    """The stage py-spy records: ``FLAMEGRAPH_FRACTION`` of the saturation point, held as a search stage."""
+    rate = saturation_rps * FLAMEGRAPH_FRACTION
+    return Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s))
+
+
+def _flamegraph_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
+    if not opts.flamegraph:
         return 0.0
+    if best_stable_rps is None:
+        stage = Stage(1.0, opts.ramp_s, opts.max_hold_s)
+    else:
+        stage = flamegraph_stage(opts, best_stable_rps)
+    return opts.cooldown_s + budget.stage_cost([stage]) + FLAMEGRAPH_OVERHEAD_S
+
+
+def _profile_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
+    """What the profile (and the flame graph's stage) will cost at most, given the best stable rate so
+    far (the saturation point can only be at or above it, and higher rates hold shorter): reserved
+    while the search runs."""
+    flame = _flamegraph_reserve(opts, budget, best_stable_rps)
+    if not opts.profile:
+        return flame
     if best_stable_rps is None:  # nothing stable yet: the longest holds
         stages = [Stage(1.0, opts.ramp_s, opts.max_hold_s) for _ in PROFILE_FRACTIONS]
     else:
         stages = profile_stages(opts, best_stable_rps)
-    return opts.cooldown_s + budget.stage_cost(stages)
+    return opts.cooldown_s + budget.stage_cost(stages) + flame
 
 
 def _quiet(_: str) -> None:
@@ -263,7 +289,7 @@ def run_profile(run: SearchRun, saturation_rps: float, repeat: int = 0) -> Segme
         return None
     opts, budget = run.opts, run.spend
     stages = profile_stages(opts, saturation_rps)
-    spare = budget.left() - budget.stage_cost(stages)
+    spare = budget.left() - budget.stage_cost(stages) - _flamegraph_reserve(opts, budget, saturation_rps)
     if spare < opts.cooldown_s:
         need = opts.cooldown_s + budget.stage_cost(stages)
         run.log(f"no profile: it needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
@@ -328,6 +354,42 @@ def run_find(
         histories[k] = histories[k] + evidence
         search(k)
     return histories
+
+
+def run_flamegraph(
+    run: SearchRun, histories: dict[int, list[Measured]], not_recorded: Callable[[str], None]
+) -> Segment | None:
+    """After the search: hold ``FLAMEGRAPH_FRACTION`` of the saturation point (the lowest answer of the
+    searches) while py-spy records the server (``measure`` with purpose ``flamegraph``).  When it
+    cannot be held, ``not_recorded`` gets why."""
+    if run.stop.is_set():
+        not_recorded("the run was interrupted before the flame graph's stage")
+        return None
+    if run.target_gone():
+        not_recorded("the target stopped answering: no stage to record")
+        return None
+    answers = [b for h in histories.values() if (b := bracket(h).stable_rps) is not None]
+    if not answers:
+        not_recorded("no saturation point was found: there is no stage near it to record")
+        return None
+    opts, budget = run.opts, run.spend
+    stage = flamegraph_stage(opts, min(answers))
+    need = opts.cooldown_s + budget.stage_cost([stage]) + FLAMEGRAPH_OVERHEAD_S
+    if budget.left() < need:
+        not_recorded(f"its stage needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
+        return None
+    run.log(
+        f"flame graph: holding {stage.target_rps:.1f} rps ({FLAMEGRAPH_FRACTION:.0%} of the saturation point) "
+        "while py-spy records the server"
+    )
+    try:
+        run.cooldown(opts.cooldown_s, budget.left() - need + opts.cooldown_s)
+        seg = run.measure([stage], 0.0, len(run.results.segments), FLAMEGRAPH_PURPOSE)
+    except LOST_ERRORS as e:
+        run.lost("before the flame graph's stage", e)
+        return None
+    run.append(seg, 0)
+    return seg
 
 
 def _limited_end(history: list[Measured]) -> bool:
@@ -395,7 +457,9 @@ def search_target(
         say(on_event, text)
 
     run = SearchRun(session.results, session.out_dir, _measure(session), fopts, stop, log, cooldown, budget, svc)
-    run_find(run, rules, first, profile_rps)
+    histories = run_find(run, rules, first, profile_rps)
+    if fopts.flamegraph:
+        run_flamegraph(run, histories, session.flamegraph_not_recorded)
     return session
 
 
@@ -426,8 +490,11 @@ def _measure(session: Session) -> Measure:
             stages,
             purpose=purpose,
             start_rps=start,
-            abort_when=overload_rule(baseline) if purpose != "profile" else None,
+            # the profile's and the flame graph's stages are held whatever happens (the flame graph
+            # should show the server at its limit, for the whole hold, even if 95 % turns out too much)
+            abort_when=overload_rule(baseline) if purpose not in ("profile", FLAMEGRAPH_PURPOSE) else None,
             append=False,  # run_search and run_profile append what they measure
+            flamegraph_stage=0 if purpose == FLAMEGRAPH_PURPOSE else None,
         )
 
     return measure

@@ -11,6 +11,8 @@ exception is kept with the rows it checkpointed before the exception is passed o
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from satpoint.analysis.flamegraph import profiles_seen, py_spy_counts, sample_count, top_functions
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
@@ -44,7 +47,8 @@ from satpoint.metrics.results import (
     write_header,
 )
 from satpoint.observe.observer import Observer
-from satpoint.plan import PlanError, RateCurve, Stage
+from satpoint.observe.pyspy import LOG_FILE, SPEEDSCOPE_FILE, find_py_spy, record_command
+from satpoint.plan import PlanError, RateCurve, Stage, spans
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
 
@@ -234,14 +238,17 @@ class Session:
         abort_when: Callable[[LiveSnapshot], bool] | None = None,
         title: str | None = None,
         append: bool = True,
+        flamegraph_stage: int | None = None,
     ) -> Segment:
         """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
         does) and return it.  If it fails, the rows it checkpointed are appended before the error
-        propagates."""
+        propagates.  ``flamegraph_stage`` (0-based, in ``stages``): py-spy records the server during
+        that stage's hold (the observer's ``flamegraph`` options)."""
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
         checkpoint = self._begin(index, purpose, stages, start_rps)
         self._mark(f"start {index}")
+        flame = self._flame_begin(index, stages, start_rps, flamegraph_stage)
         try:
             seg = run_segment(
                 self.prepared,
@@ -258,10 +265,98 @@ class Session:
             )
         except BaseException as e:
             self._mark(f"end {index}")
+            self._flame_end(flame, None)
             self._salvage(e)
             raise
         self._mark(f"end {index}")
+        self._flame_end(flame, seg)
         return self._finish(seg, append)
+
+    def flamegraph_not_recorded(self, why: str) -> None:
+        """Record in the header that the flame graph asked for was not recorded, and why."""
+        self.results.header["flamegraph"] = {"error": why}
+        write_header(self.out_dir, self.results)
+        say(self.on_event, f"flame graph: {why}", "warning")
+
+    def _flame_begin(
+        self, index: int, stages: list[Stage], start_rps: float, stage: int | None
+    ) -> dict[str, Any] | None:
+        """Ask the observer to run py-spy over the hold of ``stages[stage]`` (None: nothing asked)."""
+        obs = self.observer
+        if stage is None or obs is None or obs.options.flamegraph is None:
+            return None
+        fopts = obs.options.flamegraph
+        span = spans(stages, start_rps)[stage]
+        py_spy = find_py_spy()
+        if not obs.options.server_pids or py_spy is None:
+            self.flamegraph_not_recorded("no server pid or no py-spy (checked before the run)")
+            return None
+        pid = obs.options.server_pids[0]
+        output = self.out_dir / SPEEDSCOPE_FILE
+        output.unlink(missing_ok=True)
+        lead = 2.0 if self.config.load.procs > 1 else 0.2  # the generator's clock starts this much later
+        # py-spy takes whole seconds: the hold's, rounded down (never past it)
+        duration = float(max(1, math.floor(span.end_s - span.hold_start_s + 1e-6)))
+        cmd = record_command(py_spy, pid, output, duration, fopts.rate_hz, fopts.native, fopts.nonblocking)
+        request = {
+            "command": cmd,
+            "start_at_mono": time.monotonic() + lead + span.hold_start_s,
+            "duration_s": duration,
+            "output": str(output),
+        }
+        block: dict[str, Any] = {
+            **fopts.describe(),  # native, rate_hz, nonblocking (its "stage" is replaced below)
+            "segment": index,
+            "stage": stage,  # 0-based, in the segment
+            "target_rps": span.stage.target_rps,
+            "pid": pid,
+            "command": " ".join(["py-spy", *cmd[1:]]),
+            "planned_s": round(duration, 3),
+        }
+        if not obs.flame_start(request):
+            block["error"] = "the observer process did not take the request: nothing was recorded"
+            self.results.header["flamegraph"] = block
+            write_header(self.out_dir, self.results)
+            return None
+        say(self.on_event, f"flame graph: py-spy records pid {pid} (and its children) during this stage's hold")
+        return block
+
+    def _flame_end(self, block: dict[str, Any] | None, seg: Segment | None) -> None:
+        """Stop py-spy, and record what it recorded (and the top functions) in the header."""
+        if block is None or self.observer is None:
+            return
+        got = self.observer.flame_stop()
+        t0 = seg.generator.get("t0_monotonic") if seg is not None else None
+        started, stopped = got.get("started_mono"), got.get("stopped_mono")
+        if isinstance(t0, (int, float)) and isinstance(started, (int, float)) and isinstance(stopped, (int, float)):
+            block["from_s"] = round(started - t0, 3)  # on the segment's run clock
+            block["to_s"] = round(stopped - t0, 3)
+        if isinstance(started, (int, float)) and isinstance(stopped, (int, float)):
+            block["seconds"] = round(stopped - started, 3)
+        block["error"] = got.get("error")
+        block["cpus"] = got.get("cpus")  # where py-spy ran: off the server's CPUs when it has spare ones
+        log = self.out_dir / LOG_FILE
+        block["log"] = LOG_FILE if log.exists() else None
+        if log.exists():  # py-spy's own count, and the samples it could not read
+            _, block["errors"] = py_spy_counts(log.read_text(errors="replace"))
+        path = self.out_dir / SPEEDSCOPE_FILE
+        block["speedscope"] = None
+        if got.get("written") and path.exists():
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                block["error"] = block["error"] or f"py-spy's speedscope file could not be read: {e}"
+            else:
+                block["speedscope"] = SPEEDSCOPE_FILE
+                block["samples"] = sample_count(doc)
+                block["profiles"] = profiles_seen(doc)
+                block["top"] = top_functions(doc)
+                if not block["samples"]:
+                    block["error"] = block["error"] or "py-spy recorded no sample of a running Python stack"
+        self.results.header["flamegraph"] = block
+        write_header(self.out_dir, self.results)
+        if block["error"]:
+            say(self.on_event, f"flame graph: {block['error']}", "warning")
 
     def measure_closed(self, options: ClosedLoopOptions, title: str = "closed loop") -> Segment:
         """Run a closed loop (users that wait for their answers), append it and return it."""

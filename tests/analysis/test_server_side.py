@@ -213,3 +213,63 @@ def test_periodic_latency_spikes() -> None:
     assert spikes(irregular) is None
     lines = diagnose({"kind": "run", "stages": [_stage(0, 100, "stable", None)]}, {(0, 0): every5})
     assert lines[0]["kind"] == "latency_spikes" and lines[0]["evidence"]["period_s"] == 5.0
+
+
+def test_gpus_per_stage_and_the_flamegraph_block(tmp_path: Path) -> None:
+    """GPU samples (two devices) are aggregated over each steady window; the flame graph recorded in the
+    header becomes summary.flamegraph; the typed summary mirrors both."""
+    from satpoint.metrics.observed import GPU_FILE, format_gpu_row, gpus_header
+    from satpoint.metrics.results import write_header
+
+    out = tmp_path / "run"
+    results = make_run(out, SimConfig(slots=4, service_ms=10.0), STAGES)
+    results.header["target"]["model"] = "sim"
+    write_observations(out, results)
+    rows = [gpus_header()]
+    for t in np.arange(-0.5, 15.01, 0.25):
+        for dev in (0, 1):
+            util = (30.0 if t <= 7 else 80.0) + 10 * dev
+            rows.append(
+                format_gpu_row(
+                    {
+                        "mono_s": T0_MONO + t,
+                        "unix_s": 1e9 + t,
+                        "device": dev,
+                        "util_percent": util,
+                        "mem_util_percent": util / 2,
+                        "mem_used_bytes": (1 + t / 10) * 2**30,
+                        "mem_total_bytes": 16 * 2**30,
+                    }
+                )
+            )
+    (out / GPU_FILE).write_text("".join(rows))
+    results.header["observe"]["gpus"] = [{"device": 0, "name": "Fake A"}, {"device": 1, "name": "Fake B"}]
+    results.header["flamegraph"] = {
+        "segment": 0,
+        "stage": 1,
+        "target_rps": 200.0,
+        "pid": 1234,
+        "seconds": 6.0,
+        "samples": 600,
+        "speedscope": "profile.speedscope.json",
+        "top": [{"function": "predict", "file": "m.py", "line": 3, "own_fraction": 0.5, "total_fraction": 0.6}],
+        "error": None,
+    }
+    write_header(out, results)
+    doc = build_summary(load_results(out))
+    s1, s2 = doc["stages"]
+    g1, g2 = s1["server"]["gpus"], s2["server"]["gpus"]
+    assert [g["device"] for g in g1] == [0, 1]
+    assert g1[0]["util_percent"] == {"mean": 30.0, "max": 30.0} and g2[1]["util_percent"]["mean"] == 90.0
+    assert g1[1]["mem_util_percent"]["mean"] == 20.0 and g2[0]["mem_total_mb"] == 16 * 1024
+    assert g2[0]["mem_used_mb"]["max"] > g1[0]["mem_used_mb"]["max"]
+    assert doc["observed"]["gpus"][1]["name"] == "Fake B"
+    fg = doc["flamegraph"]
+    assert fg["stage"] == 2 and fg["svg"] == "flamegraph.svg" and fg["top"][0]["function"] == "predict"
+    _assert_mirrors(parse_summary(doc), doc)
+
+
+def test_no_gpu_samples_means_an_empty_list(tmp_path: Path) -> None:
+    doc = build_summary(folder(tmp_path))
+    assert all(s["server"]["gpus"] == [] for s in doc["stages"])
+    assert doc["flamegraph"] is None

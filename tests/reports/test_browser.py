@@ -27,7 +27,7 @@ from satpoint.plan import Stage
 from satpoint.reports.html import write_report
 from satpoint.reports.html_plots import PLOTS
 from satpoint.servers.sim_model import SimConfig
-from tests.reports.test_html import make_find, make_run
+from tests.reports.test_html import add_server_side, make_find, make_run
 
 TIMEOUT_S = 90.0
 FLAGS = [
@@ -141,7 +141,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ren
         pytest.skip("no Chromium found (apt-get install -y chromium)")
     work = tmp_path_factory.mktemp("browser")
     before, after, run = work / "before", work / "after", work / "run-errors"
-    make_find(before, SimConfig(slots=4, service_ms=10.0, dist="exp", seed=3), 100.0)
+    # the server watched (its CPU, memory, metrics and a flame graph): every plot has something to draw
+    add_server_side(before, make_find(before, SimConfig(slots=4, service_ms=10.0, dist="exp", seed=3), 100.0))
     make_find(after, SimConfig(slots=8, service_ms=10.0, dist="exp", seed=4), 200.0)
     make_run(
         run,

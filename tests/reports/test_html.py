@@ -12,10 +12,11 @@ import pytest
 from satpoint.analysis.summary import build_summary
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
+from satpoint.metrics.observed import SAMPLES_FILE, SCRAPES_FILE, Scrape, format_sample_row, samples_header
 from satpoint.metrics.records import Outcome
-from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
+from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header, write_header
 from satpoint.plan import Stage
-from satpoint.reports.html import write_report
+from satpoint.reports.html import load_folders, write_report
 from satpoint.reports.html_data import (
     build_series,
     folder_labels,
@@ -23,7 +24,7 @@ from satpoint.reports.html_data import (
     timeline_offsets,
     window_latencies_s,
 )
-from satpoint.reports.html_plots import PLOTS
+from satpoint.reports.html_plots import PLOTS, phase_series, plots_for, throughput_vs_offered
 from satpoint.saturation import Measure, SearchRun, run_profile, run_search
 from satpoint.servers.offline import simulate
 from satpoint.servers.sim_model import SimConfig
@@ -69,6 +70,79 @@ def make_find(out: Path, cfg: SimConfig, start_rps: float) -> Results:
     return results
 
 
+SPEEDSCOPE = {
+    "shared": {
+        "frames": [
+            {"name": "handle", "file": "mlserver/rest/app.py", "line": 10},
+            {"name": "predict", "file": "sklearn/base.py", "line": 20},
+        ]
+    },
+    "profiles": [{"type": "sampled", "name": "Process 1", "samples": [[0, 1], [0], [0, 1]], "weights": [1, 1, 1]}],
+}
+
+
+def add_server_side(out: Path, results: Results, cpu_s_per_request: float = 0.004) -> None:
+    """What the observer would have written for a server on one core that spends ``cpu_s_per_request``
+    per answer (samples every 0.5 s through every segment, MLServer scrapes at the segments' ends and
+    every 2 s), and a flame graph of the last segment's stage."""
+    samples, scrapes = [samples_header()], []
+    cpu = counted = 0.0
+    url = "http://127.0.0.1:8082/metrics"
+    for seg in results.segments:
+        rec = seg.records
+        ok_done = np.sort(rec.done[rec.ok_mask()])
+        base = seg.started_unix + 0.2  # the run clock's origin (no t0_monotonic: the wall clock maps it)
+        end = float(np.nanmax(rec.done)) + 0.5 if len(rec) else 1.0
+        prev = 0.0
+        for t in np.arange(-0.25, end, 0.5):
+            done = float(np.searchsorted(ok_done, t, side="right"))
+            cpu += (done - prev) * cpu_s_per_request
+            row = {"mono_s": base + t, "unix_s": base + t, "cpu_user_s": cpu * 0.8, "cpu_system_s": cpu * 0.2}
+            row |= {"rss_bytes": 300 * 2**20, "threads": 20, "ctx_voluntary": 10 * t + 1000 * seg.index}
+            row |= {"ctx_involuntary": t + 100 * seg.index, "procs": 2, "cpus_busy_s": cpu}
+            samples.append(format_sample_row(row))
+            prev = done
+        marks = [(-0.3, f"start {seg.index}"), *((float(t), "tick") for t in range(2, int(end), 2))]
+        for t, tag in [*marks, (end, f"end {seg.index}")]:
+            n = counted + float(np.searchsorted(ok_done, t, side="right"))
+            metrics = [
+                ("model_infer_request_success_total", {"model": "sim", "version": ""}, n),
+                ("model_infer_request_duration_count", {"model": "sim", "version": ""}, n),
+                ("model_infer_request_duration_sum", {"model": "sim", "version": ""}, n * 0.003),
+                ("rest_server_request_duration_seconds_count", {"path": "/v2/models/sim/infer"}, n),
+                ("rest_server_request_duration_seconds_sum", {"path": "/v2/models/sim/infer"}, n * 0.005),
+            ]
+            scrapes.append(json.dumps(Scrape(base + t, base + t, url, tag, tuple(metrics)).to_json()))
+        counted += len(ok_done)
+    (out / SAMPLES_FILE).write_text("".join(samples))
+    (out / SCRAPES_FILE).write_text("\n".join(scrapes) + "\n")
+    (out / "profile.speedscope.json").write_text(json.dumps(SPEEDSCOPE))
+    results.header["target"]["model"] = "sim"
+    results.header["observe"] = {
+        "server_pids": [4321],
+        "metrics_urls": [url],
+        "affinity": [0],
+        "allowed_cores": 1.0,
+        "gpus": [],
+        "not_seen": ["GPU (utilisation, memory): no GPU/NVML (test)"],
+        "problems": [],
+    }
+    last = results.segments[-1]
+    results.header["flamegraph"] = {
+        "segment": last.index,
+        "stage": len(last.stages) - 1,
+        "target_rps": last.stages[-1].target_rps,
+        "pid": 4321,
+        "command": "py-spy record --pid 4321 --subprocesses --format speedscope",
+        "seconds": 4.0,
+        "samples": 3,
+        "speedscope": "profile.speedscope.json",
+        "top": [{"function": "predict", "file": "sklearn/base.py", "line": 20, "own_fraction": 0.6667}],
+        "error": None,
+    }
+    write_header(out, results)
+
+
 def make_run(out: Path, cfg: SimConfig, stages: list[Stage], timeouts: int = 0) -> Results:
     config = {"mode": "open_loop", "rules": {"max_error_rate": 0.01}, "load": {"procs": 1, "max_inflight": 64}}
     target = {"url": "http://sim.invalid:8080", "model": "<b>sim</b>", "protocol": "rest"}
@@ -109,22 +183,28 @@ def _plot_ids() -> list[str]:
     return [p.div_id for p in PLOTS]
 
 
-def _assert_offline(page: str) -> None:
+def _shown(*dirs: Path) -> int:
+    """How many plots a report of these folders draws (the server's only where it was watched)."""
+    return len(plots_for(load_folders(list(dirs))))
+
+
+def _assert_offline(page: str, plots: int) -> None:
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I), "no external scripts"
     assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']?https?://", page, re.I), "no external stylesheets/fonts"
     assert not re.search(r"@import|url\(\s*['\"]?https?://", page.split("<script", 1)[0]), "no external CSS"
     assert page.count('<script type="text/javascript">') == 1
-    assert page.count("Plotly.newPlot(") == len(PLOTS)
+    assert page.count("Plotly.newPlot(") == plots
 
 
 def test_find_report_has_every_plot_and_table(find_dir: Path) -> None:
     out = write_report([find_dir], find_dir / "report.html")
     assert out == find_dir / "report.html" and out.exists()
     page = out.read_text()
-    _assert_offline(page)
-    for p in PLOTS:
+    _assert_offline(page, _shown(find_dir))
+    for p in plots_for(load_folders([find_dir])):
         assert f'id="{p.div_id}"' in page
         assert p.title in page
+    assert 'id="plot-server"' not in page  # nothing was seen of the server: no empty server plots
     for title in (
         "Achieved throughput vs offered rate",
         "Latency percentiles vs offered rate",
@@ -152,7 +232,7 @@ def test_run_report_shows_errors_escapes_text_and_warns(run_dir: Path, tmp_path:
 
     write_header(run_dir, results)
     page = write_report([run_dir], tmp_path / "sub" / "r.html").read_text()
-    _assert_offline(page)
+    _assert_offline(page, _shown(run_dir))
     assert "<b>sim</b>" not in page and "&lt;b&gt;sim&lt;/b&gt;" in page
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; a note" in page
     assert 'class="warnings"' in page
@@ -166,11 +246,12 @@ def test_overlay_of_two_folders_labels_both(
 ) -> None:
     out = write_report([find_dir, find_after_dir, run_dir], tmp_path / "compare.html")
     page = out.read_text()
-    _assert_offline(page)
-    for label in ("find-before", "find-after", "run-errors"):
-        assert f'"name":"{label}"' in page  # a trace group per folder in the throughput plot
-        assert f'"{label} · latency p99"' in page
+    _assert_offline(page, _shown(find_dir, find_after_dir, run_dir))
+    for label in ("find-before", "find-after"):  # a trace group per folder and phase
+        assert f'"name":"{label} · staircase"' in page and f'"name":"{label} · profile"' in page
+        assert f'"{label} · p99 · staircase"' in page
         assert f"{label}</th>" in page  # a column of the headline table
+    assert '"name":"run-errors"' in page and '"run-errors · latency p99"' in page  # one phase: one trace
     assert "#1f77b4" in page and "#ff7f0e" in page and "#17becf" in page  # distinct colours
 
 
@@ -259,5 +340,52 @@ def test_folders_without_complete_stages_still_render(tmp_path: Path) -> None:
     stages = [Stage(100, 0, 3)]
     append_segment(unsent, results, Segment(0, "run", stages, "constant", 0, 0.0, Records.empty(due_times(stages))))
     page = write_report([empty, unsent], tmp_path / "r.html").read_text()
-    _assert_offline(page)
+    _assert_offline(page, _shown(empty, unsent))
     assert "no complete stage was recorded" in page
+
+
+@pytest.fixture(scope="module")
+def observed_find_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "find-observed"
+    results = make_find(out, SimConfig(slots=4, service_ms=10.0, dist="exp", seed=3), 100.0)
+    add_server_side(out, results)
+    return out
+
+
+def test_each_phase_of_a_find_is_its_own_series(find_dir: Path) -> None:
+    (f,) = load_folders([find_dir])
+    phases = phase_series(f)
+    names = [ph.name for ph in phases]
+    assert names[0] == "staircase" and "profile" in names and len(set(names)) == len(names)
+    purpose = {s.index: s.purpose for s in f.results.segments}
+    for ph in phases:
+        assert {purpose[int(s["segment"])] for _, s in ph.stages} == {ph.name}
+        rates = [s["offered_rps"] for _, s in ph.stages]
+        assert rates == sorted(rates)
+    assert sum(len(ph.stages) for ph in phases) == len(f.summary["stages"])
+    fig = throughput_vs_offered([f])
+    modes = {t.name: t.mode for t in fig.data if t.name in names}
+    assert modes["staircase"] == "lines+markers" and modes["profile"] == "lines+markers"
+    assert all(modes[n] == "markers" for n in ("refine", "confirm") if n in modes)  # never zig-zag lines
+
+
+def test_the_server_side_is_plotted_and_the_flame_graph_linked(observed_find_dir: Path, tmp_path: Path) -> None:
+    from satpoint.reports.files import write_all
+
+    summary = write_all(observed_find_dir, load_results(observed_find_dir), html=False)
+    assert (observed_find_dir / "flamegraph.svg").exists() and summary["flamegraph"]["svg"] == "flamegraph.svg"
+    page = write_report([observed_find_dir], observed_find_dir / "report.html").read_text()
+    _assert_offline(page, len(PLOTS))  # every plot, the server's too
+    assert 'id="plot-server"' in page and 'id="plot-server-vs-client"' in page
+    assert "Server CPU and memory over time" in page and "server: requests counted" in page
+    assert "server: REST" in page and "server: inference mean" in page
+    assert 'class="flamegraph-link" href="flamegraph.svg"' in page and "predict" in page
+    assert "Inside the server" in page and "no GPU/NVML (test)" in page
+    # a report written elsewhere links the flame graph relative to itself
+    other = write_report([observed_find_dir], tmp_path / "elsewhere" / "r.html").read_text()
+    assert 'class="flamegraph-link" href="../../' in other
+    (f,) = load_folders([observed_find_dir])
+    assert f.server is not None and f.server.allowed_cores == 1.0
+    cores = [c for c in f.server.cores if c is not None]
+    assert cores and 0 < max(cores) <= 0.004 * 450  # 4 ms per answer, at most ~400 answers/s
+    assert None in f.server.t  # a gap between segments

@@ -98,11 +98,38 @@ def stage_resources(
         cores_busy = float(np.diff(busy)[good].sum()) / wall
         out["cpus_busy_cores"] = round(cores_busy, 4)
         out["other_cores"] = round(max(0.0, cores_busy - mean), 4)
+    out["gpus"] = stage_gpus(seg, m, obs)
     if m.completed_rps and m.completed_rps > 0:
         per_req = mean / m.completed_rps * 1e6
         out["cpu_us_per_request"] = round(per_req, 2)
         if batch_size > 1:
             out["cpu_us_per_inference"] = round(per_req / batch_size, 2)
+    return out
+
+
+def stage_gpus(seg: Segment, m: StageMetrics, obs: Observations) -> list[dict[str, Any]]:
+    """Per GPU, over the stage's steady window: utilisation (mean and max of NVML's readings), memory
+    used (max) and the device's memory; [] when no GPU was sampled (none, or no NVML)."""
+    g = obs.gpus
+    if not g or not len(g.get("mono_s", ())):
+        return []
+    t = run_clock(seg, g["mono_s"], g["unix_s"])
+    inside = (t >= m.window_start_s) & (t <= m.window_end_s)
+    out = []
+    for dev in sorted({int(d) for d in g["device"][inside] if np.isfinite(d)}):
+        sel = inside & (g["device"] == dev)
+        util, mem_util = g["util_percent"][sel], g["mem_util_percent"][sel]
+        used, total = g["mem_used_bytes"][sel], g["mem_total_bytes"][sel]
+        out.append(
+            {
+                "device": dev,
+                "samples": int(np.count_nonzero(sel)),
+                "util_percent": {"mean": round(float(np.mean(util)), 2), "max": round(float(np.max(util)), 2)},
+                "mem_util_percent": {"mean": round(float(np.mean(mem_util)), 2)},
+                "mem_used_mb": {"max": round(float(np.max(used)) / 2**20, 2)},
+                "mem_total_mb": round(float(np.max(total)) / 2**20, 2),
+            }
+        )
     return out
 
 
@@ -354,6 +381,7 @@ def observed_block(results: Results) -> dict[str, Any] | None:
         "allowed_cores": head.get("allowed_cores"),
         "samples": obs.n_samples if obs is not None else 0,
         "scrapes": len(scrapes),
+        "gpus": list(head.get("gpus") or []),
         "not_seen": not_seen,
         "problems": problems,
     }

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from satpoint.analysis.diagnosis import diagnose
+from satpoint.analysis.flamegraph import flamegraph_block
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
@@ -148,6 +149,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "target_lost": lost,
         "warnings": warnings,
         "observed": observed_block(results),
+        "flamegraph": flamegraph_block(h, stage_docs),
     }
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields

@@ -50,6 +50,24 @@ class CtxSwitches(BaseModel):
     involuntary: float
 
 
+class GpuUtil(BaseModel):
+    model_config = _CONFIG
+    mean: float
+    max: float | None = None
+
+
+class GpuStage(BaseModel):
+    """One GPU over a stage's steady window (NVML, device-wide)."""
+
+    model_config = _CONFIG
+    device: int
+    samples: int
+    util_percent: GpuUtil  # share of time a kernel ran (NVML's readings: mean, max)
+    mem_util_percent: GpuUtil  # memory-controller busy share
+    mem_used_mb: RssMb  # max
+    mem_total_mb: float
+
+
 class ServerResources(BaseModel):
     """A stage's ``server`` block: the server's process tree over the steady window (psutil samples)."""
 
@@ -68,6 +86,8 @@ class ServerResources(BaseModel):
     threads_max: int
     procs_max: int
     ctx_switches_per_s: CtxSwitches
+    #: per GPU NVML sees (a local server on a machine with NVML); [] otherwise
+    gpus: list[GpuStage] = []
 
 
 class CrossCheck(BaseModel):
@@ -120,6 +140,7 @@ class Observed(BaseModel):
     allowed_cores: float | None = None
     samples: int
     scrapes: int
+    gpus: list[dict[str, Any]] = []  # the GPUs sampled: {device, name}
     not_seen: list[str]
     problems: list[str]
 
@@ -215,6 +236,43 @@ class TargetLost(BaseModel):
     message: str
 
 
+class TopFunction(BaseModel):
+    """A function of the flame graph and its share of the samples."""
+
+    model_config = _CONFIG
+    function: str
+    file: str | None = None
+    line: int | None = None
+    own_fraction: float  # samples in which it was the running function (the leaf)
+    total_fraction: float | None = None  # samples in which it was anywhere on the stack
+
+
+class Flamegraph(BaseModel):
+    """summary.json's ``flamegraph``: py-spy's recording of the server during one stage's hold."""
+
+    model_config = _CONFIG
+    svg: str | None = None  # flamegraph.svg, in the results folder
+    speedscope: str | None = None  # profile.speedscope.json (open it at speedscope.app)
+    segment: int | None = None
+    stage: int | None = None  # 1-based row of stages[]
+    target_rps: float | None = None
+    seconds: float | None = None
+    from_s: float | None = None  # on the segment's run clock
+    to_s: float | None = None
+    samples: int | None = None
+    errors: int | None = None  # samples py-spy could not read (its "Errors:" count)
+    profiles: list[str] = []  # py-spy's profiles: one per process and thread
+    top: list[TopFunction] = []
+    pid: int | None = None
+    command: str | None = None
+    native: bool | None = None
+    rate_hz: int | None = None
+    nonblocking: bool | None = None
+    cpus: list[int] | None = None  # the CPUs py-spy ran on (those the server may not use), None: any
+    log: str | None = None  # py-spy.log
+    error: str | None = None  # why there is no flame graph (or what went wrong while recording)
+
+
 class RunSummary(BaseModel):
     """``summary.json`` of any run (``kind`` ``run``, or ``find`` with the fields of ``FindSummary``)."""
 
@@ -236,6 +294,7 @@ class RunSummary(BaseModel):
     closed_loop: dict[str, Any] | None = None
     observed: Observed | None = None  # None: nothing on the server side was watched
     diagnosis: list[DiagnosisLine] = []
+    flamegraph: Flamegraph | None = None  # None: no flame graph was asked for
 
     @property
     def thresholds_passed(self) -> bool:

@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
+from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.redact import redact_text, secret_values
 from satpoint.servers.demo_model import DEMO_MODELS
@@ -75,6 +76,29 @@ MetricsUrlOpt = Annotated[
     list[str] | None,
     typer.Option("--metrics-url", help="the server's Prometheus endpoint, scraped during every stage (repeatable)"),
 ]
+FlamegraphOpt = Annotated[
+    bool,
+    typer.Option(
+        "--flamegraph",
+        help="record the server with py-spy during one stage's hold: flamegraph.svg, profile.speedscope.json and "
+        "the top functions by own time (needs the server's pid and ptrace permission)",
+    ),
+]
+FlamegraphNativeOpt = Annotated[
+    bool, typer.Option("--flamegraph-native", help="--flamegraph: add C/C++/Cython frames (py-spy --native)")
+]
+FlamegraphRateOpt = Annotated[int, typer.Option("--flamegraph-rate", help="--flamegraph: samples per second")]
+
+
+def flamegraph_options(on: bool, native: bool, rate_hz: int, stage: int | None = None) -> FlamegraphOptions | None:
+    """The --flamegraph* options as library options (None: no flame graph)."""
+    if not on:
+        if stage is not None:
+            raise fail("--flamegraph-stage needs --flamegraph")
+        return None
+    return FlamegraphOptions(native=native, rate_hz=rate_hz, stage=stage)
+
+
 _FILE = {"exists": True, "dir_okay": False, "readable": True}
 CaCertOpt = Annotated[
     Path | None, typer.Option(help="https/grpcs: PEM CA bundle to trust besides the system's", **_FILE)

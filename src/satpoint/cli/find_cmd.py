@@ -16,6 +16,9 @@ from satpoint.cli.common import (
     ClientKeyOpt,
     DemoModelOpt,
     ErrRateOpt,
+    FlamegraphNativeOpt,
+    FlamegraphOpt,
+    FlamegraphRateOpt,
     GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
@@ -33,6 +36,7 @@ from satpoint.cli.common import (
     embedded_model,
     exit_code,
     fail,
+    flamegraph_options,
     guarded,
     interruptible,
     parse_cpus,
@@ -115,6 +119,9 @@ def find(
     client_key: ClientKeyOpt = None,
     server_pid: ServerPidOpt = None,
     metrics_url: MetricsUrlOpt = None,
+    flamegraph: FlamegraphOpt = False,
+    flamegraph_native: FlamegraphNativeOpt = False,
+    flamegraph_rate: FlamegraphRateOpt = 100,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -142,6 +149,7 @@ def find(
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
             grpc_connections=grpc_connections,
         ).validate()
+        flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
         target = server = None
         if managed:
             server = MLServerSettings(
@@ -162,7 +170,8 @@ def find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
                 thresholds=threshold or [], server=server, emit_k8s=emit_k8s, out=out, html=html,
                 on_event=printer, stop=stop, protocol=protocol,
-                observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ())), target_options={
+                observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
+                target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
                     "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
                 },

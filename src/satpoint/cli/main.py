@@ -25,6 +25,9 @@ from satpoint.cli.common import (
     ClientKeyOpt,
     CpusOpt,
     ErrRateOpt,
+    FlamegraphNativeOpt,
+    FlamegraphOpt,
+    FlamegraphRateOpt,
     GrpcConnsOpt,
     GrpcRawOpt,
     HeaderOpt,
@@ -40,6 +43,7 @@ from satpoint.cli.common import (
     err_console,
     exit_code,
     fail,
+    flamegraph_options,
     guarded,
     interruptible,
     parse_cpus,
@@ -104,6 +108,12 @@ def run(
     client_key: ClientKeyOpt = None,
     server_pid: ServerPidOpt = None,
     metrics_url: MetricsUrlOpt = None,
+    flamegraph: FlamegraphOpt = False,
+    flamegraph_stage: Annotated[
+        int | None, typer.Option(help="--flamegraph: the stage (1-based) whose hold py-spy records (default: the last)")
+    ] = None,
+    flamegraph_native: FlamegraphNativeOpt = False,
+    flamegraph_rate: FlamegraphRateOpt = 100,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -114,7 +124,8 @@ def run(
             raise fail("--batch-size must be >= 1")
         target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
-        common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ())).validate()
+        flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
+        common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
@@ -133,6 +144,8 @@ def run(
                 raise fail("--users needs --duration S")
             if procs != 1:
                 raise fail("a closed loop runs in one generator process (--procs 1)")
+            if flamegraph:
+                raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run_closed_loop(
                     target, users, duration, think_ms=think_ms, timeout_s=timeout, drain_s=drain, seed=seed,

@@ -11,6 +11,9 @@ Two files in the results folder, appended while the run goes by the observer pro
 - ``server-metrics.jsonl``: one line per scrape of a Prometheus endpoint: when, why (``start N`` /
   ``end N`` around segment N, ``tick`` in between), and every sample it returned (unknown metrics
   included), or the error.
+- ``server-gpus.csv``: with a local server on a machine where NVML works, one row per GPU per sample:
+  utilisation (% of the last NVML period a kernel ran), memory-controller utilisation, memory used and
+  total (device-wide).
 
 Times are kept on two clocks: ``mono_s`` (``time.monotonic``, which the generator's run clock also
 uses, so samples map exactly onto a segment) and ``unix_s``.
@@ -30,6 +33,16 @@ import numpy.typing as npt
 
 SAMPLES_FILE = "server-samples.csv"
 SCRAPES_FILE = "server-metrics.jsonl"
+GPU_FILE = "server-gpus.csv"
+GPU_COLUMNS: tuple[str, ...] = (
+    "mono_s",
+    "unix_s",
+    "device",
+    "util_percent",
+    "mem_util_percent",
+    "mem_used_bytes",
+    "mem_total_bytes",
+)
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "mono_s",
     "unix_s",
@@ -84,23 +97,20 @@ class Observations:
 
     samples: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
     scrapes: list[Scrape] = field(default_factory=list)
+    #: GPU samples as columns (``GPU_COLUMNS``; one row per device per sample; empty: none)
+    gpus: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     @property
     def n_samples(self) -> int:
         return len(self.samples.get("mono_s", ()))
 
 
-def read_observations(out_dir: Path) -> Observations | None:
-    """The observer's files in ``out_dir`` (None when there are none).  A line cut off mid-write (the
-    run was killed) is skipped."""
-    samples_path, scrapes_path = out_dir / SAMPLES_FILE, out_dir / SCRAPES_FILE
-    if not samples_path.exists() and not scrapes_path.exists():
-        return None
-    obs = Observations()
+def _read_csv(path: Path, columns: tuple[str, ...]) -> dict[str, npt.NDArray[np.float64]]:
+    """A numeric CSV with a header row as columns (missing columns: NaN; cut-off lines skipped)."""
     rows: list[list[float]] = []
-    names: list[str] = list(SAMPLE_COLUMNS)
-    if samples_path.exists():
-        with samples_path.open(newline="") as f:
+    names: list[str] = list(columns)
+    if path.exists():
+        with path.open(newline="") as f:
             for row in csv.reader(f):
                 if row and row[0] == "mono_s":
                     names = row  # the header says which columns this file has
@@ -112,9 +122,20 @@ def read_observations(out_dir: Path) -> Observations | None:
                 except ValueError:
                     continue
     arr = np.array(rows, dtype=np.float64).reshape(-1, len(names))
-    obs.samples = {
-        c: arr[:, names.index(c)].copy() if c in names else np.full(len(arr), np.nan) for c in SAMPLE_COLUMNS
-    }
+    return {c: arr[:, names.index(c)].copy() if c in names else np.full(len(arr), np.nan) for c in columns}
+
+
+def read_observations(out_dir: Path) -> Observations | None:
+    """The observer's files in ``out_dir`` (None when there are none).  A line cut off mid-write (the
+    run was killed) is skipped."""
+    samples_path, scrapes_path = out_dir / SAMPLES_FILE, out_dir / SCRAPES_FILE
+    if not samples_path.exists() and not scrapes_path.exists():
+        return None
+    obs = Observations()
+    obs.samples = _read_csv(samples_path, SAMPLE_COLUMNS)
+    gpu_path = out_dir / GPU_FILE
+    if gpu_path.exists():
+        obs.gpus = _read_csv(gpu_path, GPU_COLUMNS)
     if scrapes_path.exists():
         for line in scrapes_path.read_text(errors="replace").splitlines():
             try:
@@ -135,3 +156,12 @@ def format_sample_row(values: dict[str, float]) -> str:
 
 def samples_header() -> str:
     return ",".join(SAMPLE_COLUMNS) + "\n"
+
+
+def format_gpu_row(values: dict[str, float]) -> str:
+    """One CSV line of ``server-gpus.csv``."""
+    return ",".join(f"{values[c]:.6f}" if c.endswith("_s") else f"{values[c]:.12g}" for c in GPU_COLUMNS) + "\n"
+
+
+def gpus_header() -> str:
+    return ",".join(GPU_COLUMNS) + "\n"

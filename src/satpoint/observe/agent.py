@@ -3,8 +3,11 @@
 Samples the server's process tree every ``sample_interval_s`` and scrapes every metrics URL every
 ``scrape_interval_s``, appending to the results folder's files (``metrics.observed``).  On stdin it
 takes ``mark TAG`` (sample and scrape now, tagged, then answer ``ok`` on stdout: the parent waits for
-it, so a segment's start and end scrapes bracket exactly its requests) and ``quit``.  It exits when
-stdin closes or its parent is gone, so it never outlives the run.
+it, so a segment's start and end scrapes bracket exactly its requests), ``flame JSON`` (start py-spy
+at a given monotonic time for a stage's hold; answers ``ok``), ``flame_stop`` (stop it now if it still
+runs and answer ``ok JSON``: what happened) and ``quit``.  With a local server it also samples every GPU
+NVML sees.  It exits when stdin closes or its parent is gone, so it never outlives the run (nor does
+py-spy: it is stopped first).
 """
 
 from __future__ import annotations
@@ -18,9 +21,20 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from satpoint.metrics.observed import SAMPLES_FILE, SCRAPES_FILE, Scrape, format_sample_row, samples_header
+from satpoint.metrics.observed import (
+    GPU_FILE,
+    SAMPLES_FILE,
+    SCRAPES_FILE,
+    Scrape,
+    format_gpu_row,
+    format_sample_row,
+    gpus_header,
+    samples_header,
+)
+from satpoint.observe.gpu import GpuSampler, open_gpus
 from satpoint.observe.procs import TreeSampler
 from satpoint.observe.prom import scrape
+from satpoint.observe.pyspy import LOG_FILE, PySpyRecording, spare_cpus
 
 SCRAPE_TIMEOUT_S = 1.5
 
@@ -36,11 +50,24 @@ class Agent:
         self.sample_every = float(cfg.get("sample_interval_s", 0.25))
         self.scrape_every = float(cfg.get("scrape_interval_s", 2.0))
         self.parent = int(cfg["parent_pid"])
+        self.server_cpus = [int(c) for c in cpus] if cpus else None
+        self.out_dir = out_dir
         self.samples: IO[str] | None = None
         self.scrapes: IO[str] | None = None
+        self.gpu_file: IO[str] | None = None
+        self.gpu: GpuSampler | None = None
+        #: what the parent is told about GPUs: the devices sampled, or why none is
+        self.gpu_status: dict[str, Any] = {"devices": [], "not_seen": None}
+        self.flame: PySpyRecording | None = None
         if self.sampler is not None:
             self.samples = (out_dir / SAMPLES_FILE).open("w")
             self.samples.write(samples_header())
+            if cfg.get("gpus", True):  # the GPUs of this machine mean something only for a local server
+                self.gpu, why = open_gpus()
+                self.gpu_status = {"devices": self.gpu.devices() if self.gpu else [], "not_seen": why}
+                if self.gpu is not None:
+                    self.gpu_file = (out_dir / GPU_FILE).open("w")
+                    self.gpu_file.write(gpus_header())
         if self.urls:
             self.scrapes = (out_dir / SCRAPES_FILE).open("w")
 
@@ -51,6 +78,11 @@ class Agent:
         if row is not None:
             self.samples.write(format_sample_row(row))
             self.samples.flush()
+        if self.gpu is not None and self.gpu_file is not None:
+            mono, unix = time.monotonic(), time.time()
+            for dev in self.gpu.sample():
+                self.gpu_file.write(format_gpu_row({"mono_s": mono, "unix_s": unix, **dev}))
+            self.gpu_file.flush()
 
     def scrape_all(self, tag: str) -> None:
         if self.scrapes is None:
@@ -72,9 +104,35 @@ class Agent:
         if word == "mark":
             self.sample()
             self.scrape_all(arg or "mark")
-            sys.stdout.write("ok\n")
-            sys.stdout.flush()
+            self.answer("ok")
+        elif word == "flame":
+            self.flame_stop()  # one recording at a time
+            req = json.loads(arg)
+            self.flame = PySpyRecording(
+                command=[str(c) for c in req["command"]],
+                start_at=float(req["start_at_mono"]),
+                duration_s=float(req["duration_s"]),
+                log_path=self.out_dir / LOG_FILE,
+                output=Path(req["output"]),
+                cpus=spare_cpus(self.server_cpus),
+            )
+            self.poll_flame()
+            self.answer("ok")
+        elif word == "flame_stop":
+            self.answer("ok " + json.dumps(self.flame_stop()))
         return True
+
+    def answer(self, text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def poll_flame(self) -> None:
+        if self.flame is not None and self.flame.due(time.monotonic()):
+            self.flame.start()
+
+    def flame_stop(self) -> dict[str, Any]:
+        flame, self.flame = self.flame, None
+        return flame.stop() if flame is not None else {"error": "no flame graph was being recorded"}
 
     def loop(self) -> None:
         sel = selectors.DefaultSelector()
@@ -83,10 +141,10 @@ class Agent:
         now = time.monotonic()
         next_sample, next_scrape = now, now + self.scrape_every
         self.sample()
-        sys.stdout.write("ready\n")
-        sys.stdout.flush()
+        self.answer("ready " + json.dumps({"gpu": self.gpu_status}))
         buf = b""
         while os.getppid() == self.parent:
+            self.poll_flame()
             now = time.monotonic()
             if self.sampler is not None and now >= next_sample:
                 self.sample()
@@ -97,6 +155,8 @@ class Agent:
             due = [next_scrape] if self.urls else []
             if self.sampler is not None:
                 due.append(next_sample)
+            if self.flame is not None and self.flame.started_mono is None:
+                due.append(self.flame.start_at)
             wait = min([*due, now + 0.5]) - time.monotonic()
             if not sel.select(max(0.0, min(wait, 0.5))):
                 continue
@@ -110,7 +170,10 @@ class Agent:
                     return
 
     def close(self) -> None:
-        for f in (self.samples, self.scrapes):
+        self.flame_stop()  # never leave py-spy running
+        if self.gpu is not None:
+            self.gpu.close()
+        for f in (self.samples, self.scrapes, self.gpu_file):
             if f is not None:
                 f.close()
 

@@ -18,6 +18,7 @@ from satpoint.redact import redact_url
 
 START_TIMEOUT_S = 15.0
 MARK_TIMEOUT_S = 8.0  # a mark scrapes every endpoint (1.5 s timeout each) once
+FLAME_STOP_TIMEOUT_S = 30.0  # py-spy writes its file when stopped (STOP_TIMEOUT_S, then it is killed)
 LOG_FILE = "observer.log"
 
 NO_PIDS = (
@@ -40,6 +41,7 @@ class Observer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._cores: dict[str, Any] = {}
+        self._gpu: dict[str, Any] = {}
 
     @property
     def running(self) -> bool:
@@ -74,9 +76,15 @@ class Observer:
             close_fds=True,
             bufsize=0,
         )
-        if self._read_line(START_TIMEOUT_S) != "ready":
+        line = self._read_line(START_TIMEOUT_S) or ""
+        if line.split(" ", 1)[0] != "ready":
             self.problems.append("the observer process did not start: nothing was seen of the server")
             self.stop()
+            return self
+        try:
+            self._gpu = dict(json.loads(line.split(" ", 1)[1]).get("gpu") or {})
+        except (IndexError, ValueError, AttributeError):
+            self._gpu = {}
         return self
 
     def _read_line(self, timeout_s: float) -> str | None:
@@ -101,6 +109,32 @@ class Observer:
         if self._read_line(MARK_TIMEOUT_S) != "ok":
             self.problems.append(f"the observer did not answer the mark {tag!r} in {MARK_TIMEOUT_S:g} s")
 
+    def flame_start(self, request: dict[str, Any]) -> bool:
+        """Ask the observer to run py-spy (``request``: ``command``, ``start_at_mono``, ``duration_s``,
+        ``output``); False when there is no observer to ask."""
+        return self._ask("flame " + json.dumps(request), MARK_TIMEOUT_S) == "ok"
+
+    def flame_stop(self) -> dict[str, Any]:
+        """Stop the recording (if it still runs) and return what happened (``PySpyRecording.stop``)."""
+        line = self._ask("flame_stop", FLAME_STOP_TIMEOUT_S)
+        if line is None or not line.startswith("ok "):
+            return {"error": "the observer process did not answer: the flame graph was not recorded"}
+        try:
+            return dict(json.loads(line[3:]))
+        except ValueError:
+            return {"error": f"the observer's answer could not be read: {line[:200]!r}"}
+
+    def _ask(self, command: str, timeout_s: float) -> str | None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.poll() is not None:
+            return None
+        try:
+            proc.stdin.write(command.encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            return None
+        return self._read_line(timeout_s)
+
     def describe(self) -> dict[str, Any]:
         """The header's ``observe`` block: what was watched, the server's allowed cores, what was not seen."""
         opts = self.options
@@ -109,6 +143,9 @@ class Observer:
             not_seen.append(NO_PIDS)
         if not opts.metrics_urls:
             not_seen.append(NO_METRICS)
+        gpu_why = self._gpu.get("not_seen")
+        if isinstance(gpu_why, str) and gpu_why:
+            not_seen.append(gpu_why)
         return {
             "server_pids": list(opts.server_pids),
             "metrics_urls": [redact_url(u) for u in opts.metrics_urls],
@@ -117,6 +154,7 @@ class Observer:
             **self._cores,
             "samples_file": SAMPLES_FILE if opts.server_pids else None,
             "scrapes_file": SCRAPES_FILE if opts.metrics_urls else None,
+            "gpus": list(self._gpu.get("devices") or []),
             "not_seen": not_seen,
             "problems": list(self.problems),
         }

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from satpoint.analysis.flamegraph import SVG_FILE
 from satpoint.analysis.summary import build_summary
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import intervals
@@ -67,9 +68,23 @@ def write_summary(out_dir: Path, results: Results) -> dict[str, Any]:
     return summary
 
 
+def write_flamegraph(out_dir: Path, summary: dict[str, Any]) -> Path | None:
+    """flamegraph.svg, drawn from the speedscope recording the summary names (None: there is none)."""
+    from satpoint.reports.flamegraph_svg import write_flamegraph_svg
+
+    fg = summary.get("flamegraph") or {}
+    name = fg.get("speedscope")
+    if not name or not (out_dir / name).exists():
+        return None
+    stage = f"stage {fg.get('stage')}, " if fg.get("stage") else ""
+    title = f"py-spy flame graph of pid {fg.get('pid')} and its children ({stage}{fg.get('target_rps') or 0:.1f} rps)"
+    return write_flamegraph_svg(out_dir / name, out_dir / SVG_FILE, title)
+
+
 def write_all(out_dir: Path, results: Results, html: bool = True) -> dict[str, Any]:
     summary = write_summary(out_dir, results)
     write_intervals(out_dir, results)
+    write_flamegraph(out_dir, summary)
     if html:
         try:
             from satpoint.reports.html import write_report

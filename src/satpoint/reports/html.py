@@ -16,7 +16,8 @@ from plotly.offline import get_plotlyjs
 
 from satpoint.redact import redact_url
 from satpoint.reports.html_data import MAX_POINTS, FolderData, folder_labels, load_folder
-from satpoint.reports.html_plots import PLOTS, folder_colour
+from satpoint.reports.html_plots import folder_colour, plots_for
+from satpoint.reports.html_server import server_section
 from satpoint.reports.html_tables import (
     esc,
     fmt_time,
@@ -152,14 +153,29 @@ def _subtitle(folders: list[FolderData]) -> str:
     return f'<div class="sub">{"".join(parts)}</div>'
 
 
-def render_report(folders: list[FolderData]) -> str:
-    """The whole page as one string."""
+def _flamegraph_link(f: FolderData, report_dir: Path | None) -> str | None:
+    """The flame graph's SVG relative to the report (None: there is none)."""
+    fg = f.summary.get("flamegraph") or {}
+    svg = str(fg.get("svg") or "")
+    if not svg or not (f.path / svg).exists():
+        return None
+    target = (f.path / svg).resolve()
+    if report_dir is None:
+        return target.as_uri()
+    return Path(os.path.relpath(target, report_dir.resolve())).as_posix()
+
+
+def render_report(folders: list[FolderData], report_dir: Path | None = None) -> str:
+    """The whole page as one string (``report_dir``: where it will be written, for relative links)."""
     if not folders:
         raise ValueError("a report needs at least one results folder")
     many = len(folders) > 1
     title = _title(folders)
     has_find = any(f.kind == "find" for f in folders)
+    has_server = any(f.summary.get("observed") or f.summary.get("flamegraph") for f in folders)
     nav = ['<a href="#summary">summary</a>', '<a href="#plots">plots</a>', '<a href="#stages">stages</a>']
+    if has_server:
+        nav.append('<a href="#server">server</a>')
     if has_find:
         nav.append('<a href="#latency-at">latency at load</a>')
     nav.append('<a href="#details">configuration</a>')
@@ -185,13 +201,21 @@ def render_report(folders: list[FolderData]) -> str:
         "steady window (the hold after its settle time).</p>",
         '<h2 id="plots">Plots</h2>',
     ]
-    for p in PLOTS:
+    for p in plots_for(folders):
         out.append(f'<div class="plot" data-title="{esc(p.title)}">{_figure_html(p.build(folders), p.div_id)}</div>')
     out.append('<h2 id="stages">Stages</h2>')
     for f in folders:
         if many:
             out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
         out.append(f'<div class="scroll">{stage_table(f)}</div>')
+    if has_server:
+        out.append('<h2 id="server">Inside the server</h2>')
+        for f in folders:
+            if not (f.summary.get("observed") or f.summary.get("flamegraph")):
+                continue
+            if many:
+                out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
+            out.append(server_section(f, _flamegraph_link(f, report_dir)))
     if has_find:
         out.append('<h2 id="latency-at">Latency at fractions of the saturation point</h2>')
         for f in folders:
@@ -226,8 +250,8 @@ def write_report(dirs: list[Path], out: Path) -> Path:
     """Write one self-contained report.html for ``dirs`` (several folders are overlaid) and return its path."""
     if not dirs:
         raise ValueError("write_report needs at least one results folder")
-    page = render_report(load_folders([Path(d) for d in dirs]))
     out = Path(out)
+    page = render_report(load_folders([Path(d) for d in dirs]), out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(page, encoding="utf-8")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.analysis.server_side import run_clock
 from satpoint.analysis.summary import build_summary
 from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
 from satpoint.metrics.results import Results, Segment, load_results
@@ -69,6 +70,16 @@ class Spectrum:
 
 
 @dataclass
+class ServerSeries:
+    """The server's process tree over the laid-out timeline (between segments: a gap)."""
+
+    t: list[float | None] = field(default_factory=list)  # interval mid-points
+    cores: list[float | None] = field(default_factory=list)  # ΔCPU seconds / Δwall over the interval
+    rss_mb: list[float | None] = field(default_factory=list)
+    allowed_cores: float | None = None
+
+
+@dataclass
 class FolderData:
     path: Path
     label: str
@@ -79,6 +90,7 @@ class FolderData:
     bands: list[Band]
     series: Series
     spectra: list[Spectrum]
+    server: ServerSeries | None = None
 
     @property
     def header(self) -> dict[str, Any]:
@@ -284,6 +296,44 @@ def build_spectra(results: Results, stages: list[dict[str, Any]]) -> list[Spectr
     return out
 
 
+def build_server_series(
+    results: Results, offsets: dict[int, float], max_points: int = 2 * MAX_POINTS
+) -> ServerSeries | None:
+    """CPU cores and RSS of the server's process tree per sample interval, placed on the report's
+    timeline segment by segment (None: fewer than two samples).  Long runs use every k-th sample, so
+    an interval's cores are still exact (ΔCPU / Δwall over the wider interval)."""
+    obs = results.observed
+    if obs is None or obs.n_samples < 2:
+        return None
+    s = obs.samples
+    k = max(1, math.ceil(obs.n_samples / max_points))
+    idx = np.arange(0, obs.n_samples, k)
+    mono, unix = s["mono_s"][idx], s["unix_s"][idx]
+    cpu = s["cpu_user_s"][idx] + s["cpu_system_s"][idx]
+    dt = np.diff(mono)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cores = np.where(dt > 0, np.diff(cpu) / dt, np.nan)
+    mid_mono, mid_unix = 0.5 * (mono[1:] + mono[:-1]), 0.5 * (unix[1:] + unix[:-1])
+    rss = s["rss_bytes"][idx][1:] / 2**20
+    head = results.header.get("observe") or {}
+    allowed = head.get("allowed_cores")
+    out = ServerSeries(allowed_cores=float(allowed) if isinstance(allowed, (int, float)) else None)
+    for seg in results.segments:
+        t = run_clock(seg, mid_mono, mid_unix)
+        sel = np.flatnonzero((t >= 0) & (t <= _data_end(seg)))
+        if not len(sel):
+            continue
+        if out.t:
+            out.t.append(None)
+            out.cores.append(None)
+            out.rss_mb.append(None)
+        off = offsets[seg.index]
+        out.t.extend(_r(float(off + t[i]), 6) for i in sel)
+        out.cores.extend(_r(float(cores[i])) for i in sel)
+        out.rss_mb.extend(_r(float(rss[i])) for i in sel)
+    return out if out.t else None
+
+
 def folder_labels(dirs: list[Path]) -> list[str]:
     """Folder names as legend labels; parents are added only to tell equal names apart."""
     resolved = [d.resolve() for d in dirs]
@@ -308,4 +358,5 @@ def load_folder(path: Path, label: str, colour: str, max_points: int = MAX_POINT
         bands=build_bands(results.segments, offsets),
         series=build_series(results.segments, offsets, max_points),
         spectra=build_spectra(results, summary["stages"]),
+        server=build_server_series(results, offsets),
     )

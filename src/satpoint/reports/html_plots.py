@@ -1,4 +1,10 @@
-"""The report's plotly figures, one function per plot; every folder is one trace group."""
+"""The report's plotly figures, one function per plot; every folder is one trace group.
+
+Why this module is long: each plot is one self-contained function (traces, axes, hover text) and they
+share the styling helpers at the top (axes, layout, stage bands, verdict colours); the server's plots
+(CPU and memory over time, server vs client per stage) and the phase series of a ``find`` joined them,
+and splitting the plots from the helpers they all use would only scatter one page's look.
+"""
 
 from __future__ import annotations
 
@@ -35,11 +41,31 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-ser
 GRID = "#e3e6ea"
 
 
+def _always(_: list[FolderData]) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Plot:
     div_id: str
     title: str
     build: Callable[[list[FolderData]], go.Figure]
+    #: whether the plot has anything to draw for these folders (server plots need server data)
+    show: Callable[[list[FolderData]], bool] = _always
+
+
+#: the search's phases (segment purposes) in the order they happen; each is its own series in the plots
+#: against the offered rate, so the staircase, the refinement, the confirmation, the latency profile
+#: and the flame graph's stage do not zig-zag across each other.  Lines join only monotonic sequences.
+PHASES: dict[str, tuple[str, bool]] = {  # purpose -> (marker symbol, joined by a line)
+    "run": ("circle", True),
+    "staircase": ("circle", True),
+    "refine": ("diamond", False),
+    "confirm": ("square", False),
+    "profile": ("triangle-up", True),
+    "flamegraph": ("star", False),
+    "closed_loop": ("circle", True),
+}
 
 
 def folder_colour(i: int) -> str:
@@ -113,6 +139,44 @@ def _sorted_stages(f: FolderData) -> list[tuple[int, dict[str, Any]]]:
     return sorted(stages, key=lambda ns: (ns[1]["offered_rps"], ns[0]))
 
 
+@dataclass(frozen=True)
+class PhaseSeries:
+    """The stages of one phase (segment purpose; with ``find --repeats``, of one search) of a folder."""
+
+    name: str
+    symbol: str
+    line: bool
+    stages: list[tuple[int, dict[str, Any]]]  # (1-based stage number, stage document), in rate order
+
+
+def phase_series(f: FolderData) -> list[PhaseSeries]:
+    """A folder's stages split by phase, each in offered-rate order; phases in the order of ``PHASES``."""
+    segs = {s.index: s for s in f.results.segments}
+    repeats = len({s.repeat for s in f.results.segments}) > 1
+    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+    for n, st in _sorted_stages(f):
+        seg = segs.get(int(st.get("segment", -1)))
+        purpose = seg.purpose if seg is not None else "run"
+        repeat = seg.repeat if seg is not None and repeats and purpose in ("staircase", "refine", "confirm") else 0
+        groups.setdefault((purpose, repeat), []).append((n, st))
+    order = list(PHASES)
+
+    def rank(key: tuple[str, int]) -> tuple[int, str, int]:
+        return (order.index(key[0]) if key[0] in order else len(order), key[0], key[1])
+
+    out = []
+    for key in sorted(groups, key=rank):
+        purpose, repeat = key
+        symbol, line = PHASES.get(purpose, ("circle", False))
+        name = (
+            purpose
+            if not repeat and not (repeats and purpose in ("staircase", "refine", "confirm"))
+            else (f"{purpose} (search {repeat + 1})")
+        )
+        out.append(PhaseSeries(name, symbol, line, groups[key]))
+    return out
+
+
 def _verdict_legend(fig: go.Figure, folders: list[FolderData], **subplot: Any) -> None:
     seen = sorted({str(s.get("verdict", "")) for f in folders for s in f.summary.get("stages", [])})
     for v in seen:
@@ -148,28 +212,33 @@ def _saturation_lines(fig: go.Figure, folders: list[FolderData]) -> None:
 def throughput_vs_offered(folders: list[FolderData]) -> go.Figure:
     fig = go.Figure()
     top = 0.0
+    many = len(folders) > 1
     for f in folders:
-        st = _sorted_stages(f)
-        xs = [s["offered_rps"] for _, s in st]
-        ys = [s["throughput_rps"] for _, s in st]
-        top = max([top, *xs, *ys])
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                name=f.label if len(folders) > 1 else "achieved throughput",
-                legendgroup=f.label,
-                line={"color": f.colour, "width": 2},
-                marker={
-                    "size": 10,
-                    "color": [verdict_colour(str(s.get("verdict", ""))) for _, s in st],
-                    "line": {"color": f.colour, "width": 2},
-                },
-                hovertext=[_stage_hover(f, n, s) for n, s in st],
-                hovertemplate="%{hovertext}<br>offered %{x:.1f}/s<br>throughput %{y:.1f}/s<extra></extra>",
+        phases = phase_series(f)
+        for ph in phases:
+            st = ph.stages
+            xs = [s["offered_rps"] for _, s in st]
+            ys = [s["throughput_rps"] for _, s in st]
+            top = max([top, *xs, *ys])
+            what = "achieved throughput" if len(phases) == 1 else ph.name
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers" if ph.line else "markers",
+                    name=_name(f, what, many) if len(phases) > 1 or not many else f.label,
+                    legendgroup=f.label,
+                    line={"color": f.colour, "width": 2},
+                    marker={
+                        "size": 11 if ph.symbol == "star" else 10,
+                        "symbol": ph.symbol,
+                        "color": [verdict_colour(str(s.get("verdict", ""))) for _, s in st],
+                        "line": {"color": f.colour, "width": 2},
+                    },
+                    hovertext=[_stage_hover(f, n, s) for n, s in st],
+                    hovertemplate="%{hovertext}<br>offered %{x:.1f}/s<br>throughput %{y:.1f}/s<extra></extra>",
+                )
             )
-        )
     top = top * 1.05 or 1.0
     fig.add_trace(
         go.Scatter(
@@ -195,28 +264,32 @@ def latency_vs_offered(folders: list[FolderData]) -> go.Figure:
     fig = go.Figure()
     many = len(folders) > 1
     for f in folders:
-        st = _sorted_stages(f)
-        xs = [s["offered_rps"] for _, s in st]
-        hover = [_stage_hover(f, n, s) for n, s in st]
-        for pct, (colour, dash) in PCT_STYLE.items():
-            line_colour = f.colour if many else colour
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=[s["latency_ms"].get(pct) for _, s in st],
-                    mode="lines+markers",
-                    name=_name(f, f"latency {pct}", many),
-                    legendgroup=f.label,
-                    line={"color": line_colour, "dash": dash, "width": 2},
-                    marker={
-                        "size": 9,
-                        "color": [verdict_colour(str(s.get("verdict", ""))) for _, s in st],
-                        "line": {"color": line_colour, "width": 1.5},
-                    },
-                    hovertext=hover,
-                    hovertemplate=f"%{{hovertext}}<br>offered %{{x:.1f}}/s<br>{pct} %{{y:.3g}} ms<extra></extra>",
+        phases = phase_series(f)
+        for ph in phases:
+            st = ph.stages
+            xs = [s["offered_rps"] for _, s in st]
+            hover = [_stage_hover(f, n, s) for n, s in st]
+            for pct, (colour, dash) in PCT_STYLE.items():
+                line_colour = f.colour if many else colour
+                what = f"latency {pct}" if len(phases) == 1 else f"{pct} · {ph.name}"
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=[s["latency_ms"].get(pct) for _, s in st],
+                        mode="lines+markers" if ph.line else "markers",
+                        name=_name(f, what, many),
+                        legendgroup=f"{f.label} {ph.name}",
+                        line={"color": line_colour, "dash": dash, "width": 2},
+                        marker={
+                            "size": 9,
+                            "symbol": ph.symbol,
+                            "color": [verdict_colour(str(s.get("verdict", ""))) for _, s in st],
+                            "line": {"color": line_colour, "width": 1.5},
+                        },
+                        hovertext=hover,
+                        hovertemplate=f"%{{hovertext}}<br>offered %{{x:.1f}}/s<br>{pct} %{{y:.3g}} ms<extra></extra>",
+                    )
                 )
-            )
     _verdict_legend(fig, folders)
     _saturation_lines(fig, folders)
     return _layout(
@@ -486,6 +559,158 @@ def errors_over_time(folders: list[FolderData]) -> go.Figure:
     )
 
 
+def _has_server_samples(folders: list[FolderData]) -> bool:
+    return any(f.server is not None for f in folders)
+
+
+def server_over_time(folders: list[FolderData]) -> go.Figure:
+    """The server's CPU (cores) and RSS over time, with the stage bands."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    many = len(folders) > 1
+    for f in folders:
+        srv = f.server
+        if srv is None:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=srv.t,
+                y=srv.cores,
+                mode="lines",
+                name=_name(f, "server CPU (cores)", many),
+                legendgroup=f.label,
+                line={"color": f.colour if many else "#d62728", "width": 1.4},
+                hovertemplate=f"t=%{{x:.1f}} s<br>%{{y:.2f}} cores<extra>{f.label}</extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        if srv.allowed_cores:
+            fig.add_trace(
+                go.Scatter(
+                    x=[0, _time_range(folders)[1]],
+                    y=[srv.allowed_cores, srv.allowed_cores],
+                    mode="lines",
+                    name=_name(f, f"cores allowed ({srv.allowed_cores:g})", many),
+                    legendgroup=f.label,
+                    line={"color": f.colour if many else "#555", "dash": "dash", "width": 1},
+                    hoverinfo="skip",
+                ),
+                row=1,
+                col=1,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=srv.t,
+                y=srv.rss_mb,
+                mode="lines",
+                name=_name(f, "server RSS (MB)", many),
+                legendgroup=f.label,
+                line={"color": f.colour if many else "#1f77b4", "width": 1.6},
+                hovertemplate=f"t=%{{x:.1f}} s<br>RSS %{{y:.1f}} MB<extra>{f.label}</extra>",
+            ),
+            row=2,
+            col=1,
+        )
+    _stage_bands(fig, folders)
+    fig = _layout(fig, "Server CPU and memory over time (its whole process tree, psutil)", height=560)
+    fig.update_layout(margin={"t": 90})
+    fig.update_xaxes(_axis(""), range=_time_range(folders))
+    fig.update_xaxes(title_text=_time_note(folders), row=2, col=1)
+    fig.update_yaxes(_axis("CPU (cores)"), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(_axis("RSS (MB)"), rangemode="tozero", row=2, col=1)
+    return fig
+
+
+def _server_block(s: dict[str, Any]) -> dict[str, Any]:
+    """The first server_metrics block of a stage that understood its endpoint (or {})."""
+    return next((b for b in s.get("server_metrics") or [] if b.get("source")), {})
+
+
+def _has_server_metrics(folders: list[FolderData]) -> bool:
+    return any(_server_block(s) for f in folders for s in f.summary.get("stages", []))
+
+
+#: per-stage server-side figures against the client's: (key, label, dash, symbol); None keys are client's
+SERVER_LATENCIES = (
+    ("handler_mean_ms", "server: REST/gRPC handler mean", "solid", "diamond"),
+    ("mean_latency_ms", "server: inference mean", "dot", "square"),
+    ("queue_ms", "server: queue mean", "dash", "triangle-up"),
+    ("compute_ms", "server: compute mean", "dashdot", "triangle-down"),
+)
+
+
+def server_vs_client(folders: list[FolderData]) -> go.Figure:
+    """Per stage: requests per second the server counted vs answers the client got, and the server's own
+    latency (handler, inference, queue vs compute where it exposes them) vs the client's service time."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1)
+    many = len(folders) > 1
+    for f in folders:
+        stages = [(n, s) for n, s in enumerate(f.summary.get("stages", []), start=1) if _server_block(s)]
+        if not stages:
+            continue
+        xs = [n for n, _ in stages]
+        hover = [_stage_hover(f, n, s) for n, s in stages]
+        for what, ys, colour, symbol in (
+            ("client: OK answers/s", [s["throughput_rps"] for _, s in stages], "#2ca02c", "circle"),
+            ("server: requests counted/s", [_server_block(s).get("rps") for _, s in stages], "#9467bd", "x"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="markers",
+                    name=_name(f, what, many),
+                    legendgroup=f.label,
+                    marker={"size": 10, "symbol": symbol, "color": f.colour if many else colour},
+                    hovertext=hover,
+                    hovertemplate="%{hovertext}<br>" + what + " %{y:.1f}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+        client = [s.get("service_ms", {}).get("p50") for _, s in stages]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=client,
+                mode="lines+markers",
+                name=_name(f, "client: service time p50", many),
+                legendgroup=f.label,
+                line={"color": f.colour if many else "#2ca02c", "width": 1.5},
+                marker={"size": 8},
+                hovertext=hover,
+                hovertemplate="%{hovertext}<br>client service p50 %{y:.3g} ms<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+        for key, label, dash, symbol in SERVER_LATENCIES:
+            ys = [_server_block(s).get(key) for _, s in stages]
+            if all(y is None for y in ys):
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers",
+                    name=_name(f, label, many),
+                    legendgroup=f.label,
+                    line={"color": f.colour if many else "#9467bd", "dash": dash, "width": 1.5},
+                    marker={"size": 8, "symbol": symbol},
+                    hovertext=hover,
+                    hovertemplate="%{hovertext}<br>" + label + " %{y:.3g} ms<extra></extra>",
+                ),
+                row=2,
+                col=1,
+            )
+    fig = _layout(fig, "Server-side vs client-side, per stage (steady windows; the server's own metrics)", height=560)
+    fig.update_xaxes(_axis(""), dtick=1)
+    fig.update_xaxes(title_text="stage (as numbered in the stage table)", row=2, col=1)
+    fig.update_yaxes(_axis("requests/s"), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(_log_ms_axis("latency (ms, log)"), row=2, col=1)
+    return fig
+
+
 PLOTS = [
     Plot("plot-throughput", "Throughput vs offered rate", throughput_vs_offered),
     Plot("plot-latency", "Latency vs offered rate", latency_vs_offered),
@@ -493,4 +718,11 @@ PLOTS = [
     Plot("plot-spectrum", "Latency percentile spectrum", latency_spectrum),
     Plot("plot-send-lag", "Send lag over time", send_lag_over_time),
     Plot("plot-errors", "Errors over time", errors_over_time),
+    Plot("plot-server", "Server CPU and memory over time", server_over_time, _has_server_samples),
+    Plot("plot-server-vs-client", "Server-side vs client-side per stage", server_vs_client, _has_server_metrics),
 ]
+
+
+def plots_for(folders: list[FolderData]) -> list[Plot]:
+    """The plots these folders have something to draw in (the server's only when it was watched)."""
+    return [p for p in PLOTS if p.show(folders)]

@@ -72,3 +72,35 @@ def print_server(console: Console, summary: dict[str, Any]) -> None:
 def print_diagnosis(console: Console, summary: dict[str, Any]) -> None:
     for d in summary.get("diagnosis") or []:
         console.print(f"[bold cyan]diagnosis:[/] {escape(d['text'])}")
+
+
+def print_flamegraph(console: Console, summary: dict[str, Any], out_dir: str) -> None:
+    """Where the flame graph is and the functions with the most own time (or why there is none)."""
+    fg = summary.get("flamegraph")
+    if not fg:
+        return
+    if not fg.get("speedscope"):
+        console.print(f"[yellow]flame graph: none[/] ({escape(str(fg.get('error') or 'not recorded'))})")
+        return
+    where = f"stage {fg['stage']}, " if fg.get("stage") else ""
+    console.print(
+        f"[bold]flame graph:[/] {escape(out_dir)}/{fg.get('svg')} ({where}{fg.get('target_rps') or 0:.1f} rps, "
+        f"{fg.get('seconds') or 0:.1f} s, {fg.get('samples') or 0} samples; speedscope: {fg['speedscope']})"
+    )
+    if fg.get("error"):
+        console.print(f"[yellow]flame graph:[/] {escape(str(fg['error']))}")
+    top = fg.get("top") or []
+    if top:
+        t = Table(title="top functions by own time (py-spy samples in which the function itself ran)")
+        for col in ("own", "on stack", "function", "where"):
+            t.add_column(col, justify="right" if col in ("own", "on stack") else "left")
+        for f in top:
+            where_f = f"{f.get('file') or '?'}:{f.get('line')}" if f.get("line") is not None else f.get("file") or "?"
+            total = f.get("total_fraction")
+            t.add_row(
+                f"{f['own_fraction']:.1%}",
+                f"{total:.1%}" if isinstance(total, (int, float)) else "-",
+                escape(str(f["function"])),
+                escape(str(where_f)),
+            )
+        console.print(t)

@@ -15,7 +15,7 @@ from rich.text import Text
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.plan import RateCurve, Stage, StageSpan, spans
 from satpoint.redact import redact_url
-from satpoint.reports.server_terminal import print_diagnosis, print_server
+from satpoint.reports.server_terminal import print_diagnosis, print_flamegraph, print_server
 
 VERDICT_STYLE = {
     "stable": "green",
@@ -141,6 +141,7 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
         for r in s.get("reasons", []):
             console.print(f"  stage {summary['stages'].index(s) + 1}: {r}")
     print_server(console, summary)
+    print_flamegraph(console, summary, out_dir)
     if summary.get("kind") != "find":  # find prints it with its answer
         print_diagnosis(console, summary)
     gen = summary.get("generator", {})
