@@ -11,18 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
-from satpoint.reports.html import CSS, HEAD_JS, PLOT_CONFIG, TAIL_JS
+from satpoint.reports.html import REPORT_ERRORS_BOX, figure_html, page_head, page_tail
 from satpoint.reports.html_tables import esc, fmt_time, table
 from satpoint.reports.sweep import median_range, scaling_text, sorted_rows
 
 FRONT_COLOUR = "#b42318"
 POINT_COLOUR = "#0969da"
-
-
-def _fig_html(fig: go.Figure, div_id: str) -> str:
-    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG))
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, **kw: Any) -> go.Figure:
@@ -234,19 +229,10 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
     plots.append(("sweep-latency", low_load_plot(doc)))
     title = f"satpoint sweep: {' · '.join(doc['config']['sets'])}"
     out: Sequence[str] = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title>",
-        f"<style>{CSS}</style>",
-        f"<script>{HEAD_JS}</script>",
-        f'<script type="text/javascript">{get_plotlyjs()}</script>',
-        "</head><body><main>",
-        f"<h1>{esc(title)}</h1>",
+        *page_head(title),
         f'<div class="sub">server {esc(doc["config"]["server"]["kind"])} · objective {esc(doc["objective"])} · '
         f"created {fmt_time(doc.get('created_unix'))}</div>",
-        '<div class="report-errors" id="report-errors"><h2>The report could not draw everything</h2>'
-        '<ul id="report-errors-list"></ul></div>',
+        REPORT_ERRORS_BOX,
         "<h2>Recommendation</h2>",
         "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in doc.get("recommendation") or []) + "</ul>",
         *([f'<p class="muted">the sweep stopped early: {esc(doc["stopped"])}</p>'] if doc.get("stopped") else []),
@@ -255,12 +241,10 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
         "has both a higher saturation and a lower p99 at 85 % of saturation); ≥ = a lower bound.</p>",
         f'<div class="scroll">{_table_html(doc)}</div>',
         "<h2>Plots</h2>",
-        *(f'<div class="plot">{_fig_html(fig, div)}</div>' for div, fig in plots),
+        *(f'<div class="plot">{figure_html(fig, div)}</div>' for div, fig in plots),
         "<h2>Measurements</h2>",
         f'<div class="scroll">{_measurements_html(doc)}</div>',
-        "</main>",
-        f"<script>{TAIL_JS}</script>",
-        "</body></html>",
+        page_tail(),
     ]
     return "\n".join(out)
 
