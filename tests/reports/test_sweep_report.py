@@ -119,3 +119,18 @@ def test_sweep_report_draws_in_a_browser(rendered_sweep: Any) -> None:
     assert int(r.dom["plots"]) == int(r.dom["drawn"]) == 3
     assert len(re.findall(r'class="main-svg"', r.stdout)) >= 3
     assert r.console == []
+
+
+def test_report_rewrites_the_files_and_moves_nothing(tmp_path: Path) -> None:
+    """`sweep --report DIR` reads: a measurement cut off while running keeps its status and its folder."""
+    from satpoint.experiments.sweep import SWEEP_FILE, rewrite_sweep
+
+    doc = make_doc()
+    doc["measurements"][-1]["status"] = "running"
+    cut = tmp_path / doc["measurements"][-1]["dir"]
+    cut.mkdir(parents=True)
+    (tmp_path / SWEEP_FILE).write_text(json.dumps(doc))
+    out = rewrite_sweep(tmp_path)
+    assert cut.is_dir() and [p.name for p in cut.parent.iterdir()] == ["m2"]
+    assert out["measurements"][-1]["status"] == "running" and "resumed" not in out
+    assert (tmp_path / "sweep.csv").is_file() and (tmp_path / "report.html").is_file()

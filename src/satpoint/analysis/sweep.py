@@ -259,7 +259,7 @@ def _score(row: Mapping[str, Any], objective: Objective) -> tuple[float, float, 
         s = row["saturation_rps"]
         if s is None:
             return None
-        lo, hi = (row["bracket_rps"] or [s["min"], s["max"]])[0], (row["bracket_rps"] or [s["min"], s["max"]])[1]
+        lo, hi = row["bracket_rps"] or (s["min"], s["max"])
         return s["median"], lo, hi
     if objective == "per_core":
         s = row["rps_per_core"]

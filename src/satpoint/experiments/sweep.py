@@ -189,42 +189,44 @@ class SweepState:
         self.out_dir = out_dir
         self.cfg = cfg
         self.points = points
-        self.doc: dict[str, Any] = doc or {
-            "sweep_version": SWEEP_VERSION,
-            "kind": "sweep",
-            "created_unix": time.time(),
-            "config": cfg.to_dict(),
-            "grid": [p.to_dict() for p in points],
-            "measurements": [],
-        }
-        self.doc["config"] = cfg.to_dict()
-        self.doc["grid"] = [p.to_dict() for p in points]
+        if doc is None:
+            doc = {"sweep_version": SWEEP_VERSION, "kind": "sweep", "created_unix": time.time()}
+        doc["config"] = cfg.to_dict()
+        doc["grid"] = [p.to_dict() for p in points]
+        doc.setdefault("measurements", [])
+        self.doc: dict[str, Any] = doc
 
     @classmethod
-    def resume(cls, out_dir: Path, headers: tuple[tuple[str, str], ...] = ()) -> SweepState:
+    def open(cls, out_dir: Path, headers: tuple[tuple[str, str], ...] = (), *, purpose: str = "--resume") -> SweepState:
+        """The sweep in ``out_dir`` as recorded, finished measurements' figures recomputed; changes nothing
+        on disk. ``purpose`` names the option in error messages."""
         path = out_dir / SWEEP_FILE
         if not path.is_file():
-            raise SatpointError(f"--resume: {path} does not exist")
+            raise SatpointError(f"{purpose}: {path} does not exist")
         try:
             doc = json.loads(path.read_text())
         except ValueError as e:
-            raise SatpointError(f"--resume: {path} is not valid JSON ({e})") from None
+            raise SatpointError(f"{purpose}: {path} is not valid JSON ({e})") from None
         cfg = SweepConfig.from_dict(doc["config"], headers).validate()
         state = cls(out_dir, cfg, cfg.points(), doc)
-        # a measurement that was running when the sweep stopped is measured again: move its folder aside
+        state.refigure()
+        return state
+
+    @classmethod
+    def resume(cls, out_dir: Path, headers: tuple[tuple[str, str], ...] = ()) -> SweepState:
+        """The sweep in ``out_dir``, ready to continue: a measurement that was running when it stopped is
+        measured again (its folder moved aside, its rows kept there)."""
+        state = cls.open(out_dir, headers)
+        doc = state.doc
         kept = []
-        for m in doc.get("measurements", []):
+        for m in doc["measurements"]:
             if m.get("status") == "done":
                 kept.append(m)
-                continue
-            folder = out_dir / m["dir"]
-            if folder.exists():
-                aside = folder.with_name(folder.name + f"-cut-{int(time.time())}")
-                shutil.move(str(folder), str(aside))
+            else:
+                move_aside(out_dir / m["dir"])
         doc["measurements"] = kept
         doc.pop("stopped", None)
         doc.setdefault("resumed", []).append(time.time())
-        state.refigure()
         return state
 
     def refigure(self) -> None:
@@ -272,14 +274,11 @@ def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[st
         batch = int(p.values.get("batch", cfg.server.batch))
         rows.append(aggregate(PointInput(p.id, p.label, p.values, cores, batch, ms)))
     add_scaling(rows, workers_use_cores=cfg.server.kind != "sim")
-    objectives: list[Objective] = ["saturation", "per_core"]
+    # with --slo the searches answered under it: the highest saturation is the SLO's objective
+    objectives: list[Objective] = ["slo" if cfg.slo else "saturation", "per_core"]
     if cfg.at_rps is not None:
         objectives.append("p99")
-    if cfg.slo:
-        objectives.append("slo")
     bests = {o: best(rows, o) for o in objectives}
-    if cfg.slo:  # the search already answered under the SLO: its best is the saturation's
-        bests.pop("saturation", None)
     doc = {
         "objective": cfg.objective,
         "points": rows,
@@ -294,11 +293,16 @@ def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[st
 def rewrite_sweep(out_dir: Path) -> dict[str, Any]:
     """Recompute a sweep's figures and analysis from its measurement folders and rewrite sweep.json,
     sweep.csv and report.html; measures nothing. Returns the document."""
-    state = SweepState.resume(out_dir)
-    state.doc["resumed"].pop()  # reading is not resuming
+    state = SweepState.open(out_dir, purpose="--report")
     state.write()
     _write_outputs(state)
     return state.doc
+
+
+def move_aside(folder: Path) -> None:
+    """Rename a cut-off measurement's folder to ``NAME-cut-TIMESTAMP`` (its rows stay readable there)."""
+    if folder.exists():
+        shutil.move(str(folder), str(folder.with_name(folder.name + f"-cut-{int(time.time())}")))
 
 
 def _points_by_id(points: list[Point]) -> dict[str, Point]:
@@ -385,8 +389,7 @@ def _measure(
 ) -> dict[str, Any]:
     rel = f"points/{point.dirname}/m{repeat}"
     folder = state.out_dir / rel
-    if folder.exists():  # a leftover of a cut-off run of this measurement
-        shutil.move(str(folder), str(folder.with_name(folder.name + f"-cut-{int(time.time())}")))
+    move_aside(folder)  # a leftover of a cut-off run of this measurement
     m: dict[str, Any] = {
         "point": point.id,
         "repeat": repeat,
