@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from satpoint.observe.observer import Observer
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
 from satpoint.session import LOST_ERRORS, Session, announce_target
+
+if TYPE_CHECKING:
+    from satpoint.distributed.ray_fleet import RayFleet
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
@@ -418,6 +421,7 @@ def search_target(
     thresholds: tuple[str, ...] = (),
     profile_rps: float | None = None,
     observer: Observer | None = None,
+    fleet: RayFleet | None = None,
 ) -> Session:
     """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
 
@@ -445,7 +449,14 @@ def search_target(
         kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
     )
     session = Session(
-        prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info, observer=observer
+        prepared,
+        config,
+        out_dir,
+        on_event=on_event,
+        stop=stop,
+        server_info=server_info,
+        observer=observer,
+        fleet=fleet,
     )
     say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
 
@@ -466,6 +477,8 @@ def search_target(
 def segment_overhead_s(load: LoadOptions) -> float:
     """A segment's cost beyond its ramps and holds: the generator's start (spawned processes take a
     couple of seconds), the drain after the last due time, writing the rows."""
+    if load.ray is not None:  # clock round trips, the start lead, collecting the hosts' rows
+        return load.ray.lead_s + 1.0 + load.drain_s + 0.5
     return (2.0 if load.procs > 1 else 0.2) + load.drain_s + 0.5
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from satpoint.analysis.diagnosis import diagnose
 from satpoint.analysis.flamegraph import flamegraph_block
+from satpoint.analysis.hosts import hosts_summary, judge_hosts
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
@@ -62,7 +63,8 @@ def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetric
     """Judged metrics of each stage of a segment that has a steady window to judge."""
     raw = raw_stage_metrics(seg)
     rules = with_service_baseline(rules, raw)
-    return [apply(m, rules) for m in raw]
+    ray = seg.generator.get("ray")  # generator hosts (--ray): a lost or lagging host is judged too
+    return [judge_hosts(apply(m, rules), ray if isinstance(ray, dict) else None, rules) for m in raw]
 
 
 def _last_due(seg: Segment) -> float:
@@ -138,6 +140,7 @@ def build_summary(results: Results) -> dict[str, Any]:
             "requests": total,
             "cpu_s": round(cpu, 3),
             "cpu_us_per_request": round(cpu / timed * 1e6, 2) if timed else None,
+            "ray": hosts_summary(results),
         },
         "rules": {
             "max_error_rate": rules.max_error_rate,

@@ -44,6 +44,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, ray_options
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
@@ -122,6 +123,9 @@ def find(
     flamegraph: FlamegraphOpt = False,
     flamegraph_native: FlamegraphNativeOpt = False,
     flamegraph_rate: FlamegraphRateOpt = 100,
+    ray: RayOpt = None,
+    ray_hosts: RayHostsOpt = None,
+    procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -148,6 +152,7 @@ def find(
             procs=procs,
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
             grpc_connections=grpc_connections,
+            ray=ray_options(ray, ray_hosts, procs_per_host, procs),
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
         target = server = None

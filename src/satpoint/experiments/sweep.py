@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from satpoint.analysis.sweep import (
     OBJECTIVES,
@@ -43,6 +43,10 @@ from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import search_target
+from satpoint.session import open_fleet
+
+if TYPE_CHECKING:
+    from satpoint.distributed.ray_fleet import RayFleet
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -338,7 +342,7 @@ def run_sweep(
     def budget_left() -> float | None:
         return None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
 
-    def measure(point: Point, repeat: int, phase: str) -> bool:
+    def measure(point: Point, repeat: int, phase: str, fleet: RayFleet | None) -> bool:
         nonlocal stopped
         left = budget_left()
         if left is not None and left < MIN_MEASUREMENT_S:
@@ -346,7 +350,7 @@ def run_sweep(
             return False
         n_done = sum(1 for m in state.measurements if m["status"] == "done")
         say(on_event, f"── [{n_done + 1}] {point.id} {point.label} · measurement {repeat} ({phase}) ──")
-        m = _measure(cfg, state, point, repeat, phase, stop, on_event, left)
+        m = _measure(cfg, state, point, repeat, phase, stop, on_event, left, fleet)
         durations.append(m["duration_s"])
         state.doc["estimate"] = estimate(cfg, len(points), durations)
         state.record(m)
@@ -356,18 +360,19 @@ def run_sweep(
             return False
         return True
 
-    # first pass: every point `repeats` times, repeats interleaved so slow drift spreads over all points
-    for repeat in range(1, cfg.repeats + 1):
-        for point in points:
-            if stopped is None and len(state.done(point)) < repeat and not measure(point, repeat, "grid"):
-                break
-    # the leaders again, until each has at least two measurements
-    if stopped is None and cfg.remeasure_top > 0:
-        rows = state.doc["points"]
-        for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
-            point = _points_by_id(points)[pid]
-            if not measure(point, len(state.done(point)) + 1, "re-measure the leaders"):
-                break
+    with open_fleet(cfg.load, on_event) as fleet:  # Ray generator hosts for the whole sweep (--ray)
+        # first pass: every point `repeats` times, repeats interleaved so slow drift spreads over all points
+        for repeat in range(1, cfg.repeats + 1):
+            for point in points:
+                if stopped is None and len(state.done(point)) < repeat and not measure(point, repeat, "grid", fleet):
+                    break
+        # the leaders again, until each has at least two measurements
+        if stopped is None and cfg.remeasure_top > 0:
+            rows = state.doc["points"]
+            for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
+                point = _points_by_id(points)[pid]
+                if not measure(point, len(state.done(point)) + 1, "re-measure the leaders", fleet):
+                    break
     if stopped is not None:
         state.doc["stopped"] = stopped
         say(on_event, f"sweep stopped: {stopped}; resume with: satpoint sweep --resume {out_dir}", "warning")
@@ -386,6 +391,7 @@ def _measure(
     stop: threading.Event,
     on_event: OnEvent | None,
     budget_left: float | None,
+    fleet: RayFleet | None = None,
 ) -> dict[str, Any]:
     rel = f"points/{point.dirname}/m{repeat}"
     folder = state.out_dir / rel
@@ -429,6 +435,7 @@ def _measure(
                     server_info=srv.info,
                     profile_rps=cfg.at_rps,
                     observer=observer,
+                    fleet=fleet,
                 )
         summary = write_all(folder, session.results, html=True)
         m["figures"] = measurement_figures(summary, cfg.at_rps)
