@@ -82,11 +82,14 @@ def boot_id() -> str | None:
 class HostWorker:
     """One host's shard, driven by the coordinator through ``prepare``/``start``/``progress``/``stop``/``result``.
 
-    ``wall`` reads the host's wall clock (tests pass a clock with an offset to stand for another host's)."""
+    ``wall`` reads the host's wall clock (tests pass a clock with an offset to stand for another host's);
+    ``spawn``: the shard runs in generator processes of its own, never in this (the actor's) process; tests
+    run it on a thread here instead."""
 
-    def __init__(self, name: str | None = None, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, name: str | None = None, wall: Callable[[], float] = time.time, spawn: bool = True) -> None:
         self.name = name or socket.gethostname()
         self._wall = wall
+        self._spawn = spawn
         self._job: ShardJob | None = None
         self._rows: FloatArray | None = None
         self._stop = threading.Event()
@@ -137,7 +140,7 @@ class HostWorker:
                     stop_event=self._stop,
                     checkpoint=checkpoint,
                     t0=t0,
-                    spawn=True,
+                    spawn=self._spawn,
                 )
             except BaseException as e:  # reported by result(), never lost in a thread
                 self._error = f"{type(e).__name__}: {e}"
