@@ -35,10 +35,10 @@ class FakeHost:
 
     def _call(self) -> None:
         time.sleep(self.there_s)
-        if self.die_after_s is not None and self.started_at is not None:
-            if time.time() > self.started_at + self.die_after_s:
-                self.worker.stop()  # the host's processes die with it
-                raise HostLost("its actor died (simulated)")
+        dead_at = None if self.die_after_s is None or self.started_at is None else self.started_at + self.die_after_s
+        if dead_at is not None and time.time() > dead_at:
+            self.worker.stop()  # the host's processes die with it
+            raise HostLost("its actor died (simulated)")
 
     def describe(self) -> dict[str, Any]:
         self._call()
