@@ -144,7 +144,7 @@ class RayFleet:
         if self.options.address is None:
             self._log("starting a local Ray instance (stopped when the command ends)")
             self._started_ray = True
-            ray.init(**kw)
+            ray.init(address="local", **kw)  # a new instance, never one a `ray start` left running here
         else:
             ray.init(address=self.options.address, **kw)
             self._log(f"attached to the Ray cluster at {self.options.address}")
