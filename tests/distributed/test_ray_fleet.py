@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -155,3 +156,25 @@ def test_a_local_ray_started_for_the_command_is_stopped_with_it(cluster: Any, si
     while _ray_pids() - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _ray_pids() - before
+
+
+def test_ctrl_c_stops_every_host_and_still_writes_the_results(cluster: Any, sim: SimServer, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "satpoint", "run", "-u", sim.url, "-m", "sim", "-s", "200:0:30", "--no-html"]
+    cmd += ["--ray", cluster.address, "--ray-hosts", "2", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    out = []
+    t = time.monotonic()
+    for line in proc.stdout:  # a couple of seconds into the hold
+        out.append(line)
+        if "(hold," in line and "t=" in line and float(line.split("t=")[1].split("s")[0]) > 2.0:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - t < 60
+    assert proc.returncode == 130, "".join(out) + rest
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    hosts = summary["generator"]["ray"]["hosts"]
+    assert len(hosts) == 2 and all(0 < h["requests"] < 200 * 30 / 2 for h in hosts), hosts
+    _cleaned_up()

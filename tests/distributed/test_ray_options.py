@@ -49,3 +49,35 @@ def test_without_ray_the_flag_is_one_line_naming_the_extra(monkeypatch: pytest.M
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and NO_RAY in " ".join(r.output.split()), r.output
+
+
+class _Captured(ConfigError):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        (["run", "-u", "http://127.0.0.1:9", "-m", "m", "-s", "10:0:1"], "satpoint.api.run"),
+        (["find", "-u", "http://127.0.0.1:9", "-m", "m"], "satpoint.api.find"),
+        (["sweep", "--server", "sim", "--set", "workers=1,2"], "satpoint.cli.sweep_cmd.run_sweep"),
+    ],
+)
+def test_run_find_and_sweep_pass_the_ray_flags_down(
+    argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[LoadOptions] = []
+
+    def capture(*args: object, **kw: object) -> None:
+        load = kw.get("load") or getattr(args[0], "load", None)
+        assert isinstance(load, LoadOptions)
+        seen.append(load)
+        raise _Captured("captured")
+
+    monkeypatch.setattr(where, capture)
+    flags = ["--ray", "ray://head:10001", "--ray-hosts", "3", "--procs-per-host", "2"]
+    r = CliRunner().invoke(app, [*argv, *flags])
+    assert "captured" in r.output, r.output
+    assert seen[0].ray == RayOptions("ray://head:10001", 3, 2)
+    r = CliRunner().invoke(app, [*argv, "--ray-hosts", "3"])
+    assert r.exit_code == 2 and "go with --ray" in r.output

@@ -74,7 +74,12 @@ class RayHost:
         try:
             return ray.get(getattr(self._actor, method).remote(*args), timeout=timeout)
         except ray.exceptions.GetTimeoutError:
-            raise HostLost(f"no answer to {method} within {timeout:g} s") from None
+            # a host that stops answering must not keep sending unseen (rows nobody will merge): end it
+            try:
+                ray.kill(self._actor, no_restart=True)
+            except Exception as e:
+                raise HostLost(f"no answer to {method} within {timeout:g} s (not killed: {e})") from None
+            raise HostLost(f"no answer to {method} within {timeout:g} s: its actor was killed") from None
         except ray.exceptions.RayActorError as e:
             raise HostLost(f"its actor died ({type(e).__name__})") from None
         except ray.exceptions.RayError as e:
