@@ -53,6 +53,18 @@ class RayOptions:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def ray_options(address: str | None, hosts: int | None, procs_per_host: int, procs: int = 1) -> RayOptions | None:
+    """The Ray options ``--ray ADDRESS`` (``local``: a local instance), ``--ray-hosts`` and
+    ``--procs-per-host`` ask for (None without ``--ray``)."""
+    if address is None:
+        if hosts is not None or procs_per_host != 1:
+            raise ValueError("--ray-hosts and --procs-per-host go with --ray")
+        return None
+    if procs != 1:
+        raise ValueError("with --ray, give the processes of each host with --procs-per-host (not --procs)")
+    return RayOptions(None if address == "local" else address, hosts, procs_per_host).validate()
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """How the generator sends: arrival process, connections, timeouts, processes."""

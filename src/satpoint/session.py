@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import psutil
@@ -54,7 +54,27 @@ from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot
 from satpoint.transports.base import merge_stats
 
 if TYPE_CHECKING:
-    from satpoint.distributed.ray_fleet import RayFleet
+    from satpoint.config import RayOptions
+    from satpoint.distributed.host import ShardJob
+
+
+class Fleet(Protocol):
+    """Generator hosts for a command (``distributed.ray_fleet.RayFleet``): ``size`` hosts of
+    ``options.procs_per_host`` processes each, running one segment's schedule at a time."""
+
+    options: RayOptions
+
+    @property
+    def size(self) -> int: ...
+
+    def run(
+        self,
+        job: ShardJob,
+        *,
+        on_snapshot: Callable[[LiveSnapshot], None] | None = None,
+        stop_event: threading.Event | None = None,
+        abort_when: Callable[[LiveSnapshot], bool] | None = None,
+    ) -> tuple[RunOutput, dict[str, Any]]: ...
 
 
 def require_fleet(load: LoadOptions) -> None:
@@ -66,7 +86,7 @@ def require_fleet(load: LoadOptions) -> None:
 
 
 @contextlib.contextmanager
-def open_fleet(load: LoadOptions, on_event: OnEvent | None = None) -> Iterator[RayFleet | None]:
+def open_fleet(load: LoadOptions, on_event: OnEvent | None = None) -> Iterator[Fleet | None]:
     """The Ray generator hosts ``load.ray`` asks for, for the length of a command (None: this machine).
 
     Ray is imported only here, and only then; leaving the block kills the actors, removes the placement
@@ -99,7 +119,7 @@ def run_segment(
     start_rps: float = 0.0,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
     checkpoint: CheckpointSpec | None = None,
-    fleet: RayFleet | None = None,
+    fleet: Fleet | None = None,
 ) -> Segment:
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
     (checkpointed to ``checkpoint`` while it runs, if given).  With ``fleet``, the schedule runs on its
@@ -168,7 +188,7 @@ def run_segment(
 
 
 def _run_on_fleet(
-    fleet: RayFleet,
+    fleet: Fleet,
     stages: list[Stage],
     opts: LoadOptions,
     seed: int,
@@ -201,7 +221,7 @@ class Session:
         stop: threading.Event | None = None,
         server_info: dict[str, Any] | None = None,
         observer: Observer | None = None,
-        fleet: RayFleet | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.prepared = prepared
         self.fleet = fleet

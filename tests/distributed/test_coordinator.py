@@ -26,7 +26,7 @@ from tests.engine.test_dispatcher import answer_after, fake_factory
 OPTS = DispatchOptions(timeout_s=2.0, drain_s=0.5, warm_connections=1)
 
 
-def job(hosts: int, stages: tuple[Stage, ...] = (Stage(400, 0.5, 1.5),), arrival: str = "constant") -> ShardJob:
+def job(hosts: int, stages: tuple[Stage, ...] = (Stage(400, 0.2, 1.0),), arrival: str = "constant") -> ShardJob:
     factory, _ = fake_factory(answer_after(0.002))
     return ShardJob(stages, arrival, 7, 0.0, hosts, 1, lambda: factory, OPTS)  # type: ignore[arg-type]
 
@@ -168,7 +168,7 @@ def test_a_host_that_falls_behind_is_named_in_the_verdict() -> None:
         ],
         "lost_share": 0.0,
     }
-    rec_job = job(1, (Stage(200, 0.0, 2.0), Stage(300, 0.0, 2.0)))
+    rec_job = job(1, (Stage(200, 0.0, 1.0), Stage(300, 0.0, 1.0)))
     out, _ = run_on_hosts([FakeHost("x")], rec_job, lead_s=0.2)
     sp = spans(list(rec_job.stages))
     first, second = (stage_metrics(out.records, s) for s in sp)

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
-from satpoint.cli.ray_opts import bare_ray, ray_options
-from satpoint.config import LoadOptions, RayOptions, RunConfig
+from satpoint.cli.ray_opts import bare_ray
+from satpoint.config import LoadOptions, RayOptions, RunConfig, ray_options
 from satpoint.distributed.ray_fleet import NO_RAY, import_ray
 from satpoint.errors import ConfigError
 

@@ -44,8 +44,8 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, ray_options
-from satpoint.config import FindOptions, LoadOptions, ObserveOptions
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter

@@ -54,10 +54,10 @@ from satpoint.cli.common import (
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray, ray_options
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
-from satpoint.config import LoadOptions, ObserveOptions
+from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter

@@ -1,18 +1,13 @@
-"""``--ray [ADDRESS]``, ``--ray-hosts N`` and ``--procs-per-host M`` (run, find, sweep).
+"""``--ray [ADDRESS]``, ``--ray-hosts N``, ``--procs-per-host M`` (run, find, sweep; ``config.RayOptions``).
 
-A bare ``--ray`` (no address) starts a local Ray instance for the command; click options cannot take an
-optional value, so ``bare_ray`` gives a bare ``--ray`` the value ``local`` before typer parses argv.
-"""
+A bare ``--ray`` means a local Ray instance: click options take no optional value, so ``bare_ray`` gives a
+bare ``--ray`` the value ``local`` before typer parses argv."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
-
-from satpoint.config import RayOptions
-
-LOCAL = "local"
 
 RayOpt = Annotated[
     str | None,
@@ -35,16 +30,5 @@ def bare_ray(argv: list[str]) -> list[str]:
     for i, arg in enumerate(argv):
         out.append(arg)
         if arg == "--ray" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
-            out.append(LOCAL)
+            out.append("local")
     return out
-
-
-def ray_options(address: str | None, hosts: int | None, procs_per_host: int, procs: int = 1) -> RayOptions | None:
-    """The Ray options the flags ask for (None without ``--ray``)."""
-    if address is None:
-        if hosts is not None or procs_per_host != 1:
-            raise ValueError("--ray-hosts and --procs-per-host go with --ray")
-        return None
-    if procs != 1:
-        raise ValueError("with --ray, give the processes of each host with --procs-per-host (not --procs)")
-    return RayOptions(None if address == LOCAL else address, hosts, procs_per_host).validate()

@@ -27,8 +27,8 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, ray_options
-from satpoint.config import FindOptions, LoadOptions
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
     SWEEP_FILE,

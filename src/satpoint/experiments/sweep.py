@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from satpoint.analysis.sweep import (
     OBJECTIVES,
@@ -43,10 +43,7 @@ from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import search_target
-from satpoint.session import open_fleet
-
-if TYPE_CHECKING:
-    from satpoint.distributed.ray_fleet import RayFleet
+from satpoint.session import Fleet, open_fleet
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -342,7 +339,7 @@ def run_sweep(
     def budget_left() -> float | None:
         return None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
 
-    def measure(point: Point, repeat: int, phase: str, fleet: RayFleet | None) -> bool:
+    def measure(point: Point, repeat: int, phase: str, fleet: Fleet | None) -> bool:
         nonlocal stopped
         left = budget_left()
         if left is not None and left < MIN_MEASUREMENT_S:
@@ -391,7 +388,7 @@ def _measure(
     stop: threading.Event,
     on_event: OnEvent | None,
     budget_left: float | None,
-    fleet: RayFleet | None = None,
+    fleet: Fleet | None = None,
 ) -> dict[str, Any]:
     rel = f"points/{point.dirname}/m{repeat}"
     folder = state.out_dir / rel
