@@ -32,6 +32,16 @@ from typing import Any
 import psutil
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+#: what Ray's own processes have in their command lines (its daemons, workers and actors)
+RAY_PROCESS_MARKS = (
+    "raylet",
+    "gcs_server",
+    "ray::",
+    "default_worker.py",
+    "ray/_private",
+    "ray/dashboard",
+    "ray/autoscaler",
+)
 
 
 def satpoint_cmd(*args: str) -> list[str]:
@@ -42,7 +52,7 @@ def ray_pids() -> dict[int, str]:
     out = {}
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if p.pid != os.getpid() and ("ray" in cmd.lower()) and "ray_two_nodes" not in cmd:
+        if p.pid != os.getpid() and any(k in cmd for k in RAY_PROCESS_MARKS):
             out[p.pid] = cmd[:110]
     return out
 
@@ -86,6 +96,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--port", type=int, default=18420)
     ap.add_argument("--skip-kill", action="store_true")
+    ap.add_argument(
+        "--generator-cpus",
+        help="pin the generator processes (--generator-cpus of both kinds of run); Ray's daemons and the "
+        "driver then stay where this script runs",
+    )
     a = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": SRC}
     env.pop("RAY_ADDRESS", None)
@@ -94,8 +109,12 @@ def main() -> None:
     print(f"Ray-related processes before: {len(before)}")
     work = Path(tempfile.mkdtemp(prefix="ray-two-nodes-"))
     sim = subprocess.Popen(
-        ["taskset", "-c", str(a.server_cpu), *satpoint_cmd("sim", "--port", str(a.port), "--slots", "64")]
-        + ["--service-ms", "2"],
+        [
+            "taskset",
+            "-c",
+            str(a.server_cpu),
+            *satpoint_cmd("sim", "--port", str(a.port), "--slots", "64", "--service-ms", "2"),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -114,6 +133,8 @@ def main() -> None:
         url = f"http://127.0.0.1:{a.port}"
         plan = ["-s", f"{a.rate:g}:2:{a.hold:g}"]
         common = ["run", "-u", url, "-m", "sim", *plan, "--no-html", "--timeout", "5", "--drain", "2"]
+        if a.generator_cpus:
+            common += ["--generator-cpus", a.generator_cpus]
         rows: dict[str, list[dict[str, Any]]] = {"procs2": [], "ray2": []}
         for i in range(a.repeats):
             for kind in ("procs2", "ray2"):

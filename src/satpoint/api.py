@@ -293,7 +293,7 @@ def find(
         if target is None:
             s_cpus, g_cpus = split_cpus()
             settings = server or MLServerSettings(cpus=s_cpus)
-            if load is None or load.generator_cpus is None:
+            if load is None or (load.generator_cpus is None and load.ray is None):  # Ray hosts: not pinned
                 load = replace(load or LoadOptions(drain_s=5.0), generator_cpus=g_cpus)
             where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
             say(

@@ -202,8 +202,9 @@ def _run_on_fleet(
     from satpoint.distributed.host import ShardJob
 
     host_build, _ = split_max_inflight(builder, fleet.size)  # each host's share of the cap
+    per_host = fleet.options.procs_per_host
     job = ShardJob(
-        tuple(stages), opts.arrival, seed, start_rps, fleet.size, fleet.options.procs_per_host, host_build, dopts
+        tuple(stages), opts.arrival, seed, start_rps, fleet.size, per_host, host_build, dopts, opts.generator_cpus
     )
     return fleet.run(job, on_snapshot=on_snapshot, stop_event=stop_event, abort_when=abort_when)
 

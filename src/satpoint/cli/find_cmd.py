@@ -150,7 +150,7 @@ def find(
             timeout_s=timeout,
             drain_s=min(5.0, timeout),
             procs=procs,
-            generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
+            generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else None if ray else g_cpus,
             grpc_connections=grpc_connections,
             ray=ray_options(ray, ray_hosts, procs_per_host, procs),
         ).validate()

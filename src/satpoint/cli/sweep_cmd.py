@@ -145,7 +145,8 @@ def sweep(
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(
-                    drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) if generator_cpus else g_cpus,
+                    drain_s=5.0,
+                    generator_cpus=parse_cpus(generator_cpus) if generator_cpus else None if ray else g_cpus,
                     ray=ray_options(ray, ray_hosts, procs_per_host),
                 ),
             ).validate()  # fmt: skip

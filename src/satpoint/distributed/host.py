@@ -50,6 +50,8 @@ class ShardJob:
     procs_per_host: int
     build: FactoryBuilder  # with this host's share of the in-flight cap
     options: DispatchOptions
+    #: CPUs of each host its generator processes are pinned to, one each in turn (None: not pinned)
+    cpus: tuple[int, ...] | None = None
 
 
 def host_rows(job: ShardJob, index: int) -> FloatArray:
@@ -136,6 +138,7 @@ class HostWorker:
                     job.build,
                     job.options,
                     procs=job.procs_per_host,
+                    cpus=list(job.cpus) if job.cpus else None,
                     on_snapshot=self._on_snapshot,
                     stop_event=self._stop,
                     checkpoint=checkpoint,

@@ -417,7 +417,7 @@ def _measure(
             if srv.info is not None:
                 m["server"] = {k: srv.info.get(k) for k in ("kind", "settings", "startup_s", "cpus", "versions")}
             load = cfg.load
-            if cfg.server.kind != "remote" and load.generator_cpus is None:
+            if cfg.server.kind != "remote" and load.generator_cpus is None and load.ray is None:
                 load = replace(load, generator_cpus=_generator_cpus())
             watch = ObserveOptions(server_pids=srv.pids, metrics_urls=srv.metrics_urls).validate()
             with Observer(watch, folder) as observer:
