@@ -178,3 +178,15 @@ def test_a_host_that_falls_behind_is_named_in_the_verdict() -> None:
     judged = judge_hosts(second, block, VerdictRules())
     assert judged.verdict == Verdict.GENERATOR_LIMITED
     assert "host 1 (gen-b) fell behind its schedule: p99 send lag 42.0 ms" in judged.reasons[0]
+
+
+def test_the_same_hosts_run_one_segment_after_another() -> None:
+    hosts = [FakeHost("a", offset_s=1.0), FakeHost("b")]
+    first = job(2, (Stage(200, 0.0, 0.5),))
+    factory, _ = fake_factory(answer_after(0.002))
+    second = ShardJob((Stage(300, 0.0, 0.5),), "poisson", 8, 100.0, 2, 1, lambda: factory, OPTS)
+    out1, _ = run_on_hosts(hosts, first, lead_s=0.2)
+    out2, block2 = run_on_hosts(hosts, second, lead_s=0.2)
+    assert np.array_equal(out1.records.intended, due_times(list(first.stages), "constant", 7))
+    assert np.array_equal(out2.records.intended, due_times(list(second.stages), "poisson", 8, 100.0))
+    assert block2["lost_hosts"] == 0

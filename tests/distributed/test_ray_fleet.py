@@ -132,6 +132,29 @@ def test_a_killed_actor_loses_its_rows_and_the_run_keeps_the_others(
     assert not [p.pid for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
 
 
+def test_a_search_runs_every_segment_on_the_same_hosts(cluster: Any, tmp_path: Path) -> None:
+    from satpoint.config import FindOptions
+
+    ray_opts = RayOptions(address=cluster.address, hosts=2, lead_s=2.0)
+    opts = FindOptions(
+        start_rps=100, budget_s=25, ramp_s=0.5, min_hold_s=1.5, max_hold_s=2, min_requests=200, profile=False,
+        confirm=False,
+    )  # fmt: skip
+    with SimServer(slots=2, service_ms=5) as small:  # capacity 400 rps
+        result = api.find(
+            Target(small.url, "sim"), options=opts, load=LoadOptions(timeout_s=5, drain_s=1, ray=ray_opts),
+            out=tmp_path, html=False,
+        )  # fmt: skip
+    segments = load_results(tmp_path).segments
+    assert len(segments) >= 3
+    for seg in segments:
+        block = seg.generator["ray"]
+        assert [h["index"] for h in block["hosts"]] == [0, 1] and block["lost_hosts"] == 0
+        assert sum(h["requests"] for h in block["hosts"]) == len(seg.records) > 0
+    assert result.summary.generator.ray is not None and result.summary.generator.ray.segments == len(segments)
+    _cleaned_up()
+
+
 def _ray_pids() -> set[int]:
     found = set()
     for p in psutil.process_iter(["cmdline"]):
