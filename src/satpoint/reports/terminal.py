@@ -160,10 +160,10 @@ def hosts_lines(ray: dict[str, Any] | None) -> list[str]:
         return []
     hosts = ray.get("hosts") or []
     skew, bound = ray.get("start_skew_max_s"), ray.get("start_skew_bound_max_s")
-    start = (
-        f"start skew {skew * 1e6:.0f} µs (measured)" if isinstance(skew, (int, float)) else "start skew not measured"
-    )
-    if isinstance(bound, (int, float)):
+    start = "start skew not measured" if len(hosts) > 1 else "one host: no start skew"
+    if isinstance(skew, (int, float)):
+        start = f"start skew {skew * 1e6:.0f} µs (measured)"
+    if isinstance(bound, (int, float)) and len(hosts) > 1:
         start += f", clock bound ±{bound * 1e3:.2f} ms"
     each = f"{ray.get('procs_per_host')} process(es) each"
     out = [f"generator hosts: {len(hosts)} on Ray ({ray.get('address')}), {each}; {start}"]
