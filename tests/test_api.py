@@ -39,6 +39,7 @@ API = [
     "FlamegraphOptions",
     "PayloadError",
     "PlanError",
+    "RayOptions",
     "RunConfig",
     "RunResult",
     "RunSummary",

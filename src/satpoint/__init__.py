@@ -30,6 +30,7 @@ _EXPORTS = {
     "LoadOptions": "satpoint.config",
     "FindOptions": "satpoint.config",
     "ObserveOptions": "satpoint.config",
+    "RayOptions": "satpoint.config",
     "FlamegraphOptions": "satpoint.config",
     "VerdictRules": "satpoint.config",
     "RunConfig": "satpoint.config",
@@ -87,6 +88,7 @@ __all__ = [
     "ObserveOptions",
     "PayloadError",
     "PlanError",
+    "RayOptions",
     "RunConfig",
     "RunResult",
     "RunSummary",
@@ -146,6 +148,7 @@ if TYPE_CHECKING:
         FlamegraphOptions,
         LoadOptions,
         ObserveOptions,
+        RayOptions,
         RunConfig,
         VerdictRules,
     )

@@ -42,7 +42,7 @@ from satpoint.reports.files import write_all
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_fleet
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -174,6 +174,7 @@ def run(
     plan = _stages(stages)
     check_plan_fits(plan)
     load = (load or LoadOptions()).validate()
+    require_fleet(load)
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
     observe = (observe or ObserveOptions()).validate()
     flame_stage: int | None = None
@@ -186,8 +187,8 @@ def run(
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
-    with Observer(observe, out_dir) as observer:
-        session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
+    with open_fleet(load, on_event) as fleet, Observer(observe, out_dir) as observer:
+        session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer, fleet=fleet)
         _measure_kept(
             session,
             lambda: session.measure(
@@ -273,6 +274,8 @@ def find(
     ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
     py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``)."""
     opts = (options or FindOptions()).validate()
+    if load is not None:
+        require_fleet(load.validate())
     observe = (observe or ObserveOptions()).validate()
     if observe.flamegraph is not None:
         opts = replace(opts, flamegraph=True)
@@ -290,7 +293,7 @@ def find(
         if target is None:
             s_cpus, g_cpus = split_cpus()
             settings = server or MLServerSettings(cpus=s_cpus)
-            if load is None or load.generator_cpus is None:
+            if load is None or (load.generator_cpus is None and load.ray is None):  # Ray hosts: not pinned
                 load = replace(load or LoadOptions(drain_s=5.0), generator_cpus=g_cpus)
             where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
             say(
@@ -309,10 +312,11 @@ def find(
             )
         load = (load or LoadOptions(drain_s=5.0)).validate()
         _check_flamegraph(observe)  # the embedded server's pid is known by now
+        fleet = stack.enter_context(open_fleet(load, on_event))
         observer = stack.enter_context(Observer(observe, out_dir))
         session = search_target(
             target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info,
-            thresholds=checks, observer=observer,
+            thresholds=checks, observer=observer, fleet=fleet,
         )  # fmt: skip
     summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
     files: tuple[Path, ...] = ()

@@ -18,6 +18,54 @@ Kind = Literal["run", "find"]
 
 
 @dataclass(frozen=True)
+class RayOptions:
+    """Generator shards on Ray actors, one per host (``satpoint.distributed``; the ``ray`` extra).
+
+    ``address``: ``None`` starts a local Ray instance for this run (and stops it after), ``"auto"`` attaches
+    to the cluster this machine belongs to, anything else is a Ray address (``ray://host:10001``,
+    ``host:6379``).  ``hosts``: actors, one per node (None: one on every alive node with CPUs);
+    ``procs_per_host``: generator processes each actor runs (the ``--procs`` of one host).
+    ``lead_s``: how far after the last clock measurement the shards start (they spawn their generator
+    processes and open connections meanwhile); ``align_ms``: the start alignment asked for, above which
+    a host's clock uncertainty is reported."""
+
+    address: str | None = None
+    hosts: int | None = None
+    procs_per_host: int = 1
+    lead_s: float = 3.0
+    align_ms: float = 1.0
+
+    def validate(self) -> RayOptions:
+        if self.hosts is not None and self.hosts < 1:
+            raise ValueError("--ray-hosts must be >= 1")
+        if self.procs_per_host < 1:
+            raise ValueError("--procs-per-host must be >= 1")
+        if self.lead_s <= 0 or self.align_ms <= 0:
+            raise ValueError("the Ray start lead and alignment must be > 0")
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RayOptions:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def ray_options(address: str | None, hosts: int | None, procs_per_host: int, procs: int = 1) -> RayOptions | None:
+    """The Ray options ``--ray ADDRESS`` (``local``: a local instance), ``--ray-hosts`` and
+    ``--procs-per-host`` ask for (None without ``--ray``)."""
+    if address is None:
+        if hosts is not None or procs_per_host != 1:
+            raise ValueError("--ray-hosts and --procs-per-host go with --ray")
+        return None
+    if procs != 1:
+        raise ValueError("with --ray, give the processes of each host with --procs-per-host (not --procs)")
+    return RayOptions(None if address == "local" else address, hosts, procs_per_host).validate()
+
+
+@dataclass(frozen=True)
 class LoadOptions:
     """How the generator sends: arrival process, connections, timeouts, processes."""
 
@@ -33,6 +81,8 @@ class LoadOptions:
     #: gRPC HTTP/2 connections per generator process; None: automatic (more while the server's
     #: MAX_CONCURRENT_STREAMS is what limits the in-flight streams)
     grpc_connections: int | None = None
+    #: shards on Ray actors across hosts (None: this machine only, ``procs`` processes)
+    ray: RayOptions | None = None
 
     def validate(self) -> LoadOptions:
         if self.arrival not in ("constant", "poisson"):
@@ -43,6 +93,8 @@ class LoadOptions:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
         if self.grpc_connections is not None and self.grpc_connections < 1:
             raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
+        if self.ray is not None:
+            self.ray.validate()
         return self
 
     def describe(self) -> dict[str, Any]:
@@ -55,6 +107,7 @@ class LoadOptions:
             "procs": self.procs,
             "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
             "grpc_connections": self.grpc_connections,
+            "ray": self.ray.describe() if self.ray is not None else None,
         }
 
     @classmethod
@@ -63,6 +116,8 @@ class LoadOptions:
         kw = {k: v for k, v in d.items() if k in known}
         if kw.get("generator_cpus") is not None:
             kw["generator_cpus"] = tuple(kw["generator_cpus"])
+        if isinstance(kw.get("ray"), dict):
+            kw["ray"] = RayOptions.from_dict(kw["ray"])
         return cls(**kw)
 
 

@@ -41,7 +41,7 @@ from satpoint.metrics.stats import StageMetrics
 from satpoint.observe.observer import Observer
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
-from satpoint.session import LOST_ERRORS, Session, announce_target
+from satpoint.session import LOST_ERRORS, Fleet, Session, announce_target
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
@@ -418,6 +418,7 @@ def search_target(
     thresholds: tuple[str, ...] = (),
     profile_rps: float | None = None,
     observer: Observer | None = None,
+    fleet: Fleet | None = None,
 ) -> Session:
     """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
 
@@ -431,12 +432,8 @@ def search_target(
     svc = probe_service_s(prepared)
     if first is None:
         first = start_rate_from_probe(svc) if svc else 10.0
-        say(
-            on_event,
-            f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps"
-            if svc
-            else "probe unavailable: first stage 10 rps",
-        )
+        said = f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps" if svc else None
+        say(on_event, said or "probe unavailable: first stage 10 rps")
     budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=segment_overhead_s(load))
     if svc:  # the server's answer time at low load: tells a client-side cap from a saturated server
         rules = replace(rules, baseline_service_ms=round(svc * 1000, 4))
@@ -445,7 +442,7 @@ def search_target(
         kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
     )
     session = Session(
-        prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info, observer=observer
+        prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info, observer=observer, fleet=fleet
     )
     say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
 
@@ -465,8 +462,8 @@ def search_target(
 
 def segment_overhead_s(load: LoadOptions) -> float:
     """A segment's cost beyond its ramps and holds: the generator's start (spawned processes take a
-    couple of seconds), the drain after the last due time, writing the rows."""
-    return (2.0 if load.procs > 1 else 0.2) + load.drain_s + 0.5
+    couple of seconds; with Ray, the clock round trips and the start lead), the drain, writing the rows."""
+    return (load.ray.lead_s + 1.0 if load.ray else 2.0 if load.procs > 1 else 0.2) + load.drain_s + 0.5
 
 
 def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> None:

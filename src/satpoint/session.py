@@ -11,14 +11,15 @@ exception is kept with the rows it checkpointed before the exception is passed o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import psutil
@@ -30,7 +31,7 @@ from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, clo
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.live import LiveSnapshot
-from satpoint.engine.runner import run_schedule
+from satpoint.engine.runner import RunOutput, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.checkpoint import CheckpointSpec
@@ -52,6 +53,52 @@ from satpoint.plan import PlanError, RateCurve, Stage, spans
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
 
+if TYPE_CHECKING:
+    from satpoint.config import RayOptions
+    from satpoint.distributed.host import ShardJob
+
+
+class Fleet(Protocol):
+    """Generator hosts for a command (``distributed.ray_fleet.RayFleet``): ``size`` hosts of
+    ``options.procs_per_host`` processes each, running one segment's schedule at a time."""
+
+    options: RayOptions
+
+    @property
+    def size(self) -> int: ...
+
+    def run(
+        self,
+        job: ShardJob,
+        *,
+        on_snapshot: Callable[[LiveSnapshot], None] | None = None,
+        stop_event: threading.Event | None = None,
+        abort_when: Callable[[LiveSnapshot], bool] | None = None,
+    ) -> tuple[RunOutput, dict[str, Any]]: ...
+
+
+def require_fleet(load: LoadOptions) -> None:
+    """Fail early, with the one-line error naming the extra, when ``load.ray`` asks for Ray and there is none."""
+    if load.ray is not None:
+        from satpoint.distributed.ray_fleet import import_ray
+
+        import_ray()
+
+
+@contextlib.contextmanager
+def open_fleet(load: LoadOptions, on_event: OnEvent | None = None) -> Iterator[Fleet | None]:
+    """The Ray generator hosts ``load.ray`` asks for, for the length of a command (None: this machine).
+
+    Ray is imported only here, and only then; leaving the block kills the actors, removes the placement
+    group and stops the local Ray instance if this started one."""
+    if load.ray is None:
+        yield None
+        return
+    from satpoint.distributed.ray_fleet import RayFleet
+
+    with RayFleet(load.ray, log=lambda text: say(on_event, text)) as fleet:
+        yield fleet
+
 
 def announce_target(spec: Target, on_event: OnEvent | None) -> None:
     """Warnings about a target, before any request reaches it: ``--insecure`` (also recorded in
@@ -72,12 +119,14 @@ def run_segment(
     start_rps: float = 0.0,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
     checkpoint: CheckpointSpec | None = None,
+    fleet: Fleet | None = None,
 ) -> Segment:
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
-    (checkpointed to ``checkpoint`` while it runs, if given)."""
+    (checkpointed to ``checkpoint`` while it runs, if given).  With ``fleet``, the schedule runs on its
+    hosts (each regenerates its own rows) and the merged rows come back; the hosts' figures are kept
+    under the generator's ``ray`` key."""
     check_plan_fits(stages, start_rps)
     seed = opts.seed + seed_offset
-    due = due_times(stages, opts.arrival, seed, start_rps)
     peak = max([start_rps, *(s.target_rps for s in stages)])
     cap = opts.max_inflight or auto_inflight(peak, target.latency_hint_s)
     builder = replace(target.builder, max_inflight=cap)
@@ -87,20 +136,28 @@ def run_segment(
         warm_connections=opts.warm_connections,
         payload_count=len(target.payload_docs),
     )
-    out = run_schedule(
-        due,
-        builder,
-        dopts,
-        procs=opts.procs,
-        on_snapshot=on_snapshot,
-        stop_event=stop_event,
-        cpus=list(opts.generator_cpus) if opts.generator_cpus else None,
-        abort_when=abort_when,
-        checkpoint=checkpoint,
-    )
+    fleet_block: dict[str, Any] | None = None
+    if fleet is not None:
+        out, fleet_block = _run_on_fleet(
+            fleet, stages, opts, seed, start_rps, builder, dopts, on_snapshot, stop_event, abort_when
+        )
+        procs = fleet.size * fleet.options.procs_per_host
+    else:
+        out = run_schedule(
+            due_times(stages, opts.arrival, seed, start_rps),
+            builder,
+            dopts,
+            procs=opts.procs,
+            on_snapshot=on_snapshot,
+            stop_event=stop_event,
+            cpus=list(opts.generator_cpus) if opts.generator_cpus else None,
+            abort_when=abort_when,
+            checkpoint=checkpoint,
+        )
+        procs = opts.procs
     n = len(out.records)
-    generator = {
-        "procs": opts.procs,
+    generator: dict[str, Any] = {
+        "procs": procs,
         "max_inflight_per_proc": out.max_inflight_per_proc,
         "cpu_s": round(out.generator_cpu_s, 4),
         "cpu_us_per_request": round(out.generator_cpu_s / n * 1e6, 2) if n else None,
@@ -112,6 +169,8 @@ def run_segment(
     }
     if out.t0_monotonic is not None:  # maps the server-side samples (CLOCK_MONOTONIC) onto the run clock
         generator["t0_monotonic"] = round(out.t0_monotonic, 6)
+    if fleet_block is not None:
+        generator["ray"] = fleet_block
     return Segment(
         index=index,
         purpose=purpose,
@@ -128,6 +187,28 @@ def run_segment(
     )
 
 
+def _run_on_fleet(
+    fleet: Fleet,
+    stages: list[Stage],
+    opts: LoadOptions,
+    seed: int,
+    start_rps: float,
+    builder: Any,
+    dopts: DispatchOptions,
+    on_snapshot: Callable[[LiveSnapshot], None] | None,
+    stop_event: threading.Event | None,
+    abort_when: Callable[[LiveSnapshot], bool] | None,
+) -> tuple[RunOutput, dict[str, Any]]:
+    from satpoint.distributed.host import ShardJob
+
+    host_build, _ = split_max_inflight(builder, fleet.size)  # each host's share of the cap
+    per_host = fleet.options.procs_per_host
+    job = ShardJob(
+        tuple(stages), opts.arrival, seed, start_rps, fleet.size, per_host, host_build, dopts, opts.generator_cpus
+    )
+    return fleet.run(job, on_snapshot=on_snapshot, stop_event=stop_event, abort_when=abort_when)
+
+
 class Session:
     """A results folder being written for one prepared target."""
 
@@ -141,8 +222,10 @@ class Session:
         stop: threading.Event | None = None,
         server_info: dict[str, Any] | None = None,
         observer: Observer | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.prepared = prepared
+        self.fleet = fleet
         self.out_dir = Path(out_dir)
         self.on_event = on_event
         self.stop = stop or threading.Event()
@@ -262,6 +345,7 @@ class Session:
                 start_rps=start_rps,
                 abort_when=abort_when,
                 checkpoint=checkpoint,
+                fleet=self.fleet,
             )
         except BaseException as e:
             self._mark(f"end {index}")
@@ -294,7 +378,8 @@ class Session:
         pid = obs.options.server_pids[0]
         output = self.out_dir / SPEEDSCOPE_FILE
         output.unlink(missing_ok=True)
-        lead = 2.0 if self.config.load.procs > 1 else 0.2  # the generator's clock starts this much later
+        load = self.config.load  # the generator's clock starts this much later (about, with Ray's clock round trips)
+        lead = load.ray.lead_s if load.ray is not None else 2.0 if load.procs > 1 else 0.2
         # py-spy takes whole seconds: the hold's, rounded down (never past it)
         duration = float(max(1, math.floor(span.end_s - span.hold_start_s + 1e-6)))
         cmd = record_command(py_spy, pid, output, duration, fopts.rate_hz, fopts.native, fopts.nonblocking)

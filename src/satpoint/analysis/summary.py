@@ -10,6 +10,7 @@ from typing import Any
 
 from satpoint.analysis.diagnosis import diagnose
 from satpoint.analysis.flamegraph import flamegraph_block
+from satpoint.analysis.hosts import hosts_summary, judge_hosts
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply
@@ -27,9 +28,15 @@ def rules_from(results: Results) -> VerdictRules:
 def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> list[tuple[int, StageMetrics]]:
     """(segment index, judged metrics) for every stage of every segment, in run order."""
     rules = rules or rules_from(results)
-    raw = [(seg.index, m) for seg in results.segments for m in raw_stage_metrics(seg)]
+    raw = [(seg, m) for seg in results.segments for m in raw_stage_metrics(seg)]
     rules = with_service_baseline(rules, [m for _, m in raw])
-    return [(i, apply(m, rules)) for i, m in raw]
+    return [(seg.index, judge_hosts(apply(m, rules), _hosts(seg), rules)) for seg, m in raw]
+
+
+def _hosts(seg: Segment) -> dict[str, Any] | None:
+    """The segment's generator hosts (``--ray``): a lost or lagging host is judged too."""
+    ray = seg.generator.get("ray")
+    return ray if isinstance(ray, dict) else None
 
 
 def with_service_baseline(rules: VerdictRules, stages: list[StageMetrics]) -> VerdictRules:
@@ -62,7 +69,7 @@ def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetric
     """Judged metrics of each stage of a segment that has a steady window to judge."""
     raw = raw_stage_metrics(seg)
     rules = with_service_baseline(rules, raw)
-    return [apply(m, rules) for m in raw]
+    return [judge_hosts(apply(m, rules), _hosts(seg), rules) for m in raw]
 
 
 def _last_due(seg: Segment) -> float:
@@ -134,10 +141,15 @@ def build_summary(results: Results) -> dict[str, Any]:
         },
         "server": h.get("server"),
         "generator": {
-            "procs": h.get("config", {}).get("load", {}).get("procs"),
+            # generator processes (with --ray: on all hosts, as the segments recorded them)
+            "procs": max(
+                (p for s in results.segments if isinstance(p := s.generator.get("procs"), int)),
+                default=h.get("config", {}).get("load", {}).get("procs"),
+            ),
             "requests": total,
             "cpu_s": round(cpu, 3),
             "cpu_us_per_request": round(cpu / timed * 1e6, 2) if timed else None,
+            "ray": hosts_summary(results),
         },
         "rules": {
             "max_error_rate": rules.max_error_rate,

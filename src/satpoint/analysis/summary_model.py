@@ -196,12 +196,48 @@ class TargetInfo(BaseModel):
     protocol: str | None = None
 
 
+class LostSegment(BaseModel):
+    model_config = _CONFIG
+    segment: int
+    why: str | None = None
+
+
+class RayHost(BaseModel):
+    """One generator host over the run's segments (``--ray``)."""
+
+    model_config = _CONFIG
+    index: int
+    host: str | None = None
+    node_id: str | None = None
+    requests: int
+    cpu_s: float
+    cpu_us_per_request: float | None = None
+    clock_offset_s: float | None = None  # its wall clock ahead of the driver's (last measurement)
+    clock_uncertainty_max_s: float  # half the shortest round trip, the worst over the segments
+    lag_p99_max_ms: float | None = None  # its own steady-window p99 send lag, the worst stage
+    lost_segments: list[LostSegment] = []
+
+
+class RayGenerators(BaseModel):
+    """``generator.ray``: the hosts a ``--ray`` run's shards ran on, their clocks and their start."""
+
+    model_config = _CONFIG
+    address: str | None = None
+    procs_per_host: int | None = None
+    hosts: list[RayHost]
+    segments: int
+    start_skew_max_s: float | None = None  # measured when the hosts share one machine's monotonic clock
+    start_skew_bound_max_s: float | None = None  # twice the worst clock uncertainty: a bound on other machines
+    lost_hosts: int = 0
+
+
 class GeneratorInfo(BaseModel):
     model_config = _CONFIG
     procs: int | None = None
     requests: int
     cpu_s: float
     cpu_us_per_request: float | None = None
+    ray: RayGenerators | None = None  # None: the generator ran on this machine only
 
 
 class Rules(BaseModel):

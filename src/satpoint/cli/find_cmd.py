@@ -44,7 +44,8 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.config import FindOptions, LoadOptions, ObserveOptions
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -122,6 +123,9 @@ def find(
     flamegraph: FlamegraphOpt = False,
     flamegraph_native: FlamegraphNativeOpt = False,
     flamegraph_rate: FlamegraphRateOpt = 100,
+    ray: RayOpt = None,
+    ray_hosts: RayHostsOpt = None,
+    procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -146,8 +150,9 @@ def find(
             timeout_s=timeout,
             drain_s=min(5.0, timeout),
             procs=procs,
-            generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else g_cpus,
+            generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else None if ray else g_cpus,
             grpc_connections=grpc_connections,
+            ray=ray_options(ray, ray_hosts, procs_per_host, procs),
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
         target = server = None

@@ -54,8 +54,10 @@ from satpoint.cli.common import (
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.find_cmd import find
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
+from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
-from satpoint.config import LoadOptions, ObserveOptions
+from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
@@ -114,6 +116,9 @@ def run(
     ] = None,
     flamegraph_native: FlamegraphNativeOpt = False,
     flamegraph_rate: FlamegraphRateOpt = 100,
+    ray: RayOpt = None,
+    ray_hosts: RayHostsOpt = None,
+    procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
     tls = tls_fields(ca_cert, insecure, client_cert, client_key)
@@ -133,7 +138,7 @@ def run(
                 raise fail("--duration and --think-ms belong to the closed loop (--users)")
             load = LoadOptions(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),  # type: ignore[arg-type]
-                grpc_connections=grpc_connections,
+                grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run(target, stage, load=load.validate(), on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
@@ -142,8 +147,8 @@ def run(
                 raise fail("--stage (open loop) and --users (closed loop) are mutually exclusive")
             if duration is None:
                 raise fail("--users needs --duration S")
-            if procs != 1:
-                raise fail("a closed loop runs in one generator process (--procs 1)")
+            if procs != 1 or ray is not None:
+                raise fail("a closed loop runs in one generator process (--procs 1, no --ray)")
             if flamegraph:
                 raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
@@ -160,83 +165,8 @@ def run(
 app.command("find")(find)
 app.command("compare")(compare)
 app.command("sweep")(sweep)
+app.command("sim")(sim)
 app.add_typer(demo_app, name="demo")
-
-
-@app.command()
-def sim(
-    port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8080,
-    host: Annotated[str, typer.Option(help="listen address (loopback)")] = "127.0.0.1",
-    slots: Annotated[int, typer.Option(help="concurrent service slots C")] = 1,
-    service_ms: Annotated[float, typer.Option(help="mean service time S in ms")] = 10.0,
-    dist: Annotated[str, typer.Option(help="const, exp or lognormal")] = "const",
-    pause_every: Annotated[float | None, typer.Option(help="pause period, seconds")] = None,
-    pause_s: Annotated[float, typer.Option(help="pause length, seconds")] = 0.0,
-    error_rate: Annotated[float, typer.Option(help="fraction answered with errors")] = 0.0,
-    model: Annotated[str, typer.Option(help="model name")] = "sim",
-    seed: Annotated[int, typer.Option(help="seed for service-time draws")] = 0,
-    protocol: ProtocolOpt = "rest",
-    tls_cert: Annotated[Path | None, typer.Option(help="serve TLS (https/grpcs) with this PEM certificate")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert")] = None,
-    tls_client_ca: Annotated[
-        Path | None, typer.Option(help="require client certificates signed by this PEM CA (mTLS)")
-    ] = None,
-    fault: Annotated[
-        str | None,
-        typer.Option(
-            help="misbehave (REST): reset-mid-response, close-after, connection-close, idle-timeout, malformed, "
-            "truncated, slow-headers, stall or error-body (README: what happens when the server misbehaves)"
-        ),
-    ] = None,
-    fault_rate: Annotated[
-        float, typer.Option(help="fraction of inference requests a per-request fault hits (seeded)")
-    ] = 1.0,
-    fault_after: Annotated[int, typer.Option(help="the first N inference requests are spared by the fault")] = 0,
-    close_after: Annotated[
-        int | None, typer.Option(help="close-after: close each connection after N answers (no Connection: close)")
-    ] = None,
-    idle_timeout: Annotated[
-        float | None, typer.Option(help="idle-timeout: close connections idle this many seconds")
-    ] = None,
-    slow_headers_ms: Annotated[
-        float | None, typer.Option(help="slow-headers: the rest of the headers this late (default 1000)")
-    ] = None,
-    error_status: Annotated[int | None, typer.Option(help="error-body: the status answered (default 503)")] = None,
-    error_framing: Annotated[
-        str | None,
-        typer.Option(help="error-body: length (content-length, keep-alive; default) or eof (body ends at close)"),
-    ] = None,
-) -> None:
-    """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
-    from satpoint.errors import ConfigError
-    from satpoint.servers.sim import SimConfig
-    from satpoint.servers.sim import run as run_rest
-    from satpoint.servers.sim_grpc import run as run_grpc
-    from satpoint.servers.sim_tls import SimTls
-
-    if protocol not in ("rest", "grpc"):
-        raise fail("--protocol must be rest or grpc")
-    if dist not in ("const", "exp", "lognormal"):
-        raise fail("--dist must be const, exp or lognormal")
-    if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
-        raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
-    if fault is not None and protocol != "rest":
-        raise fail("--fault is simulated by the REST sim only (--protocol rest)")
-    try:
-        config = SimConfig(
-            host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]
-            pause_every_s=pause_every, pause_s=pause_s, error_rate=error_rate, model=model, seed=seed,
-            fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
-            idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
-            error_framing=error_framing,  # type: ignore[arg-type]
-        )  # fmt: skip
-    except ConfigError as e:
-        raise fail(str(e).removeprefix("sim: ")) from None
-    try:
-        tls = SimTls.from_paths(tls_cert, tls_key, tls_client_ca)
-    except (ValueError, OSError) as e:
-        raise fail(str(e)) from None
-    (run_rest if protocol == "rest" else run_grpc)(config, tls=tls)
 
 
 @app.command()
@@ -291,7 +221,7 @@ def version_cmd() -> None:
 
 def entrypoint() -> None:
     try:
-        app()
+        app(args=bare_ray(sys.argv[1:]))
     except KeyboardInterrupt:
         err_console.print("aborted")
         sys.exit(EXIT_INTERRUPTED)

@@ -27,7 +27,8 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
-from satpoint.config import FindOptions, LoadOptions
+from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
     SWEEP_FILE,
@@ -95,6 +96,9 @@ def sweep(
     report: Annotated[
         Path | None, typer.Option(help="recompute this sweep's figures and files from its folders; measure nothing")
     ] = None,
+    ray: RayOpt = None,
+    ray_hosts: RayHostsOpt = None,
+    procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
@@ -140,7 +144,11 @@ def sweep(
                     precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
-                load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) if generator_cpus else g_cpus),
+                load=LoadOptions(
+                    drain_s=5.0,
+                    generator_cpus=parse_cpus(generator_cpus) if generator_cpus else None if ray else g_cpus,
+                    ray=ray_options(ray, ray_hosts, procs_per_host),
+                ),
             ).validate()  # fmt: skip
             out_dir = out or default_out("sweep")
             state = None

@@ -22,6 +22,7 @@ import numpy as np
 from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.checkpoint import RowCheckpoint
 from satpoint.metrics.records import Outcome, Records
+from satpoint.plan import FloatArray
 from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
 
 perf = time.perf_counter
@@ -101,7 +102,7 @@ class OpenLoopDispatcher(Housekeeping):
 
     def __init__(
         self,
-        due_s: np.ndarray,  # run-clock due times for this shard, sorted
+        due_s: FloatArray,  # run-clock due times for this shard, sorted
         t0: float,  # perf_counter() value of the run clock's origin
         factory: TransportFactory,
         options: DispatchOptions,

@@ -36,6 +36,7 @@ from satpoint.engine.live import LiveSnapshot, merge, snapshot
 from satpoint.errors import RunFailed
 from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint, read_shard_file
 from satpoint.metrics.records import Records
+from satpoint.plan import FloatArray
 from satpoint.transports.base import TransportFactory
 
 #: builds the transport factory inside the process that runs the shard (factories hold sockets)
@@ -75,7 +76,7 @@ class RunOutput:
         return sum(s.cpu_s for s in self.shards)
 
 
-def _shard_rows(due_s: np.ndarray, shard: int, procs: int) -> np.ndarray:
+def _shard_rows(due_s: FloatArray, shard: int, procs: int) -> FloatArray:
     return due_s[shard::procs]
 
 
@@ -97,7 +98,7 @@ def split_max_inflight(build: FactoryBuilder, procs: int) -> tuple[FactoryBuilde
 
 
 def run_shard(
-    due_s: np.ndarray,
+    due_s: FloatArray,
     t0: float,
     build: FactoryBuilder,
     options: DispatchOptions,
@@ -164,7 +165,7 @@ def _die_with_parent(parent_pid: int) -> bool:
 
 
 def _child(
-    due_s: np.ndarray,
+    due_s: FloatArray,
     t0: float,
     build: FactoryBuilder,
     options: DispatchOptions,
@@ -224,7 +225,7 @@ def _child(
 
 
 def run_schedule(
-    due_s: np.ndarray,
+    due_s: FloatArray,
     build: FactoryBuilder,
     options: DispatchOptions,
     procs: int = 1,
@@ -234,8 +235,14 @@ def run_schedule(
     lead_s: float = 0.2,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
     checkpoint: CheckpointSpec | None = None,
+    t0: float | None = None,
+    spawn: bool = False,
 ) -> RunOutput:
     """Run every row of ``due_s`` (run-clock seconds) and return the merged records.
+
+    ``t0``: the run clock's origin (a ``perf_counter`` value) when the caller fixes it (shards on several
+    hosts start at one agreed time); None: ``lead_s`` from now (2 s at least when processes are spawned).
+    ``spawn``: run even a single shard in a generator process of its own (not in this process).
 
     ``abort_when`` sees every live snapshot; when it returns True the run stops early (a clearly
     overloaded server: no point queueing more), which is reported as ``overloaded``, not interrupted.
@@ -254,8 +261,8 @@ def run_schedule(
         if abort_when is not None and not overload.is_set() and abort_when(snap):
             overload.set()
 
-    if procs <= 1:
-        t0 = time.perf_counter() + lead_s
+    if procs <= 1 and not spawn:
+        t0 = time.perf_counter() + lead_s if t0 is None else t0
         watched = on_snapshot is not None or abort_when is not None
         rec, stats = run_shard(
             due_s, t0, build, options, snap_cb if watched else None, stop.is_set, cpus, checkpoint, 0
@@ -273,7 +280,8 @@ def run_schedule(
         )
 
     ctx = mp.get_context("spawn")
-    t0 = time.perf_counter() + max(lead_s, 2.0)  # spawn start-up happens before the clock starts
+    if t0 is None:
+        t0 = time.perf_counter() + max(lead_s, 2.0)  # spawn start-up happens before the clock starts
     workers = []
     # Children inherit the signal mask: blocked here, a SIGTERM/SIGHUP/SIGINT sent to the process group
     # while a child is still importing waits until the child has installed its handlers (the parent

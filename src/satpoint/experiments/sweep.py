@@ -43,6 +43,7 @@ from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import search_target
+from satpoint.session import Fleet, open_fleet
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -338,7 +339,7 @@ def run_sweep(
     def budget_left() -> float | None:
         return None if cfg.budget_s is None else cfg.budget_s - (time.monotonic() - t0)
 
-    def measure(point: Point, repeat: int, phase: str) -> bool:
+    def measure(point: Point, repeat: int, phase: str, fleet: Fleet | None) -> bool:
         nonlocal stopped
         left = budget_left()
         if left is not None and left < MIN_MEASUREMENT_S:
@@ -346,7 +347,7 @@ def run_sweep(
             return False
         n_done = sum(1 for m in state.measurements if m["status"] == "done")
         say(on_event, f"── [{n_done + 1}] {point.id} {point.label} · measurement {repeat} ({phase}) ──")
-        m = _measure(cfg, state, point, repeat, phase, stop, on_event, left)
+        m = _measure(cfg, state, point, repeat, phase, stop, on_event, left, fleet)
         durations.append(m["duration_s"])
         state.doc["estimate"] = estimate(cfg, len(points), durations)
         state.record(m)
@@ -356,18 +357,19 @@ def run_sweep(
             return False
         return True
 
-    # first pass: every point `repeats` times, repeats interleaved so slow drift spreads over all points
-    for repeat in range(1, cfg.repeats + 1):
-        for point in points:
-            if stopped is None and len(state.done(point)) < repeat and not measure(point, repeat, "grid"):
-                break
-    # the leaders again, until each has at least two measurements
-    if stopped is None and cfg.remeasure_top > 0:
-        rows = state.doc["points"]
-        for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
-            point = _points_by_id(points)[pid]
-            if not measure(point, len(state.done(point)) + 1, "re-measure the leaders"):
-                break
+    with open_fleet(cfg.load, on_event) as fleet:  # Ray generator hosts for the whole sweep (--ray)
+        # first pass: every point `repeats` times, repeats interleaved so slow drift spreads over all points
+        for repeat in range(1, cfg.repeats + 1):
+            for point in points:
+                if stopped is None and len(state.done(point)) < repeat and not measure(point, repeat, "grid", fleet):
+                    break
+        # the leaders again, until each has at least two measurements
+        if stopped is None and cfg.remeasure_top > 0:
+            rows = state.doc["points"]
+            for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
+                point = _points_by_id(points)[pid]
+                if not measure(point, len(state.done(point)) + 1, "re-measure the leaders", fleet):
+                    break
     if stopped is not None:
         state.doc["stopped"] = stopped
         say(on_event, f"sweep stopped: {stopped}; resume with: satpoint sweep --resume {out_dir}", "warning")
@@ -386,6 +388,7 @@ def _measure(
     stop: threading.Event,
     on_event: OnEvent | None,
     budget_left: float | None,
+    fleet: Fleet | None = None,
 ) -> dict[str, Any]:
     rel = f"points/{point.dirname}/m{repeat}"
     folder = state.out_dir / rel
@@ -414,7 +417,7 @@ def _measure(
             if srv.info is not None:
                 m["server"] = {k: srv.info.get(k) for k in ("kind", "settings", "startup_s", "cpus", "versions")}
             load = cfg.load
-            if cfg.server.kind != "remote" and load.generator_cpus is None:
+            if cfg.server.kind != "remote" and load.generator_cpus is None and load.ray is None:
                 load = replace(load, generator_cpus=_generator_cpus())
             watch = ObserveOptions(server_pids=srv.pids, metrics_urls=srv.metrics_urls).validate()
             with Observer(watch, folder) as observer:
@@ -429,6 +432,7 @@ def _measure(
                     server_info=srv.info,
                     profile_rps=cfg.at_rps,
                     observer=observer,
+                    fleet=fleet,
                 )
         summary = write_all(folder, session.results, html=True)
         m["figures"] = measurement_figures(summary, cfg.at_rps)

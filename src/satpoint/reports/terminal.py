@@ -147,6 +147,35 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
     gen = summary.get("generator", {})
     if gen.get("cpu_us_per_request") is not None:
         console.print(f"generator: {gen['cpu_us_per_request']:.1f} µs CPU per request over {gen['requests']} requests")
+    for line in hosts_lines(gen.get("ray")):
+        console.print(line)
     for w in summary.get("warnings", []):
         console.print(f"[bold red]WARNING[/] {w}")
     console.print(f"results: {out_dir}")
+
+
+def hosts_lines(ray: dict[str, Any] | None) -> list[str]:
+    """The generator hosts of a ``--ray`` run: where they ran, their clocks, their start, their load."""
+    if not ray:
+        return []
+    hosts = ray.get("hosts") or []
+    skew, bound = ray.get("start_skew_max_s"), ray.get("start_skew_bound_max_s")
+    start = "start skew not measured" if len(hosts) > 1 else "one host: no start skew"
+    if isinstance(skew, (int, float)):
+        start = f"start skew {skew * 1e6:.0f} µs (measured)"
+    if isinstance(bound, (int, float)) and len(hosts) > 1:
+        start += f", clock bound ±{bound * 1e3:.2f} ms"
+    each = f"{ray.get('procs_per_host')} process(es) each"
+    out = [f"generator hosts: {len(hosts)} on Ray ({ray.get('address')}), {each}; {start}"]
+    for h in hosts:
+        cpu = h.get("cpu_us_per_request")
+        lag = h.get("lag_p99_max_ms")
+        lost = f"; LOST in segment(s) {[x['segment'] for x in h['lost_segments']]}" if h.get("lost_segments") else ""
+        out.append(
+            f"  host {h['index']} {h.get('host')}: {h.get('requests')} requests, "
+            + (f"{cpu:.1f} µs CPU per request, " if cpu is not None else "")
+            + (f"worst stage p99 send lag {lag:.2f} ms, " if lag is not None else "")
+            + f"clock offset {1e3 * (h.get('clock_offset_s') or 0):+.3f} ms "
+            + f"±{1e3 * h['clock_uncertainty_max_s']:.3f}{lost}"
+        )
+    return out

@@ -16,10 +16,11 @@ import heapq
 import numpy as np
 
 from satpoint.metrics.records import Outcome, Records
+from satpoint.plan import FloatArray
 from satpoint.servers.sim_model import SimConfig, SlotScheduler
 
 
-def simulate(due_s: np.ndarray, config: SimConfig, origin_s: float = 0.0, max_inflight: int | None = None) -> Records:
+def simulate(due_s: FloatArray, config: SimConfig, origin_s: float = 0.0, max_inflight: int | None = None) -> Records:
     rec = Records.empty(np.asarray(due_s, dtype=np.float64))
     sched = SlotScheduler.from_config(config, origin_s)
     done = rec.done
