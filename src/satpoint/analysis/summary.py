@@ -133,6 +133,7 @@ def build_summary(results: Results) -> dict[str, Any]:
             "protocol": target.get("protocol"),
         },
         "server": h.get("server"),
+        "triton": target.get("triton"),
         "generator": {
             "procs": h.get("config", {}).get("load", {}).get("procs"),
             "requests": total,

@@ -87,7 +87,9 @@ class TritonSettings:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         pref = self.preferred_batch_size
         if pref is not None and not 1 <= pref <= self.max_batch_size:
-            raise ValueError(f"preferred_batch_size must be within 1..max_batch_size ({self.max_batch_size}), got {pref}")
+            raise ValueError(
+                f"preferred_batch_size must be within 1..max_batch_size ({self.max_batch_size}), got {pref}"
+            )
 
     @property
     def served_model_name(self) -> str:

@@ -12,6 +12,7 @@ the loopback ports, the input's name and datatype, the batching knobs and the wo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -61,7 +62,9 @@ def serve(spec: dict[str, Any]) -> None:
         log_file=Path(spec["triton_log"]),
         exit_on_error=True,
     )
-    inputs = [Tensor(name=spec["input_name"], dtype=np.dtype(_DTYPES[spec["input_datatype"]]), shape=(demo.n_features,))]
+    inputs = [
+        Tensor(name=spec["input_name"], dtype=np.dtype(_DTYPES[spec["input_datatype"]]), shape=(demo.n_features,))
+    ]
     outputs = [Tensor(name="predict", dtype=np.int64, shape=(1,))]
     functions = [_infer_function(model, "predict") for _ in range(int(knobs["instances"]))]
     stop_requested = False
@@ -95,10 +98,8 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve(spec)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
