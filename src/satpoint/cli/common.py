@@ -68,6 +68,25 @@ ModelDirOpt = Annotated[
     Path | None,
     typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
+ServerOpt = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="the embedded server (without --url): mlserver, or triton (Triton through PyTriton: "
+        "pip install 'satpoint[triton]')",
+    ),
+]
+BinaryDataOpt = Annotated[
+    bool,
+    typer.Option(help="REST: send tensors as raw bytes after a JSON header (Triton's binary tensor extension)"),
+]
+QueueDelayOpt = Annotated[
+    int | None, typer.Option(min=0, help="embedded Triton: dynamic batcher max_queue_delay_microseconds (default 0)")
+]
+InstancesOpt = Annotated[int | None, typer.Option(min=1, help="embedded Triton: model instances (default 1)")]
+PreferredBatchOpt = Annotated[
+    int | None, typer.Option(min=1, help="embedded Triton: the dynamic batcher's preferred_batch_size")
+]
 ServerPidOpt = Annotated[
     list[int] | None,
     typer.Option("--server-pid", help="a local server's pid: sample its process tree's CPU and memory (repeatable)"),

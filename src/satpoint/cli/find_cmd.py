@@ -11,6 +11,7 @@ from satpoint import api
 from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
+    BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
@@ -24,11 +25,15 @@ from satpoint.cli.common import (
     HeaderOpt,
     HtmlOpt,
     InsecureOpt,
+    InstancesOpt,
     MetricsUrlOpt,
     ModelDirOpt,
     PayloadOpt,
+    PreferredBatchOpt,
     ProtocolOpt,
+    QueueDelayOpt,
     RuntimeOpt,
+    ServerOpt,
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
@@ -44,6 +49,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.embedded import check_server, reject_options, triton_settings
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
@@ -54,8 +60,9 @@ from satpoint.servers.mlserver import MLServerSettings
 
 def find(
     url: Annotated[
-        str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded MLServer")
+        str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded server (--server)")
     ] = None,
+    server: ServerOpt = "mlserver",
     model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: ProtocolOpt = "rest",
@@ -87,8 +94,15 @@ def find(
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
     max_batch_size: Annotated[
         int | None,
-        typer.Option(help="embedded MLServer adaptive batching size (default 1 = off; with --model-dir: the folder's)"),
+        typer.Option(
+            help="embedded server's batch size limit: MLServer adaptive batching (default 1 = off; with "
+            "--model-dir: the folder's), Triton max_batch_size (default 32)"
+        ),
     ] = None,
+    max_queue_delay_us: QueueDelayOpt = None,
+    instances: InstancesOpt = None,
+    preferred_batch_size: PreferredBatchOpt = None,
+    binary_data: BinaryDataOpt = False,
     max_batch_time: Annotated[
         float | None,
         typer.Option(help="embedded MLServer max_batch_time, seconds (default 0; with --model-dir: the folder's)"),
@@ -150,9 +164,20 @@ def find(
             grpc_connections=grpc_connections,
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
-        target = server = None
-        if managed:
-            server = MLServerSettings(
+        target = embedded = None
+        check_server(server)
+        if managed and server == "triton":
+            reject_options("triton", workers=workers if workers != 1 else None, max_batch_time=max_batch_time,
+                           mlserver_debug=mlserver_debug)  # fmt: skip
+            cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
+            embedded = triton_settings(
+                served, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us, instances=instances,
+                preferred_batch_size=preferred_batch_size, cpus=cpus,
+            )  # fmt: skip
+        elif managed:
+            reject_options("mlserver", max_queue_delay_us=max_queue_delay_us, instances=instances,
+                           preferred_batch_size=preferred_batch_size)  # fmt: skip
+            embedded = MLServerSettings(
                 parallel_workers=workers,
                 debug=mlserver_debug,
                 max_batch_size=max_batch_size,
@@ -162,18 +187,21 @@ def find(
             )
         else:
             assert url is not None and model is not None
-            target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+            target = Target(
+                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls,
+                binary_data=binary_data,
+            )  # fmt: skip
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
         with interruptible() as stop, EventPrinter(console, secrets) as printer:
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
-                thresholds=threshold or [], server=server, emit_k8s=emit_k8s, out=out, html=html,
+                thresholds=threshold or [], server=embedded, emit_k8s=emit_k8s, out=out, html=html,
                 on_event=printer, stop=stop, protocol=protocol,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
-                    "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
+                    "batch_size": batch_size, "grpc_raw": grpc_raw, "binary_data": binary_data, **tls,
                 },
             )  # fmt: skip
         summary = result.summary.model_dump()
