@@ -320,6 +320,7 @@ class TritonTarget:
             "stats_url": self.stats_url if ports else None,
             "cpus": list(s.cpus) if s.cpus is not None else None,
             "pid": self._process.pid if self._process is not None else None,
+            "workdir": str(self._workdir) if self._workdir is not None else None,
             "startup_s": self._startup_s,
         }
 
