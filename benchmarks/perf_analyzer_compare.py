@@ -43,6 +43,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from satpoint.analysis.server_side import interpret
+from satpoint.metrics.observed import Scrape
+from satpoint.observe.triton_stats import stats_samples
 from satpoint.payloads.build import from_metadata
 from satpoint.servers.triton import TritonSettings, TritonTarget, pytriton_available
 from satpoint.transports import rest_control
@@ -83,16 +86,16 @@ def perf_analyzer(wheel: Path | None) -> tuple[Path, Path]:
     return binary, libdir
 
 
-def served(url: str, model: str) -> int:
-    """Successful requests Triton has counted for ``model`` so far."""
+def read_stats(url: str, model: str) -> Scrape:
+    """Triton's statistics of ``model`` now, as the observer records them."""
     status, doc = rest_control.call_json(url, f"/v2/models/{model}/stats")
     assert status == 200, doc
-    return int(doc["model_stats"][0]["inference_stats"]["success"]["count"])
+    return Scrape(time.monotonic(), time.time(), url, "bench", tuple(stats_samples(doc)))
 
 
 def run_client(argv: list[str], env: dict[str, str], url: str, model: str) -> dict[str, Any]:
     """Run one client to completion; its CPU seconds, wall time and the requests Triton counted meanwhile."""
-    before = served(url, model)
+    before = read_stats(url, model)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = t0 + CLIENT_TIMEOUT_S
@@ -110,10 +113,14 @@ def run_client(argv: list[str], env: dict[str, str], url: str, model: str) -> di
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{argv[0]} exited with {code}:\n{out[-3000:]}")
-    requests = served(url, model) - before
+    server = interpret(before, read_stats(url, model), model)  # what Triton saw during this client's run
+    requests = int(server["requests"] or 0)
     cpu = usage.ru_utime + usage.ru_stime
     return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "requests": requests,
-            "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else None, "output": out[-2000:]}  # fmt: skip
+            "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else None,
+            "triton_queue_ms": server["queue_ms"], "triton_compute_ms": server["compute_ms"],
+            "triton_batch": server["batch_size"], "triton_compute_input_ms": server["compute_input_ms"],
+            "output": out[-2000:]}  # fmt: skip
 
 
 def perf_analyzer_at(
@@ -123,7 +130,7 @@ def perf_analyzer_at(
     host = server.rest_url.removeprefix("http://")
     argv = ["taskset", "-c", str(cpu), str(binary), "-m", server.model_name, "-u", host, "-i", "http",
             "--request-rate-range", f"{rate}:{rate}:1", "--request-distribution", "constant",
-            "--measurement-interval", "5000", "--max-trials", "6", "--max-threads", "16",
+            "--measurement-interval", "4000", "--max-trials", "8", "-s", "20", "--max-threads", "16",
             "--input-data", "random", "-b", "1", "-f", str(report)]  # fmt: skip
     env = {**os.environ, "LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     proc = run_client(argv, env, server.rest_url, server.model_name)
@@ -144,7 +151,7 @@ def perf_analyzer_at(
 def satpoint_at(
     rate: int, server: TritonTarget, out: Path, cpu: int, hold_s: float, extra: list[str]
 ) -> dict[str, Any]:
-    folder = out / f"satpoint-{rate}{'-binary' if extra else ''}"
+    folder = out / ("-".join(["satpoint", str(rate), *(x.strip("-") for x in extra)]))
     argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "satpoint", "run", "--url", server.rest_url,
             "--model", server.model_name, "--stage", f"{rate}:2:{hold_s:g}", "--no-html", "--out", str(folder),
             *extra]  # fmt: skip
@@ -165,21 +172,21 @@ def satpoint_at(
         "verdict": st["verdict"],
         "generator_cpu_us_per_request": summary["generator"]["cpu_us_per_request"],
         "client": proc,
-        "payload_bytes": body_bytes(server, binary="--binary-data" in extra),
     }
 
 
-def body_bytes(server: TritonTarget, *, binary: bool) -> int:
+def body_bytes(server: TritonTarget, *, binary: bool, rows: int) -> int:
     """The size of the request body satpoint sends (built from the model's metadata, as ``prepare`` does)."""
     meta = rest_control.model_metadata(server.rest_url, server.model_name)
-    doc = from_metadata(meta, 1, 1)[0]
+    doc = from_metadata(meta, rows, 1)[0]
     return len(encode_binary_body(doc)[0]) if binary else len(encode_json_body(doc))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| rate | tool | throughput/s | p50 ms | p90 ms | p99 ms | client CPU µs/req (process) | satpoint loop µs/req |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| rate | tool | throughput/s | p50 ms | p90 ms | p99 ms | client CPU µs/req (process) | satpoint loop µs/req "
+        "| Triton queue ms | Triton compute ms | Triton batch |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         svc = ""
@@ -187,7 +194,23 @@ def table(rows: list[dict[str, Any]]) -> str:
             svc = f" (from actual send: {r['service_p50_ms']:.2f} / {r['service_p90_ms']:.2f} / {r['service_p99_ms']:.2f})"
         lines.append(
             f"| {r['rate']} | {r['tool']} | {r['throughput_rps']:.1f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | "
-            f"{r['p99_ms']:.2f}{svc} | {r['client']['cpu_us_per_request']} | {r.get('generator_cpu_us_per_request', '–')} |"
+            f"{r['p99_ms']:.2f}{svc} | {r['client']['cpu_us_per_request']} | {r.get('generator_cpu_us_per_request', '–')} "
+            f"| {r['client']['triton_queue_ms']} | {r['client']['triton_compute_ms']} | {r['client']['triton_batch']} |"
+        )
+    return "\n".join(lines)
+
+
+def encoding_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| rows × 64 FP32 | encoding | body bytes | throughput/s | p50 ms | p99 ms | satpoint loop µs/req "
+        "| process µs/req | Triton compute_input ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['rows_per_request']} | {r['encoding']} | {r['payload_bytes']} | {r['throughput_rps']:.1f} | "
+            f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['generator_cpu_us_per_request']} | "
+            f"{r['client']['cpu_us_per_request']} | {r['client']['triton_compute_input_ms']} |"
         )
     return "\n".join(lines)
 
@@ -199,7 +222,12 @@ def main() -> int:
     ap.add_argument("--wheel", type=Path, default=None, help="a local tritonclient 2.49.0 wheel (else pip download)")
     ap.add_argument("--binary-rate", type=int, default=200, help="rate of the JSON vs --binary-data comparison")
     ap.add_argument("--out", type=Path, default=Path("/tmp/satpoint-perf-analyzer"))
+    ap.add_argument("--tables", type=Path, default=None, help="print the tables of an earlier results.json; run nothing")
     args = ap.parse_args()
+    if args.tables is not None:
+        doc = json.loads(args.tables.read_text())
+        print(table(doc["rows"]) + "\n\n" + encoding_table(doc["encoding"]))
+        return 0
     if not pytriton_available():
         raise SystemExit("needs the triton extra: pip install 'satpoint[triton]'")
     cpus = sorted(os.sched_getaffinity(0))
@@ -217,21 +245,19 @@ def main() -> int:
             print(table(rows[-2:]).splitlines()[-2:], flush=True)
     encoding: list[dict[str, Any]] = []
     with TritonTarget(TritonSettings(demo_model="digits-mlp", cpus=(server_cpu,))) as server:
-        for extra in ([], ["--binary-data"]):
-            r = satpoint_at(args.binary_rate, server, args.out, client_cpu, args.hold, extra)
-            r["encoding"] = "binary" if extra else "json"
-            encoding.append(r)
+        for rows_per_request in (1, 16):
+            for extra in ([], ["--binary-data"]):
+                batch = ["--batch-size", str(rows_per_request)]
+                r = satpoint_at(args.binary_rate, server, args.out, client_cpu, args.hold, [*extra, *batch])
+                r["encoding"] = "binary" if extra else "json"
+                r["rows_per_request"] = rows_per_request
+                r["payload_bytes"] = body_bytes(server, binary=bool(extra), rows=rows_per_request)
+                encoding.append(r)
     doc = {"server_cpu": server_cpu, "client_cpu": client_cpu, "rows": rows, "encoding": encoding}
     (args.out / "results.json").write_text(json.dumps(doc, indent=2))
     print(table(rows))
     print()
-    print(
-        "| encoding (digits-mlp, 64 FP32) | request body bytes | throughput/s | p99 ms | satpoint loop µs/req | process µs/req |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in encoding:
-        print(f"| {r['encoding']} | {r['payload_bytes']} | {r['throughput_rps']:.1f} | {r['p99_ms']:.2f} | "
-              f"{r['generator_cpu_us_per_request']} | {r['client']['cpu_us_per_request']} |")  # fmt: skip
+    print(encoding_table(encoding))
     return 0
 
 
