@@ -12,7 +12,7 @@ import pytest
 
 from satpoint.endpoints import triton
 from satpoint.errors import ConfigError
-from satpoint.transports.rest import encode_binary_body
+from satpoint.payloads.binary import encode_binary_body
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "triton"
 

@@ -37,6 +37,7 @@ from satpoint.cli.common import (
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
+    check_embedded,
     console,
     embedded_model,
     exit_code,
@@ -49,13 +50,13 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.embedded import check_server, reject_options, triton_settings
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions
 from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.servers.mlserver import MLServerSettings
+from satpoint.servers.triton import TritonSettings
 
 
 def find(
@@ -94,10 +95,7 @@ def find(
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
     max_batch_size: Annotated[
         int | None,
-        typer.Option(
-            help="embedded server's batch size limit: MLServer adaptive batching (default 1 = off; with "
-            "--model-dir: the folder's), Triton max_batch_size (default 32)"
-        ),
+        typer.Option(help="embedded MLServer adaptive batching size (default 1 = off), Triton max_batch_size (32)"),
     ] = None,
     max_queue_delay_us: QueueDelayOpt = None,
     instances: InstancesOpt = None,
@@ -138,7 +136,7 @@ def find(
     flamegraph_rate: FlamegraphRateOpt = 100,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
-    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
+    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
     secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:
@@ -164,19 +162,17 @@ def find(
             grpc_connections=grpc_connections,
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
-        target = embedded = None
-        check_server(server)
+        target, embedded = None, None  # type: Target | None, MLServerSettings | TritonSettings | None
+        if not managed and server != "mlserver":
+            raise fail("--server names the embedded server: leave it out with --url")
+        triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances, "preferred_batch_size":
+                  preferred_batch_size}  # fmt: skip
         if managed and server == "triton":
-            reject_options("triton", workers=workers if workers != 1 else None, max_batch_time=max_batch_time,
-                           mlserver_debug=mlserver_debug)  # fmt: skip
+            check_embedded(server, workers=workers != 1, max_batch_time=max_batch_time, mlserver_debug=mlserver_debug)
             cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
-            embedded = triton_settings(
-                served, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us, instances=instances,
-                preferred_batch_size=preferred_batch_size, cpus=cpus,
-            )  # fmt: skip
+            embedded = TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
         elif managed:
-            reject_options("mlserver", max_queue_delay_us=max_queue_delay_us, instances=instances,
-                           preferred_batch_size=preferred_batch_size)  # fmt: skip
+            check_embedded(server, **triton)
             embedded = MLServerSettings(
                 parallel_workers=workers,
                 debug=mlserver_debug,
@@ -187,10 +183,7 @@ def find(
             )
         else:
             assert url is not None and model is not None
-            target = Target(
-                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls,
-                binary_data=binary_data,
-            )  # fmt: skip
+            target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
         with interruptible() as stop, EventPrinter(console, secrets) as printer:
@@ -201,7 +194,7 @@ def find(
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
-                    "batch_size": batch_size, "grpc_raw": grpc_raw, "binary_data": binary_data, **tls,
+                    "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
                 },
             )  # fmt: skip
         summary = result.summary.model_dump()

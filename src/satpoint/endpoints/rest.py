@@ -11,19 +11,12 @@ from typing import Self
 from satpoint.endpoints import triton
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
+from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
 from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
-from satpoint.transports.rest import (
-    BINARY_HEADER,
-    RestPool,
-    encode_binary_body,
-    encode_json_body,
-    encode_request,
-    infer_path,
-    parse_url,
-)
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
 from satpoint.transports.tls import TlsOptions
 
 

@@ -35,6 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata, util
 from pathlib import Path
@@ -90,6 +91,18 @@ class TritonSettings:
             raise ValueError(
                 f"preferred_batch_size must be within 1..max_batch_size ({self.max_batch_size}), got {pref}"
             )
+
+    @classmethod
+    def from_options(
+        cls, served: Mapping[str, Any], cpus: tuple[int, ...] | None = None, **knobs: int | None
+    ) -> TritonSettings:
+        """Settings from command-line style options: ``served`` (demo_model/runtime/model_dir, only those
+        given) and the knobs given (None: the default).  A ``ValueError`` for what Triton cannot do."""
+        unsupported = ["--" + k.replace("_", "-") for k in ("runtime", "model_dir") if served.get(k) is not None]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)}: the embedded Triton serves the demo models only")
+        given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}
+        return cls(demo_model=str(served.get("demo_model") or "iris"), cpus=cpus, **given)
 
     @property
     def served_model_name(self) -> str:
