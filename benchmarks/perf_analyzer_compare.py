@@ -131,7 +131,7 @@ def perf_analyzer_at(
     host = server.rest_url.removeprefix("http://")
     argv = ["taskset", "-c", str(cpu), str(binary), "-m", server.model_name, "-u", host, "-i", "http",
             "--request-rate-range", f"{rate}:{rate}:1", "--request-distribution", "constant",
-            "--measurement-interval", "4000", "--max-trials", "8", "-s", "20", "--max-threads", "16",
+            "--measurement-interval", "4000", "--max-trials", "8", "-s", str(stability), "--max-threads", "16",
             "--input-data", "random", "-b", "1", "-f", str(report)]  # fmt: skip
     env = {**os.environ, "LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     proc = run_client(argv, env, server.rest_url, server.model_name)
@@ -216,14 +216,33 @@ def encoding_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def measure_encodings(args: argparse.Namespace, server_cpu: int, client_cpu: int) -> list[dict[str, Any]]:
+    """satpoint at one rate on digits-mlp (64 FP32 per row), JSON and then binary, 1 and 16 rows a request."""
+    out: list[dict[str, Any]] = []
+    with TritonTarget(TritonSettings(demo_model="digits-mlp", cpus=(server_cpu,))) as server:
+        for rows_per_request in (1, 16):
+            for extra in ([], ["--binary-data"]):
+                batch = ["--batch-size", str(rows_per_request)]
+                r = satpoint_at(args.binary_rate, server, args.out, client_cpu, args.hold, [*extra, *batch])
+                r["encoding"] = "binary" if extra else "json"
+                r["rows_per_request"] = rows_per_request
+                r["payload_bytes"] = body_bytes(server, binary=bool(extra), rows=rows_per_request)
+                out.append(r)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="100,200,400", help="comma-separated request rates")
     ap.add_argument("--hold", type=float, default=12.0, help="satpoint's hold per rate, seconds")
     ap.add_argument("--wheel", type=Path, default=None, help="a local tritonclient 2.49.0 wheel (else pip download)")
     ap.add_argument("--binary-rate", type=int, default=200, help="rate of the JSON vs --binary-data comparison")
+    ap.add_argument("--stability", type=int, default=20, help="perf_analyzer -s: how far (percent) its windows may differ")
+    ap.add_argument("--no-encoding", action="store_true", help="leave out the JSON vs --binary-data part")
     ap.add_argument("--out", type=Path, default=Path("/tmp/satpoint-perf-analyzer"))
-    ap.add_argument("--tables", type=Path, default=None, help="print the tables of an earlier results.json; run nothing")
+    ap.add_argument(
+        "--tables", type=Path, default=None, help="print the tables of an earlier results.json; run nothing"
+    )
     args = ap.parse_args()
     if args.tables is not None:
         doc = json.loads(args.tables.read_text())
@@ -241,19 +260,10 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     with TritonTarget(TritonSettings(cpus=(server_cpu,))) as server:
         for rate in rates:
-            rows.append(perf_analyzer_at(rate, binary, libdir, server, args.out, client_cpu))
+            rows.append(perf_analyzer_at(rate, binary, libdir, server, args.out, client_cpu, args.stability))
             rows.append(satpoint_at(rate, server, args.out, client_cpu, args.hold, []))
             print(table(rows[-2:]).splitlines()[-2:], flush=True)
-    encoding: list[dict[str, Any]] = []
-    with TritonTarget(TritonSettings(demo_model="digits-mlp", cpus=(server_cpu,))) as server:
-        for rows_per_request in (1, 16):
-            for extra in ([], ["--binary-data"]):
-                batch = ["--batch-size", str(rows_per_request)]
-                r = satpoint_at(args.binary_rate, server, args.out, client_cpu, args.hold, [*extra, *batch])
-                r["encoding"] = "binary" if extra else "json"
-                r["rows_per_request"] = rows_per_request
-                r["payload_bytes"] = body_bytes(server, binary=bool(extra), rows=rows_per_request)
-                encoding.append(r)
+    encoding = [] if args.no_encoding else measure_encodings(args, server_cpu, client_cpu)
     doc = {"server_cpu": server_cpu, "client_cpu": client_cpu, "rows": rows, "encoding": encoding}
     (args.out / "results.json").write_text(json.dumps(doc, indent=2))
     print(table(rows))
