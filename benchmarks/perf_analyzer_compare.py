@@ -125,7 +125,7 @@ def run_client(argv: list[str], env: dict[str, str], url: str, model: str) -> di
 
 
 def perf_analyzer_at(
-    rate: int, binary: Path, libdir: Path, server: TritonTarget, out: Path, cpu: int
+    rate: int, binary: Path, libdir: Path, server: TritonTarget, out: Path, cpu: int, stability: int
 ) -> dict[str, Any]:
     report = out / f"perf_analyzer-{rate}.csv"
     host = server.rest_url.removeprefix("http://")
@@ -237,7 +237,9 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=12.0, help="satpoint's hold per rate, seconds")
     ap.add_argument("--wheel", type=Path, default=None, help="a local tritonclient 2.49.0 wheel (else pip download)")
     ap.add_argument("--binary-rate", type=int, default=200, help="rate of the JSON vs --binary-data comparison")
-    ap.add_argument("--stability", type=int, default=20, help="perf_analyzer -s: how far (percent) its windows may differ")
+    ap.add_argument(
+        "--stability", type=int, default=20, help="perf_analyzer -s: how far (percent) its windows may differ"
+    )
     ap.add_argument("--no-encoding", action="store_true", help="leave out the JSON vs --binary-data part")
     ap.add_argument("--out", type=Path, default=Path("/tmp/satpoint-perf-analyzer"))
     ap.add_argument(
