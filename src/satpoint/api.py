@@ -186,6 +186,7 @@ def run(
         _check_flamegraph(observe)
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    observe = with_triton_stats(target, observe, on_event)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
     with Observer(observe, out_dir) as observer:
