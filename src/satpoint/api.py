@@ -186,7 +186,7 @@ def run(
         _check_flamegraph(observe)
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
-    observe = with_triton_stats(target, observe, on_event)
+    observe = _with_triton_stats(target, observe, on_event)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
     with Observer(observe, out_dir) as observer:
@@ -299,7 +299,7 @@ def find(
                 settings = replace(settings, cpus=s_cpus)
             embedded = _start_embedded(settings, load, on_event)
             stack.enter_context(embedded)
-            say(on_event, f"{server_info_name(embedded)} ready at {embedded.rest_url} (pid {embedded.pid})")
+            say(on_event, f"{_server_name(embedded)} ready at {embedded.rest_url} (pid {embedded.pid})")
             server_info = embedded.info()
             target = embedded.target(protocol, **(target_options or {}))
             watched = [embedded.metrics_url]
@@ -311,7 +311,7 @@ def find(
                 metrics_urls=(*observe.metrics_urls, *watched),
             )
         else:
-            observe = with_triton_stats(target, observe, on_event)
+            observe = _with_triton_stats(target, observe, on_event)
         load = (load or LoadOptions(drain_s=5.0)).validate()
         _check_flamegraph(observe)  # the embedded server's pid is known by now
         observer = stack.enter_context(Observer(observe, out_dir))
@@ -347,11 +347,11 @@ def _start_embedded(
     return MLServerTarget(settings)
 
 
-def server_info_name(server: MLServerTarget | TritonTarget) -> str:
+def _server_name(server: MLServerTarget | TritonTarget) -> str:
     return "Triton" if isinstance(server, TritonTarget) else "MLServer"
 
 
-def with_triton_stats(target: Target, observe: ObserveOptions, on_event: OnEvent | None = None) -> ObserveOptions:
+def _with_triton_stats(target: Target, observe: ObserveOptions, on_event: OnEvent | None = None) -> ObserveOptions:
     """``observe`` plus Triton's statistics endpoint when the target is a Triton answering over REST
     (read before and after each stage: queue and compute times, the batch size achieved)."""
     if target.protocol != "rest":
