@@ -101,7 +101,7 @@ class OpenLoopDispatcher(Housekeeping):
 
     def __init__(
         self,
-        due_s: np.ndarray,  # run-clock due times for this shard, sorted
+        due_s: np.ndarray[Any, Any],  # run-clock due times for this shard, sorted
         t0: float,  # perf_counter() value of the run clock's origin
         factory: TransportFactory,
         options: DispatchOptions,

@@ -75,7 +75,7 @@ class RunOutput:
         return sum(s.cpu_s for s in self.shards)
 
 
-def _shard_rows(due_s: np.ndarray, shard: int, procs: int) -> np.ndarray:
+def _shard_rows(due_s: np.ndarray[Any, Any], shard: int, procs: int) -> np.ndarray[Any, Any]:
     return due_s[shard::procs]
 
 
@@ -97,7 +97,7 @@ def split_max_inflight(build: FactoryBuilder, procs: int) -> tuple[FactoryBuilde
 
 
 def run_shard(
-    due_s: np.ndarray,
+    due_s: np.ndarray[Any, Any],
     t0: float,
     build: FactoryBuilder,
     options: DispatchOptions,
@@ -164,7 +164,7 @@ def _die_with_parent(parent_pid: int) -> bool:
 
 
 def _child(
-    due_s: np.ndarray,
+    due_s: np.ndarray[Any, Any],
     t0: float,
     build: FactoryBuilder,
     options: DispatchOptions,
@@ -224,7 +224,7 @@ def _child(
 
 
 def run_schedule(
-    due_s: np.ndarray,
+    due_s: np.ndarray[Any, Any],
     build: FactoryBuilder,
     options: DispatchOptions,
     procs: int = 1,

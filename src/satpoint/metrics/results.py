@@ -163,7 +163,7 @@ def append_segment(out_dir: Path, results: Results, seg: Segment) -> None:
     if results.running is not None and results.running.get("index") == seg.index:
         results.running = None
     out_dir.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out_dir / f"segment-{seg.index:03d}.npz", **seg.records.columns())  # type: ignore[arg-type]
+    np.savez_compressed(out_dir / f"segment-{seg.index:03d}.npz", **seg.records.columns())  # type: ignore[arg-type, unused-ignore]
     write_header(out_dir, results)
     remove_shard_files(out_dir, seg.index)
 

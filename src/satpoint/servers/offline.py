@@ -12,6 +12,7 @@ dispatcher does.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,9 @@ from satpoint.metrics.records import Outcome, Records
 from satpoint.servers.sim_model import SimConfig, SlotScheduler
 
 
-def simulate(due_s: np.ndarray, config: SimConfig, origin_s: float = 0.0, max_inflight: int | None = None) -> Records:
+def simulate(
+    due_s: np.ndarray[Any, Any], config: SimConfig, origin_s: float = 0.0, max_inflight: int | None = None
+) -> Records:
     rec = Records.empty(np.asarray(due_s, dtype=np.float64))
     sched = SlotScheduler.from_config(config, origin_s)
     done = rec.done
