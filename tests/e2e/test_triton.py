@@ -6,6 +6,7 @@ Skipped when PyTriton cannot be imported (the ``triton`` extra is not installed)
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,7 +102,10 @@ def test_a_triton_that_fails_to_become_ready_is_stopped_with_its_log(tmp_path: P
         server.start()
     assert "not ready after 3 s" in str(info.value) and "Triton's log" in str(info.value)
     assert gone(list(server.seen_pids)) == []
-    assert processes_using(str(server.info()["workdir"])) == []
+    workdir = str(server.info()["workdir"])
+    assert processes_using(workdir) == []
+    assert Path(workdir, "child.log").is_file()  # a failed start keeps its logs for the error to name
+    shutil.rmtree(workdir)
 
 
 def test_ctrl_c_during_a_search_stops_triton(tmp_path: Path) -> None:
