@@ -28,6 +28,7 @@ from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summa
 from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
 from satpoint.analysis.thresholds import parse_slo, parse_thresholds
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
+from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
@@ -42,6 +43,7 @@ from satpoint.reports.files import write_all
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+from satpoint.servers.triton import TritonSettings, TritonTarget
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_fleet
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
@@ -185,6 +187,7 @@ def run(
         _check_flamegraph(observe)
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    observe = _with_triton_stats(target, observe, on_event)
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else default_out("run")
     with open_fleet(load, on_event) as fleet, Observer(observe, out_dir) as observer:
@@ -252,7 +255,7 @@ def find(
     slo: Sequence[str] | Mapping[str, float] = (),
     max_error_rate: float = 0.01,
     thresholds: Sequence[str] = (),
-    server: MLServerSettings | None = None,
+    server: MLServerSettings | TritonSettings | None = None,
     protocol: str = "rest",
     target_options: Mapping[str, Any] | None = None,
     emit_k8s: Path | str | None = None,
@@ -292,24 +295,26 @@ def find(
         server_info: dict[str, Any] | None = None
         if target is None:
             s_cpus, g_cpus = split_cpus()
-            settings = server or MLServerSettings(cpus=s_cpus)
             if load is None or (load.generator_cpus is None and load.ray is None):  # Ray hosts: not pinned
                 load = replace(load or LoadOptions(drain_s=5.0), generator_cpus=g_cpus)
-            where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
-            say(
-                on_event,
-                f"starting the embedded MLServer ({_served(settings)}, "
-                f"parallel_workers={settings.parallel_workers}, {where})",
-            )
-            embedded = stack.enter_context(MLServerTarget(settings))
+            settings = server or MLServerSettings(cpus=s_cpus)
+            if isinstance(settings, TritonSettings) and settings.cpus is None:
+                settings = replace(settings, cpus=s_cpus)
+            embedded = _start_embedded(settings, load, on_event)
+            stack.enter_context(embedded)
+            say(on_event, f"{_server_name(embedded)} ready at {embedded.rest_url} (pid {embedded.pid})")
             server_info = embedded.info()
             target = embedded.target(protocol, **(target_options or {}))
-            say(on_event, f"MLServer ready at {target.url} (pid {embedded.pid})")
+            watched = [embedded.metrics_url]
+            if isinstance(embedded, TritonTarget):
+                watched.append(embedded.stats_url)
             observe = replace(
                 observe,
                 server_pids=observe.server_pids or (embedded.pid,),
-                metrics_urls=(*observe.metrics_urls, embedded.metrics_url),
+                metrics_urls=(*observe.metrics_urls, *watched),
             )
+        else:
+            observe = _with_triton_stats(target, observe, on_event)
         load = (load or LoadOptions(drain_s=5.0)).validate()
         _check_flamegraph(observe)  # the embedded server's pid is known by now
         fleet = stack.enter_context(open_fleet(load, on_event))
@@ -328,6 +333,41 @@ def find(
             files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
             say(on_event, max_replicas_choice(rec)[1])
     return FindResult(summary, out_dir, files)
+
+
+def _start_embedded(
+    settings: MLServerSettings | TritonSettings, load: LoadOptions, on_event: OnEvent | None
+) -> MLServerTarget | TritonTarget:
+    """The embedded server described by ``settings``, not yet started (a context manager)."""
+    where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
+    if isinstance(settings, TritonSettings):
+        knobs = ", ".join(f"{k}={v}" for k, v in settings.knobs().items() if v is not None)
+        say(on_event, f"starting the embedded Triton ({settings.demo_model} model, {knobs}, {where})")
+        return TritonTarget(settings)
+    say(
+        on_event,
+        f"starting the embedded MLServer ({_served(settings)}, parallel_workers={settings.parallel_workers}, {where})",
+    )
+    return MLServerTarget(settings)
+
+
+def _server_name(server: MLServerTarget | TritonTarget) -> str:
+    return "Triton" if isinstance(server, TritonTarget) else "MLServer"
+
+
+def _with_triton_stats(target: Target, observe: ObserveOptions, on_event: OnEvent | None = None) -> ObserveOptions:
+    """``observe`` plus Triton's statistics endpoint when the target is a Triton answering over REST
+    (read before and after each stage: queue and compute times, the batch size achieved)."""
+    if target.protocol != "rest":
+        return observe
+    found = triton.probe(target.url, target.model, target.wire_headers, tls=target.tls_options())
+    if found is None or not found.server.has_statistics:
+        return observe
+    url = triton.stats_url(target.url, target.model)
+    if url in observe.metrics_urls:
+        return observe
+    say(on_event, f"Triton {found.server.version or ''} detected: reading its statistics before and after each stage")
+    return replace(observe, metrics_urls=(*observe.metrics_urls, url))
 
 
 def _served(settings: MLServerSettings) -> str:

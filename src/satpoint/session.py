@@ -232,6 +232,8 @@ class Session:
         self.observer = observer
         self.results = Results(new_header(config, prepared.spec.describe(), time.time()))
         self.results.header["target"]["metadata"] = prepared.metadata
+        if prepared.triton is not None:
+            self.results.header["target"]["triton"] = prepared.triton
         self.results.header["target"]["managed"] = server_info is not None
         if server_info is not None:
             self.results.header["server"] = server_info

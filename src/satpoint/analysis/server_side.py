@@ -188,6 +188,8 @@ def _has(scrape: Scrape, prefix: str) -> bool:
 
 def source_of(scrape: Scrape) -> str | None:
     """Which server's metrics an endpoint exposes: mlserver, triton, seldon (or None: unknown)."""
+    if _has(scrape, "triton_stats_"):
+        return "triton_stats"
     if _has(scrape, "nv_inference_"):
         return "triton"
     if _has(scrape, "seldon_model_infer"):
@@ -201,6 +203,8 @@ def requests_counted(d: _Delta, source: str | None) -> float | None:
     """Successful inference requests the server counted between two scrapes."""
     if source == "triton":
         return d("nv_inference_request_success")
+    if source == "triton_stats":
+        return d("triton_stats_success_count")
     if source == "seldon":
         return d("seldon_model_infer")
     if source == "mlserver":
@@ -261,6 +265,25 @@ def interpret(a: Scrape, b: Scrape, model: str | None) -> dict[str, Any]:
         out["pending_requests_mean"] = _gauge_mean([a, b], "nv_inference_pending_request_count", d.model)
     elif src == "seldon":
         out["mean_latency_ms"] = d.ratio("seldon_model_infer_seconds", "seldon_model_infer", 1e3)
+    elif src == "triton_stats":
+        out.update(triton_stats_figures(d))
+    return out
+
+
+def triton_stats_figures(d: _Delta) -> dict[str, Any]:
+    """What two reads of Triton's statistics say: mean time per request in the queue and in each compute
+    phase, the requests and batches executed, and the batch size achieved (inferences / executions)."""
+    fail = d("triton_stats_fail_count")
+    out: dict[str, Any] = {"failures": None if fail is None else round(fail)}
+    for phase in ("queue", "compute_input", "compute_infer", "compute_output", "success"):
+        out[f"{phase}_ms"] = d.ratio(f"triton_stats_{phase}_ns", f"triton_stats_{phase}_count", 1e-6)
+    parts = [out[f"compute_{p}_ms"] for p in ("input", "infer", "output")]
+    out["compute_ms"] = None if any(p is None for p in parts) else round(sum(parts), 4)
+    out["mean_latency_ms"] = out.pop("success_ms")
+    inferences, executions = d("triton_stats_inference_count"), d("triton_stats_execution_count")
+    out["inferences"] = None if inferences is None else round(inferences)
+    out["executions"] = None if executions is None else round(executions)
+    out["batch_size"] = d.ratio("triton_stats_inference_count", "triton_stats_execution_count")
     return out
 
 

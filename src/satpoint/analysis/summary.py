@@ -140,6 +140,7 @@ def build_summary(results: Results) -> dict[str, Any]:
             "protocol": target.get("protocol"),
         },
         "server": h.get("server"),
+        "triton": target.get("triton"),
         "generator": {
             # generator processes (with --ray: on all hosts, as the segments recorded them)
             "procs": max(

@@ -114,7 +114,7 @@ class ServerMetrics(BaseModel):
     window: str  # "steady" (scrapes inside the steady window) or "bracketing" (the scrapes around it)
     from_s: float
     to_s: float
-    source: str | None = None  # mlserver, triton, seldon (None: metrics satpoint does not interpret)
+    source: str | None = None  # mlserver, triton, triton_stats, seldon (None: metrics satpoint does not interpret)
     requests: int | None = None
     failures: int | None = None
     rps: float | None = None
@@ -126,6 +126,13 @@ class ServerMetrics(BaseModel):
     batch_queue_mean: float | None = None  # MLServer batch_request_queue mean
     parallel_queue_mean: float | None = None  # MLServer parallel_request_queue mean
     pending_requests_mean: float | None = None  # Triton nv_inference_pending_request_count
+    # Triton's statistics endpoint (source triton_stats): mean ms per request in each compute phase, and
+    # the inferences (rows of requests) and executions (model calls) whose ratio is batch_size
+    compute_input_ms: float | None = None
+    compute_infer_ms: float | None = None
+    compute_output_ms: float | None = None
+    inferences: int | None = None
+    executions: int | None = None
     cross_check: CrossCheck | None = None
 
 
@@ -320,6 +327,8 @@ class RunSummary(BaseModel):
     created_unix: float | None = None
     target: TargetInfo
     server: dict[str, Any] | None = None
+    #: a Triton target: its name, version, extensions and the model configuration's batching knobs
+    triton: dict[str, Any] | None = None
     generator: GeneratorInfo
     rules: Rules
     stages: list[StageResult]

@@ -89,6 +89,9 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "lower_bound": any(n.startswith(("generator-limited", "client-limited")) for n in notes),
         "server_at_saturation": _server_figures(at_sat[-1] if at_sat else None),
         "server_at_operating_point": _server_figures(op_stage),
+        # Triton's statistics (when read): at the saturation point, and in the first unstable stage above it
+        "triton_at_saturation": triton_figures(at_sat[-1] if at_sat else None),
+        "triton_above_saturation": triton_figures(_first_above(stages, sat)),
         "rss_mb_max": max(
             (float(m) for st in stages if (m := ((st.get("server") or {}).get("rss_mb") or {}).get("max"))),
             default=None,
@@ -98,6 +101,15 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "target_lost": summary.get("target_lost") is not None,
         "stages": len(stages),
     }
+
+
+def triton_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What Triton's statistics say of a stage: the batch size achieved, queue and compute ms per request."""
+    met = next((m for m in (stage or {}).get("server_metrics") or [] if m.get("source") == "triton_stats"), None)
+    if met is None:
+        return None
+    keys = ("batch_size", "queue_ms", "compute_infer_ms", "compute_ms", "executions", "inferences", "window")
+    return {k: met.get(k) for k in keys}
 
 
 def _server_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -112,6 +124,13 @@ def _server_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "cpu_us_per_request": srv.get("cpu_us_per_request"),
         "cpu_us_per_inference": srv.get("cpu_us_per_inference"),
     }
+
+
+def _first_above(stages: Sequence[Mapping[str, Any]], sat: Any) -> Mapping[str, Any] | None:
+    if sat is None:
+        return None
+    above = [s for s in stages if float(s["target_rps"]) > float(sat) * (1 + 1e-3) and s.get("verdict") != "stable"]
+    return min(above, key=lambda s: float(s["target_rps"]), default=None)
 
 
 def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
@@ -197,6 +216,16 @@ def aggregate(p: PointInput) -> dict[str, Any]:
             "rss_mb_max": spread([m.get("rss_mb_max") for m in ms]),
             "diagnosis": sorted({k for m in ms for k in m.get("diagnosis") or [] if k}),
         },
+        # Triton's statistics: the batch size its scheduler achieved at and above the saturation point
+        "triton": (
+            {
+                "batch_at_saturation": _nested(ms, "triton_at_saturation", "batch_size"),
+                "queue_ms_at_saturation": _nested(ms, "triton_at_saturation", "queue_ms"),
+                "batch_above_saturation": _nested(ms, "triton_above_saturation", "batch_size"),
+            }
+            if any(m.get("triton_at_saturation") or m.get("triton_above_saturation") for m in ms)
+            else None
+        ),
         "lower_bound": any(bool(m.get("lower_bound")) for m in ms),
         "feasible": sat is not None,
         "scaling": None,

@@ -1,8 +1,10 @@
 """What a sweep varies: knobs, their values, and the grid of points (``satpoint sweep --set K=V1,V2``).
 
-A knob belongs to a *server kind*: the embedded MLServer (``mlserver``), the synthetic server
-(``sim``: capacity known, for trying sweeps out and for tests) or a remote deployment changed by a
-command per point (``remote``: ``--reconfigure 'CMD {knob}'``).  ``protocol`` and ``batch`` are
+A knob belongs to a *server kind*: the embedded MLServer (``mlserver``), the embedded Triton
+(``triton``: its model configuration's batching and instances), the synthetic server (``sim``: capacity
+known, for trying sweeps out and for tests) or a remote deployment changed by a command per point
+(``remote``: ``--reconfigure 'CMD {knob}'``) or, for a remote Triton in explicit model control, by
+reloading the model with a changed configuration (the Triton knobs).  ``protocol`` and ``batch`` are
 client-side on every kind.  Values are checked before anything starts; an unknown knob or a bad value
 is a ``ValueError`` naming the valid ones.
 """
@@ -18,8 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 KnobType = Literal["int", "float", "choice", "text", "path"]
-ServerKind = Literal["mlserver", "sim", "remote"]
-SERVER_KINDS: tuple[ServerKind, ...] = ("mlserver", "sim", "remote")
+ServerKind = Literal["mlserver", "triton", "sim", "remote"]
+SERVER_KINDS: tuple[ServerKind, ...] = ("mlserver", "triton", "sim", "remote")
 
 ENV_PREFIX = "env."
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -76,6 +78,15 @@ _PROTOCOL = Knob("protocol", "choice", "rest or grpc (client side)", choices=("r
 _BATCH = Knob("batch", "int", "rows per request: the input size (client side)", minimum=1, client_side=True)
 _CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", minimum=1)
 
+#: a Triton model configuration's knobs: the embedded Triton restarts with them; a remote Triton (explicit
+#: model control) reloads the model with them through its repository API
+TRITON_KNOBS: tuple[Knob, ...] = (
+    Knob("max_batch_size", "int", "Triton max_batch_size (the largest batch the model is given)", minimum=1),
+    Knob("max_queue_delay_us", "int", "Triton dynamic batcher: max_queue_delay_microseconds", minimum=0),
+    Knob("preferred_batch_size", "int", "Triton dynamic batcher: preferred_batch_size", minimum=1),
+    Knob("instances", "int", "Triton instance_group count (model instances)", minimum=1),
+)
+
 KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
     "mlserver": (
         Knob("workers", "int", "MLServer parallel_workers (0 = inference in the main process)", minimum=0),
@@ -95,8 +106,26 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _BATCH,
         _CPUS,
     ),
-    "remote": (_PROTOCOL, _BATCH),
+    "triton": (
+        *TRITON_KNOBS,
+        _PROTOCOL,
+        _BATCH,
+        _CPUS,
+        Knob("demo_model", "choice", "demo model", choices=("iris", "digits-mlp", "digits-forest")),
+    ),
+    "remote": (_PROTOCOL, _BATCH, *TRITON_KNOBS),
 }
+
+
+def check_triton_point(values: dict[str, Any], base_max_batch_size: int | None) -> None:
+    """A Triton point's knobs that cannot work together: a ``ValueError`` saying why."""
+    mbs = values.get("max_batch_size", base_max_batch_size)
+    pref = values.get("preferred_batch_size")
+    if mbs is not None and pref is not None and int(pref) > int(mbs):
+        raise ValueError(f"preferred_batch_size={pref} exceeds max_batch_size={mbs}")
+    batch = values.get("batch")
+    if mbs is not None and batch is not None and int(batch) > int(mbs):
+        raise ValueError(f"batch={batch} exceeds max_batch_size={mbs}: Triton would reject every request")
 
 
 def knob_table(kind: ServerKind) -> dict[str, Knob]:

@@ -68,6 +68,21 @@ ModelDirOpt = Annotated[
     Path | None,
     typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
+ServerOpt = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        help="the embedded server (without --url): mlserver, or triton (Triton through PyTriton: "
+        "pip install 'satpoint[triton]')",
+    ),
+]
+BinaryDataOpt = Annotated[
+    bool,
+    typer.Option(help="REST: send tensors as raw bytes after a JSON header (Triton's binary tensor extension)"),
+]
+QueueDelayOpt = Annotated[int | None, typer.Option(min=0, help="embedded Triton: max_queue_delay_microseconds")]
+InstancesOpt = Annotated[int | None, typer.Option(min=1, help="embedded Triton: model instances (default 1)")]
+PreferredBatchOpt = Annotated[int | None, typer.Option(min=1, help="embedded Triton: preferred_batch_size")]
 ServerPidOpt = Annotated[
     list[int] | None,
     typer.Option("--server-pid", help="a local server's pid: sample its process tree's CPU and memory (repeatable)"),
@@ -227,3 +242,10 @@ def embedded_model(
         flags = ", ".join("--" + k.replace("_", "-") for k in chosen)
         raise fail(f"{flags} describe the embedded MLServer: leave them out with --url")
     return chosen
+
+
+def check_embedded(server: str, **given: object) -> None:
+    """``--server`` names an embedded server, and no option of the other one was given."""
+    wrong = ["--" + k.replace("_", "-") for k, v in given.items() if v not in (None, False)]
+    if server not in ("mlserver", "triton") or wrong:
+        raise fail(f"{', '.join(wrong)}: not for the embedded {server}" if wrong else "--server: mlserver or triton")

@@ -11,6 +11,7 @@ from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
@@ -21,6 +22,7 @@ from satpoint.cli.common import (
     ModelDirOpt,
     PayloadOpt,
     RuntimeOpt,
+    ServerOpt,
     console,
     embedded_model,
     guarded,
@@ -37,7 +39,8 @@ from satpoint.reports.progress import EventPrinter
 
 
 def compare(
-    url: Annotated[str | None, typer.Option(help="REST base URL (none: embedded MLServer)")] = None,
+    url: Annotated[str | None, typer.Option(help="REST base URL (none: the embedded server, --server)")] = None,
+    server: ServerOpt = "mlserver",
     grpc_url: Annotated[str | None, typer.Option(help="gRPC address host:port of the same server")] = None,
     model: Annotated[str | None, typer.Option(help="model name (with --url)")] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated: rest,grpc")] = "rest,grpc",
@@ -46,6 +49,7 @@ def compare(
     header: HeaderOpt = None,
     payload: PayloadOpt = None,
     grpc_raw: GrpcRawOpt = False,
+    binary_data: BinaryDataOpt = False,
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
     demo_model: DemoModelOpt = None,
     runtime: RuntimeOpt = None,
@@ -76,6 +80,8 @@ def compare(
             headers=parse_headers(header),
             payload_file=payload,
             grpc_raw=grpc_raw,
+            binary_data=binary_data,
+            server=server,
             **tls_fields(ca_cert, insecure, client_cert, client_key),
             workers=workers,
             **served,

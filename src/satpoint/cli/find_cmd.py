@@ -11,6 +11,7 @@ from satpoint import api
 from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
+    BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
@@ -24,14 +25,19 @@ from satpoint.cli.common import (
     HeaderOpt,
     HtmlOpt,
     InsecureOpt,
+    InstancesOpt,
     MetricsUrlOpt,
     ModelDirOpt,
     PayloadOpt,
+    PreferredBatchOpt,
     ProtocolOpt,
+    QueueDelayOpt,
     RuntimeOpt,
+    ServerOpt,
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
+    check_embedded,
     console,
     embedded_model,
     exit_code,
@@ -51,12 +57,14 @@ from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.servers.mlserver import MLServerSettings
+from satpoint.servers.triton import TritonSettings
 
 
 def find(
     url: Annotated[
-        str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded MLServer")
+        str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded server (--server)")
     ] = None,
+    server: ServerOpt = "mlserver",
     model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: ProtocolOpt = "rest",
@@ -88,8 +96,12 @@ def find(
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
     max_batch_size: Annotated[
         int | None,
-        typer.Option(help="embedded MLServer adaptive batching size (default 1 = off; with --model-dir: the folder's)"),
+        typer.Option(help="embedded MLServer adaptive batching size (default 1 = off), Triton max_batch_size (32)"),
     ] = None,
+    max_queue_delay_us: QueueDelayOpt = None,
+    instances: InstancesOpt = None,
+    preferred_batch_size: PreferredBatchOpt = None,
+    binary_data: BinaryDataOpt = False,
     max_batch_time: Annotated[
         float | None,
         typer.Option(help="embedded MLServer max_batch_time, seconds (default 0; with --model-dir: the folder's)"),
@@ -128,7 +140,7 @@ def find(
     procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
-    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
+    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
     secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:
@@ -155,9 +167,18 @@ def find(
             ray=ray_options(ray, ray_hosts, procs_per_host, procs),
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
-        target = server = None
-        if managed:
-            server = MLServerSettings(
+        target, embedded = None, None  # type: Target | None, MLServerSettings | TritonSettings | None
+        if not managed and server != "mlserver":
+            raise fail("--server names the embedded server: leave it out with --url")
+        triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances, "preferred_batch_size":
+                  preferred_batch_size}  # fmt: skip
+        if managed and server == "triton":
+            check_embedded(server, workers=workers != 1, max_batch_time=max_batch_time, mlserver_debug=mlserver_debug)
+            cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
+            embedded = TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
+        elif managed:
+            check_embedded(server, **triton)
+            embedded = MLServerSettings(
                 parallel_workers=workers,
                 debug=mlserver_debug,
                 max_batch_size=max_batch_size,
@@ -173,7 +194,7 @@ def find(
         with interruptible() as stop, EventPrinter(console, secrets) as printer:
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
-                thresholds=threshold or [], server=server, emit_k8s=emit_k8s, out=out, html=html,
+                thresholds=threshold or [], server=embedded, emit_k8s=emit_k8s, out=out, html=html,
                 on_event=printer, stop=stop, protocol=protocol,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={

@@ -20,6 +20,7 @@ from satpoint.cli.common import (
     EXIT_OK,
     ArrivalOpt,
     BatchOpt,
+    BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
@@ -96,6 +97,7 @@ def run(
     generator_cpus: CpusOpt = None,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/run-TIMESTAMP)")] = None,
     grpc_raw: GrpcRawOpt = False,
+    binary_data: BinaryDataOpt = False,
     grpc_connections: GrpcConnsOpt = None,
     html: HtmlOpt = True,
     users: Annotated[
@@ -121,7 +123,7 @@ def run(
     procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
-    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
+    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
     secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:

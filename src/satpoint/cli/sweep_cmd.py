@@ -51,7 +51,8 @@ def sweep(
         typer.Option("--set", help="KNOB=V1,V2,… (repeatable; the grid is every combination)"),
     ] = None,
     server: Annotated[
-        str | None, typer.Option(help="mlserver (embedded, default), sim, or remote (default with --url)")
+        str | None,
+        typer.Option(help="mlserver (embedded, default), triton (embedded), sim, or remote (default with --url)"),
     ] = None,
     url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
     grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
@@ -122,8 +123,10 @@ def sweep(
                 raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
             if kind != "remote" and (server_pid or metrics_url):
                 raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
-            if kind != "mlserver" and (demo_model or runtime or model_dir):
-                raise fail("--demo-model/--runtime/--model-dir describe the embedded MLServer (--server mlserver)")
+            if kind not in ("mlserver", "triton") and demo_model:
+                raise fail("--demo-model describes an embedded server (--server mlserver or triton)")
+            if kind != "mlserver" and (runtime or model_dir):
+                raise fail("--runtime/--model-dir describe the embedded MLServer (--server mlserver)")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),

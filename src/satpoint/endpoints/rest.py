@@ -8,8 +8,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Self
 
+from satpoint.endpoints import triton
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
+from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
 from satpoint.transports import rest_control
@@ -61,13 +63,24 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     if not rest_control.server_ready(base, headers, tls=tls):
         raise TargetUnreachable(f"{redact_url(base)} answered but is not ready (GET /v2/health/ready != 200)")
     meta = rest_control.model_metadata(base, spec.model, spec.version, headers, tls=tls)
+    found = triton.probe(base, spec.model, headers, tls=tls)
+    if found is not None and found.config is not None:
+        problem = triton.batch_problem(found.config, spec.batch_size)
+        if problem is not None and spec.payload_file is None:
+            raise PayloadError(problem)
+        if not meta.get("inputs"):  # no declared inputs: build them from the model's Triton configuration
+            meta = {**meta, "inputs": triton.config_inputs(found.config)}
+    if spec.binary_data and (found is None or not found.server.has_binary_data):
+        raise PayloadError("--binary-data needs a server with Triton's binary tensor extension (binary_tensor_data)")
     if spec.payload_file is not None:
         docs = from_file(spec.payload_file)
     else:
         docs = from_metadata(meta, spec.batch_size, payload_count, seed)
-    bodies = [encode_json_body(d) for d in docs]
+    encoded = [encode_binary_body(d) if spec.binary_data else (encode_json_body(d), None) for d in docs]
+    bodies = [b for b, _ in encoded]
+    extra = [(() if n is None else ((BINARY_HEADER, str(n)),)) for _, n in encoded]
     t0 = time.perf_counter()
-    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, headers, tls=tls)
+    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, (*headers, *extra[0]), tls=tls)
     took_s = time.perf_counter() - t0
     if status != 200:
         raise PayloadError(
@@ -79,7 +92,9 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     except ValueError:
         raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
     path = address.path(infer_path(spec.model, spec.version))
-    reqs = tuple(encode_request(address.host, address.port, path, b, headers) for b in bodies)
+    reqs = tuple(
+        encode_request(address.host, address.port, path, b, (*headers, *x)) for b, x in zip(bodies, extra, strict=True)
+    )
     return PreparedTarget(
         spec=spec,
         metadata=meta,
@@ -87,4 +102,5 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         builder=RestFactoryBuilder(address.host, address.port, reqs, max_inflight, tls),
         payload_bytes=len(bodies[0]),
         latency_hint_s=took_s,
+        triton=found.describe() if found is not None else None,
     )

@@ -41,6 +41,7 @@ class Target:
     insecure: bool = False  # skip certificate and host-name verification (self-signed test clusters)
     client_cert: Path | None = None  # PEM client certificate (chain) for mTLS
     client_key: Path | None = None  # its private key (if not in client_cert)
+    binary_data: bool = False  # REST: tensors as raw bytes after a JSON header (Triton's binary tensor extension)
 
     def __repr__(self) -> str:  # redacted: a repr ends up in logs, notebooks and tracebacks
         shown = {"url": redact_url(self.url), "headers": redact_headers(self.headers)}
@@ -108,6 +109,7 @@ class Target:
             "headers": [redact_header_line(f"{k}: {v}") for k, v in self.headers],
             "payload_file": str(self.payload_file) if self.payload_file else None,
             "batch_size": self.batch_size,
+            "binary_data": self.binary_data,
             "tls": tls.describe() if tls is not None else None,
         }
 
@@ -123,3 +125,5 @@ class PreparedTarget:
     #: how long a request took before the run (the pre-flight test request, or a probe): sizes the
     #: automatic in-flight cap for slow servers
     latency_hint_s: float | None = None
+    #: a Triton target: what ``GET /v2`` and the model's configuration say (``endpoints.triton``)
+    triton: dict[str, Any] | None = None

@@ -39,6 +39,8 @@ class CompareConfig:
     payload_file: Path | None = None
     grpc_raw: bool = False
     workers: int = 1
+    server: str = "mlserver"  # the embedded server without a URL: mlserver or triton
+    binary_data: bool = False  # REST: Triton's binary tensor extension
     # what the embedded MLServer serves (None: its default, the iris demo model on sklearn); with a URL
     # they are an error
     demo_model: str | None = None
@@ -64,6 +66,10 @@ class CompareConfig:
         urls = [u for u in (self.url, self.grpc_url) if u is not None]
         if tls_given and not any(u.startswith(("https://", "grpcs://")) for u in urls):
             raise ValueError("--ca-cert/--insecure/--client-cert/--client-key need an https:// or grpcs:// URL")
+        if self.server not in ("mlserver", "triton"):
+            raise ValueError(f"server takes mlserver or triton, got {self.server!r}")
+        if self.server == "triton" and (self.runtime is not None or self.model_dir is not None or self.workers != 1):
+            raise ValueError("runtime, model_dir and workers describe the embedded MLServer, not the embedded Triton")
         embedded = {"demo_model": self.demo_model, "runtime": self.runtime, "model_dir": self.model_dir}
         if any(v is not None for v in embedded.values()):
             if self.url is not None or self.grpc_url is not None:
@@ -115,6 +121,7 @@ def _target(cfg: CompareConfig, url: str, model: str, protocol: str) -> Target:
         headers=cfg.headers,
         payload_file=cfg.payload_file,
         grpc_raw=cfg.grpc_raw,
+        binary_data=cfg.binary_data and protocol == "rest",
         ca_cert=cfg.ca_cert if tls else None,
         insecure=cfg.insecure and tls,
         client_cert=cfg.client_cert if tls else None,
@@ -134,7 +141,16 @@ def run_compare(
         server_info = None
         addr: dict[str, str | None] = {"rest": cfg.url, "grpc": cfg.grpc_url}
         name = cfg.model
-        if cfg.url is None:
+        if cfg.url is None and cfg.server == "triton":
+            from satpoint.servers.triton import TritonSettings, TritonTarget
+
+            tsettings = TritonSettings(demo_model=cfg.demo_model or "iris", cpus=cfg.server_cpus)
+            say(on_event, f"starting the embedded Triton ({tsettings.demo_model} model)")
+            triton_server = stack.enter_context(TritonTarget(tsettings))
+            server_info = triton_server.info()
+            addr = {"rest": triton_server.rest_url, "grpc": triton_server.grpc_address}
+            name = triton_server.model_name
+        elif cfg.url is None:
             settings = cfg.server_settings()
             what = (
                 f"model {settings.served_model_name} from {settings.model_dir}"

@@ -34,7 +34,7 @@ from satpoint.analysis.sweep import (
     recommendation_lines,
     remeasure_plan,
 )
-from satpoint.analysis.sweep_space import SERVER_KINDS, Point, grid, parse_set
+from satpoint.analysis.sweep_space import SERVER_KINDS, Point, check_triton_point, grid, parse_set
 from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, VerdictRules
 from satpoint.errors import SatpointError
@@ -52,7 +52,7 @@ SWEEP_VERSION = 1
 MIN_MEASUREMENT_S = 45.0
 #: a re-measurement starts its staircase at this fraction of the point's known saturation
 RESEED_FRACTION = 0.6
-_START_S = {"mlserver": 12.0, "sim": 2.0, "remote": 5.0}
+_START_S = {"mlserver": 12.0, "triton": 15.0, "sim": 2.0, "remote": 5.0}
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,10 @@ class SweepConfig:
             too_many = sorted({int(n) for p in points if (n := p.values.get("server_cpus")) and int(n) > have})
             if too_many:
                 raise ValueError(f"server_cpus={too_many[0]}: satpoint may use {have} CPUs on this machine")
+        if self.server.kind in ("triton", "remote"):
+            for p in points:
+                base_mbs = self.server.max_batch_size if self.server.kind == "triton" else None
+                check_triton_point({"batch": self.server.batch, **p.values}, base_mbs)
         if self.server.kind == "remote":
             protos = {p.values.get("protocol", self.server.protocol) for p in points}
             if "grpc" in protos and self.server.grpc_url is None:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.sweep_space import ENV_PREFIX, ServerKind
+from satpoint.analysis.sweep_space import ENV_PREFIX, TRITON_KNOBS, ServerKind, placeholders
+from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.progress import OnEvent, say
 
+TRITON_KNOB_NAMES = frozenset(k.name for k in TRITON_KNOBS)
 _OUTPUT_TAIL = 4000  # characters of a reconfigure command's output kept in sweep.json
 
 
@@ -40,6 +42,10 @@ class BaseServer:
     runtime: str | None = None
     model_dir: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    # the embedded Triton (max_batch_size above is its max_batch_size; None: 32)
+    max_queue_delay_us: int | None = None
+    instances: int | None = None
+    preferred_batch_size: int | None = None
     # the synthetic server
     service_ms: float = 10.0
     # a remote server
@@ -148,6 +154,9 @@ def point_server(
             cores = len(cpus) if cpus else os.cpu_count()
             yield PointServer(target, server.info(), cores, pids=(server.pid,), metrics_urls=(server.metrics_url,))
             return
+        if base.kind == "triton":
+            yield stack.enter_context(_triton_point(base, knobs, protocol, fields, on_event))
+            return
         if base.kind == "sim":
             from satpoint.servers.sim_process import SimServer
 
@@ -175,6 +184,17 @@ def point_server(
         if base.reconfigure is not None:
             actions["reconfigure"] = run_reconfigure(base.reconfigure, knobs, stop=stop, on_event=on_event)
             actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
+        taken = set(placeholders(base.reconfigure)) if base.reconfigure is not None else set()
+        wanted = {k: v for k, v in knobs.items() if k in TRITON_KNOB_NAMES and k not in taken}
+        if wanted:
+            if base.url is None:
+                raise ValueError("Triton knobs on a remote server are applied over REST: give --url")
+            say(on_event, "reloading the model on Triton with " + ", ".join(f"{k}={v}" for k, v in wanted.items()))
+            rest = Target(url=base.url, model=base.model, headers=base.headers)
+            actions["triton_config"] = triton.apply_knobs(
+                base.url, base.model, wanted, rest.wire_headers, tls=rest.tls_options()
+            )
+            actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
         cores = knobs.get("server_cpus", base.server_cores)
         yield PointServer(
             target,
@@ -182,8 +202,44 @@ def point_server(
             int(cores) if cores is not None else None,
             actions,
             pids=base.server_pids,
-            metrics_urls=base.metrics_urls,
+            metrics_urls=(*base.metrics_urls, *_triton_stats_urls(base)),
         )
+
+
+@contextmanager
+def _triton_point(
+    base: BaseServer, knobs: Mapping[str, Any], protocol: str, fields: dict[str, Any], on_event: OnEvent | None
+) -> Iterator[PointServer]:
+    """The embedded Triton started with a point's knobs (over the base's)."""
+    from satpoint.servers.triton import TritonSettings, TritonTarget
+
+    cpus = cores_for(base, knobs)
+    _warn_shared(cpus, on_event)
+    kw: dict[str, Any] = {"cpus": cpus}
+    for name in ("max_batch_size", "max_queue_delay_us", "instances", "preferred_batch_size", "demo_model"):
+        value = knobs.get(name, getattr(base, name))
+        if value is not None:
+            kw[name] = value
+    settings = TritonSettings(**kw)
+    say(on_event, f"starting the embedded Triton ({_describe(kw)})")
+    with TritonTarget(settings) as server:
+        target = server.target(protocol, **fields)
+        say(on_event, f"Triton ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
+        cores = len(cpus) if cpus else os.cpu_count()
+        urls = (server.metrics_url, server.stats_url)
+        yield PointServer(target, server.info(), cores, pids=(server.pid,), metrics_urls=urls)
+
+
+def _triton_stats_urls(base: BaseServer) -> tuple[str, ...]:
+    """A remote Triton's statistics endpoint (over REST), read before and after each stage."""
+    if base.url is None or base.model is None:
+        return ()
+    rest = Target(url=base.url, model=base.model, headers=base.headers)
+    found = triton.probe(base.url, base.model, rest.wire_headers, tls=rest.tls_options())
+    if found is None or not found.server.has_statistics:
+        return ()
+    url = triton.stats_url(base.url, base.model)
+    return () if url in base.metrics_urls else (url,)
 
 
 def _warn_shared(cpus: Sequence[int] | None, on_event: OnEvent | None) -> None:

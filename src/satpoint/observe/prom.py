@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from prometheus_client.parser import text_string_to_metric_families
 
 from satpoint.metrics.observed import PromSample
+from satpoint.observe.triton_stats import is_stats_url, parse_stats
 
 #: MLServer's own series (the rest of an endpoint's output is kept too, but these are what it means)
 DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
@@ -57,7 +58,9 @@ def fetch(url: str, timeout_s: float = 2.0) -> str:
 
 
 def scrape(url: str, timeout_s: float = 2.0) -> list[PromSample]:
-    """Every sample an endpoint returns now."""
+    """Every sample an endpoint returns now (a Triton statistics endpoint's JSON as samples too)."""
+    if is_stats_url(url):
+        return parse_stats(fetch(url, timeout_s))
     return parse_prometheus_text(fetch(url, timeout_s))
 
 

@@ -11,7 +11,9 @@ from satpoint.reports.html_tables import esc, fmt_ms, fmt_num, fmt_rps, table
 
 def _server_row(n: int, s: dict[str, Any], purpose: str) -> list[str]:
     srv = s.get("server") or {}
-    met: dict[str, Any] = next((b for b in s.get("server_metrics") or [] if b.get("source")), {})
+    blocks = [b for b in s.get("server_metrics") or [] if b.get("source")]
+    # Triton's statistics endpoint, when read, says queue, compute and batch size per request exactly
+    met: dict[str, Any] = next((b for b in blocks if b["source"] == "triton_stats"), blocks[0] if blocks else {})
     cc = met.get("cross_check") or {}
     check = "–"
     if cc:

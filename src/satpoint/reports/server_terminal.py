@@ -57,11 +57,42 @@ def server_table(stages: list[dict[str, Any]]) -> Table | None:
     return t
 
 
+def triton_stats_of(stage: dict[str, Any]) -> dict[str, Any] | None:
+    """The stage's figures from Triton's statistics endpoint, if it was read."""
+    return next((m for m in stage.get("server_metrics") or [] if m.get("source") == "triton_stats"), None)
+
+
+def triton_table(stages: list[dict[str, Any]]) -> Table | None:
+    """Triton's own statistics per stage: mean ms per request queued and in each compute phase, and the
+    batch size its scheduler achieved (None when no stage has them)."""
+    rows = [(n, s, m) for n, s in enumerate(stages, 1) if (m := triton_stats_of(s)) is not None]
+    if not rows:
+        return None
+    t = Table(title="Triton statistics (per request, ms; batch = inferences / executions)", title_justify="left")
+    for c in ("#", "offered", "requests", "executions", "batch", "queue", "input", "infer", "output", "window"):
+        t.add_column(c, justify="right")
+    for n, s, m in rows:
+        t.add_row(
+            str(n),
+            _f(s["offered_rps"], ".1f"),
+            _f(m.get("requests"), "d"),
+            _f(m.get("executions"), "d"),
+            _f(m.get("batch_size")),
+            _f(m.get("queue_ms"), ".3f"),
+            _f(m.get("compute_input_ms"), ".3f"),
+            _f(m.get("compute_infer_ms"), ".3f"),
+            _f(m.get("compute_output_ms"), ".3f"),
+            str(m.get("window") or "-"),
+        )
+    return t
+
+
 def print_server(console: Console, summary: dict[str, Any]) -> None:
-    """The server table and what could not be seen."""
-    table = server_table(summary.get("stages") or [])
-    if table is not None:
-        console.print(table)
+    """The server tables and what could not be seen."""
+    stages = summary.get("stages") or []
+    for table in (server_table(stages), triton_table(stages)):
+        if table is not None:
+            console.print(table)
     observed = summary.get("observed") or {}
     for n in observed.get("not_seen") or []:
         console.print(f"[yellow]not seen:[/] {escape(n)}")

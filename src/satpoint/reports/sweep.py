@@ -44,9 +44,12 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
     t = Table(title=title, title_justify="left")
     rows = sorted_rows(doc)
     batched = any(r["batch"] != 1 for r in rows)
+    tri = any(r.get("triton") for r in rows)
     cols = [("point", "left"), ("knobs", "left"), ("n", "right"), ("saturation rps", "right")]
     if batched:
         cols.append(("inferences/s", "right"))
+    if tri:
+        cols += [("Triton batch at sat.", "right"), ("queue ms at sat.", "right"), ("batch above sat.", "right")]
     cols += [
         ("rps/core", "right"),
         ("low load p50/p99 ms", "right"),
@@ -71,6 +74,13 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
         ]
         if batched:
             cells.append(median_range(r["inferences_per_s"], ".0f"))
+        if tri:
+            tr = r.get("triton") or {}
+            cells += [
+                median_range(tr.get("batch_at_saturation"), ".2f"),
+                median_range(tr.get("queue_ms_at_saturation"), ".2f"),
+                median_range(tr.get("batch_above_saturation"), ".2f"),
+            ]
         cells += [
             median_range(r["rps_per_core"], ".0f"),
             low_txt,
@@ -118,6 +128,9 @@ CSV_COLUMNS = (
     "server_cpu_cores_at_saturation",
     "server_cpu_us_per_request",
     "server_rss_mb_max",
+    "triton_batch_at_saturation",
+    "triton_queue_ms_at_saturation",
+    "triton_batch_above_saturation",
     "diagnosis",
     "vs_one_worker",
     "scaling_efficiency",
@@ -165,6 +178,9 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "server_cpu_cores_at_saturation": _m(r["server"]["cpu_cores_at_saturation"]),
                 "server_cpu_us_per_request": _m(r["server"]["cpu_us_per_request"]),
                 "server_rss_mb_max": _m(r["server"]["rss_mb_max"], "max"),
+                "triton_batch_at_saturation": _m((r.get("triton") or {}).get("batch_at_saturation")),
+                "triton_queue_ms_at_saturation": _m((r.get("triton") or {}).get("queue_ms_at_saturation")),
+                "triton_batch_above_saturation": _m((r.get("triton") or {}).get("batch_above_saturation")),
                 "diagnosis": " ".join(r["server"]["diagnosis"]),
                 "vs_one_worker": sc.get("vs_one_worker"),
                 "scaling_efficiency": sc.get("efficiency"),

@@ -138,3 +138,25 @@ def infer_once(
     """One inference, used to check a payload before the run."""
     url = endpoint_url(base_url, model_path(model, version) + "/infer")
     return _request(url, "POST", body, headers, timeout_s, tls=tls)
+
+
+def call_json(
+    base_url: str,
+    path: str,
+    doc: object | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    timeout_s: float = 5.0,
+    *,
+    tls: TlsOptions | None = None,
+) -> tuple[int, Any]:
+    """``GET`` (``doc`` None) or ``POST`` a JSON document to ``path``; the status and the parsed answer
+    (None when the answer is empty or not JSON)."""
+    body = None if doc is None else json.dumps(doc).encode()
+    status, raw = _request(
+        endpoint_url(base_url, path), "GET" if doc is None else "POST", body, headers, timeout_s, tls
+    )
+    try:
+        parsed: Any = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        parsed = None
+    return status, parsed

@@ -1,0 +1,399 @@
+"""The embedded Triton: a Triton Inference Server serving a demo model on loopback, started through
+PyTriton (``nvidia-pytriton``, the ``satpoint[triton]`` extra) in a process of its own.
+
+``TritonTarget`` writes a spec into a temporary folder, starts ``python -m satpoint.servers.triton_child``
+(:mod:`satpoint.servers.triton_child`: trains the demo model and binds it as a Python function) as a
+:class:`ManagedProcess`, waits for ``/v2/health/ready`` and ``/v2/models/M/ready``, and stops the whole
+tree (``tritonserver``, its Python-backend stubs, PyTriton's proxy) on exit, errors and Ctrl-C.
+
+Facts this module relies on (verified with nvidia-pytriton 0.7.0, which bundles Triton 2.51):
+
+- PyTriton imports ``tritonclient.grpc``, whose ``inference.*`` protobuf names clash with MLServer's in
+  the default descriptor pool ("duplicate symbol"), hence the separate process; this module imports
+  neither PyTriton nor MLServer.
+- The Python-backend stub links the system ``libpython3.X``; when the interpreter is another build of the
+  same version (pyenv, conda) the stub fails with ``'_thread.RLock' object has no attribute
+  '_recursion_count'``.  The interpreter's own ``LIBDIR`` goes first on the child's ``LD_LIBRARY_PATH``.
+- PyTriton always runs Triton in ``--model-control-mode explicit`` (it loads its models through the
+  repository API), so the repository API's load with a config override works on the embedded Triton too.
+- PyTriton restricts the repository, configuration and statistics endpoints to a random access token by
+  default; the embedded server listens on loopback only and lifts that restriction so satpoint can read
+  ``/v2/models/M/config`` and ``/v2/models/M/stats`` like on any Triton.
+- The dynamic batcher is always on (PyTriton's default): ``max_queue_delay_us`` = 0 means batches are
+  formed from what is queued, with no waiting.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import metadata, util
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from satpoint.endpoints.spec import Target
+from satpoint.servers.demo_model import DEMO_MODELS, demo_model
+from satpoint.servers.process import ManagedProcess, TargetError, free_ports
+
+__all__ = ["TRITON_EXTRA_HINT", "TritonSettings", "TritonTarget", "pytriton_available", "triton_env"]
+
+_HOST = "127.0.0.1"
+_CHILD = "satpoint.servers.triton_child"
+_VERSIONED_PACKAGES = ("nvidia-pytriton", "scikit-learn", "numpy")
+_TRITON_LOG = "triton.log"
+_START_ATTEMPTS = 3
+_BIND_FAILURES = ("address already in use", "failed to bind", "socket '")
+_FAILED_START_GRACE_S = 5.0
+
+TRITON_EXTRA_HINT = "the embedded Triton needs nvidia-pytriton: pip install 'satpoint[triton]'"
+
+
+def pytriton_available() -> bool:
+    """Whether PyTriton can be imported here (without importing it: it would load tritonclient.grpc)."""
+    return util.find_spec("pytriton") is not None
+
+
+@dataclass(frozen=True)
+class TritonSettings:
+    """What the embedded Triton serves and how: the demo model, the dynamic batcher, instances, CPUs."""
+
+    demo_model: str = "iris"
+    model_name: str | None = None  # served name; default: the demo model's name
+    input_name: str = "input-0"
+    input_datatype: str = "FP32"
+    max_batch_size: int = 32
+    max_queue_delay_us: int = 0
+    instances: int = 1
+    preferred_batch_size: int | None = None  # None: PyTriton's default (max_batch_size)
+    cpus: tuple[int, ...] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        demo_model(self.demo_model)  # a ValueError naming the valid ones
+        if self.input_datatype not in ("FP32", "FP64"):
+            raise ValueError(f"input_datatype must be FP32 or FP64, got {self.input_datatype!r}")
+        for name, low in (("max_batch_size", 1), ("max_queue_delay_us", 0), ("instances", 1)):
+            if int(getattr(self, name)) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        pref = self.preferred_batch_size
+        if pref is not None and not 1 <= pref <= self.max_batch_size:
+            raise ValueError(
+                f"preferred_batch_size must be within 1..max_batch_size ({self.max_batch_size}), got {pref}"
+            )
+
+    @classmethod
+    def from_options(
+        cls, served: Mapping[str, Any], cpus: tuple[int, ...] | None = None, **knobs: int | None
+    ) -> TritonSettings:
+        """Settings from command-line style options: ``served`` (demo_model/runtime/model_dir, only those
+        given) and the knobs given (None: the default).  A ``ValueError`` for what Triton cannot do."""
+        unsupported = ["--" + k.replace("_", "-") for k in ("runtime", "model_dir") if served.get(k) is not None]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)}: the embedded Triton serves the demo models only")
+        given: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}
+        return cls(demo_model=str(served.get("demo_model") or "iris"), cpus=cpus, **given)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_name or self.demo_model
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "max_batch_size": self.max_batch_size,
+            "max_queue_delay_us": self.max_queue_delay_us,
+            "instances": self.instances,
+            "preferred_batch_size": self.preferred_batch_size,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cpus"] = list(self.cpus) if self.cpus is not None else None
+        out["env"] = sorted(self.env)  # names only
+        return out
+
+
+def triton_env(base: dict[str, str], libdir: str | None) -> dict[str, str]:
+    """The child's environment: the interpreter's own ``LIBDIR`` first on ``LD_LIBRARY_PATH`` (so the
+    Python-backend stub loads this interpreter's libpython, not the system's), unbuffered output."""
+    env = dict(base)
+    if libdir:
+        parts = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != libdir]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *parts])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class TritonTarget:
+    """An embedded Triton serving a demo model on loopback; use as a context manager."""
+
+    def __init__(
+        self,
+        settings: TritonSettings | None = None,
+        *,
+        ready_timeout_s: float = 120.0,
+        stop_grace_s: float = 15.0,
+        kill_with_parent: bool = True,
+    ) -> None:
+        self._settings = settings if settings is not None else TritonSettings()
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._kill_with_parent = kill_with_parent
+        self._workdir: Path | None = None
+        self._ports: dict[str, int] | None = None
+        self._process: ManagedProcess | None = None
+        self._startup_s: float | None = None
+        self._seen_pids: frozenset[int] = frozenset()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> TritonTarget:
+        if self._process is not None:
+            raise TargetError("Triton target already started")
+        if not pytriton_available():
+            raise TargetError(TRITON_EXTRA_HINT)
+        atexit.register(self.stop)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        s = self._settings
+        workdir = Path(tempfile.mkdtemp(prefix="satpoint-triton-"))
+        self._workdir = workdir
+        env = triton_env({**os.environ, **s.env}, sysconfig.get_config_var("LIBDIR"))
+        _prepend_pythonpath(env, _satpoint_root())  # the child must import this satpoint
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            http, grpc, metrics_port = free_ports(3, _HOST)
+            self._ports = {"http": http, "grpc": grpc, "metrics": metrics_port}
+            spec = {
+                "host": _HOST,
+                "ports": self._ports,
+                "model_name": s.served_model_name,
+                "demo_model": s.demo_model,
+                "input_name": s.input_name,
+                "input_datatype": s.input_datatype,
+                "knobs": s.knobs(),
+                "workspace": str(workdir / f"workspace-{attempt}"),
+                "triton_log": str(workdir / _TRITON_LOG),
+            }
+            spec_path = workdir / "spec.json"
+            spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+            process = ManagedProcess(
+                [sys.executable, "-m", _CHILD, str(spec_path)],
+                log_path=workdir / "child.log",
+                env=env,
+                cwd=workdir,
+                cpus=s.cpus,
+                name="triton",
+                kill_with_parent=self._kill_with_parent,
+            )
+            self._process = process
+            t0 = time.monotonic()
+            process.start()
+            try:
+                process.wait_ready(self._is_ready, self._ready_timeout_s, f"Triton model {s.served_model_name!r}")
+            except TargetError as e:
+                self._remember_pids()
+                process.stop(_FAILED_START_GRACE_S)
+                log = self.triton_log_tail(200).lower()
+                if attempt < _START_ATTEMPTS and any(p in log for p in _BIND_FAILURES):
+                    continue
+                raise TargetError(f"{e}\n--- Triton's log ({workdir / _TRITON_LOG}), last lines:\n"
+                                  f"{self.triton_log_tail(15)}") from None  # fmt: skip
+            self._startup_s = time.monotonic() - t0
+            self._remember_pids()
+            return
+
+    def stop(self) -> None:
+        """Stop the child, Triton and every process they started; verify all seen pids are gone. Idempotent."""
+        process = self._process
+        survivors: list[int] = []
+        try:
+            if process is not None:
+                self._remember_pids()
+                process.stop(self._stop_grace_s)
+                survivors = process.alive_pids()
+                if survivors:
+                    raise TargetError(f"Triton processes survived stop (pids {survivors}); see {process.log_path}")
+        finally:
+            if self._workdir is not None and not survivors and not self._keep_logs():
+                shutil.rmtree(self._workdir, ignore_errors=True)
+            atexit.unregister(self.stop)
+
+    def _keep_logs(self) -> bool:
+        # a server that failed to start keeps its folder: the error names the logs in it
+        return self._process is not None and self._startup_s is None
+
+    def __enter__(self) -> TritonTarget:
+        if self._process is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- what callers need -----------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> TritonSettings:
+        return self._settings
+
+    @property
+    def model_name(self) -> str:
+        return self._settings.served_model_name
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{_HOST}:{self._require_ports()['http']}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{_HOST}:{self._require_ports()['grpc']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_HOST}:{self._require_ports()['metrics']}/metrics"
+
+    @property
+    def stats_url(self) -> str:
+        """Triton's statistics of the served model (``GET``: cumulative counts and times)."""
+        return f"{self.rest_url}/v2/models/{self.model_name}/stats"
+
+    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
+        url = self.grpc_address if protocol == "grpc" else self.rest_url
+        return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
+
+    @property
+    def pid(self) -> int:
+        return self._require_process().pid
+
+    @property
+    def startup_s(self) -> float | None:
+        return self._startup_s
+
+    @property
+    def seen_pids(self) -> frozenset[int]:
+        self._remember_pids()
+        return self._seen_pids
+
+    def triton_log_tail(self, lines: int = 40) -> str:
+        if self._workdir is None:
+            return ""
+        path = self._workdir / _TRITON_LOG
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        child = self._process.log_tail(lines) if self._process is not None else ""
+        return "\n".join([*text.strip().splitlines()[-lines:], *child.strip().splitlines()[-lines:]])
+
+    def info(self) -> dict[str, Any]:
+        """Facts for the results header: versions, settings, the model served, ports, timings."""
+        s = self._settings
+        spec = DEMO_MODELS[s.demo_model]
+        ports = self._ports
+        return {
+            "kind": "triton",
+            "versions": _package_versions(),
+            "python": sys.version.split()[0],
+            "settings": s.to_dict(),
+            "model": {
+                "name": s.served_model_name,
+                "source": "demo_model",
+                "demo_model": spec.name,
+                "estimator": spec.estimator,
+                "dataset": spec.dataset,
+                "n_features": spec.n_features,
+                "backend": "python (PyTriton)",
+                "inputs": [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, spec.n_features]}],
+                "outputs": [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}],
+                **s.knobs(),
+            },
+            "host": _HOST,
+            "ports": dict(ports) if ports else None,
+            "rest_url": self.rest_url if ports else None,
+            "grpc_address": self.grpc_address if ports else None,
+            "metrics_url": self.metrics_url if ports else None,
+            "stats_url": self.stats_url if ports else None,
+            "cpus": list(s.cpus) if s.cpus is not None else None,
+            "pid": self._process.pid if self._process is not None else None,
+            "workdir": str(self._workdir) if self._workdir is not None else None,
+            "startup_s": self._startup_s,
+        }
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _is_ready(self) -> bool:
+        return (
+            _http_status(f"{self.rest_url}/v2/health/ready") == 200
+            and _http_status(f"{self.rest_url}/v2/models/{self.model_name}/ready") == 200
+        )
+
+    def _remember_pids(self) -> None:
+        if self._process is not None:
+            self._process.descendants()
+            self._seen_pids = self._seen_pids | self._process.seen_pids
+
+    def _require_ports(self) -> dict[str, int]:
+        if self._ports is None:
+            raise TargetError("Triton target not started")
+        return self._ports
+
+    def _require_process(self) -> ManagedProcess:
+        if self._process is None:
+            raise TargetError("Triton target not started")
+        return self._process
+
+
+def _http_status(url: str, timeout_s: float = 2.0) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+
+
+def _satpoint_root() -> Path:
+    import satpoint
+
+    return Path(satpoint.__file__).resolve().parent.parent
+
+
+def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
+    import site
+
+    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    parts = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in sites and str(root) not in parts:
+        parts.insert(0, str(root))
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+
+
+def _package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
