@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "satpoint"
@@ -11,11 +12,24 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines())
 
 
+def _code_lines(path: Path) -> int:
+    """Lines outside import statements: the import lists grow with every shared option (one name a line)
+    but hold no orchestration."""
+    text = path.read_text()
+    imports = {
+        line
+        for node in ast.parse(text).body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    return len(text.splitlines()) - len(imports)
+
+
 def test_the_command_line_is_a_thin_shell() -> None:
-    """Options, one library call, rendering: about 100 lines per command (there are ten)."""
+    """Options, one library call, rendering: under 100 lines of code per command (there are ten)."""
     files = list((SRC / "cli").glob("*.py"))
-    total = sum(_lines(p) for p in files)
-    assert total < 1100, f"cli/ has {total} lines: move orchestration into the library"
+    total = sum(_code_lines(p) for p in files)
+    assert total < 1000, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 

@@ -242,10 +242,3 @@ def embedded_model(
         flags = ", ".join("--" + k.replace("_", "-") for k in chosen)
         raise fail(f"{flags} describe the embedded MLServer: leave them out with --url")
     return chosen
-
-
-def check_embedded(server: str, **given: object) -> None:
-    """``--server`` names an embedded server, and no option of the other one was given."""
-    wrong = ["--" + k.replace("_", "-") for k, v in given.items() if v not in (None, False)]
-    if server not in ("mlserver", "triton") or wrong:
-        raise fail(f"{', '.join(wrong)}: not for the embedded {server}" if wrong else "--server: mlserver or triton")

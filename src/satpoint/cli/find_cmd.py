@@ -37,7 +37,6 @@ from satpoint.cli.common import (
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
-    check_embedded,
     console,
     embedded_model,
     exit_code,
@@ -56,8 +55,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
-from satpoint.servers.mlserver import MLServerSettings
-from satpoint.servers.triton import TritonSettings
+from satpoint.servers.embedded import embedded_settings
 
 
 def find(
@@ -167,25 +165,17 @@ def find(
             ray=ray_options(ray, ray_hosts, procs_per_host, procs),
         ).validate()
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
-        target, embedded = None, None  # type: Target | None, MLServerSettings | TritonSettings | None
+        target: Target | None = None
+        embedded = None
         if not managed and server != "mlserver":
             raise fail("--server names the embedded server: leave it out with --url")
-        triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances, "preferred_batch_size":
-                  preferred_batch_size}  # fmt: skip
-        if managed and server == "triton":
-            check_embedded(server, workers=workers != 1, max_batch_time=max_batch_time, mlserver_debug=mlserver_debug)
+        if managed:
             cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
-            embedded = TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
-        elif managed:
-            check_embedded(server, **triton)
-            embedded = MLServerSettings(
-                parallel_workers=workers,
-                debug=mlserver_debug,
-                max_batch_size=max_batch_size,
-                max_batch_time_s=max_batch_time,
-                cpus=parse_cpus(server_cpus) if server_cpus is not None else s_cpus,
-                **served,
-            )
+            embedded = embedded_settings(
+                server, served, cpus, workers=workers, mlserver_debug=mlserver_debug, max_batch_size=max_batch_size,
+                max_batch_time=max_batch_time, max_queue_delay_us=max_queue_delay_us, instances=instances,
+                preferred_batch_size=preferred_batch_size,
+            )  # fmt: skip
         else:
             assert url is not None and model is not None
             target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
