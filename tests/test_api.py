@@ -172,3 +172,19 @@ def test_run_reports_progress_as_events_in_order(tmp_path: Path) -> None:
     assert "Snapshot" in kinds
     assert isinstance(events[-1], satpoint.SegmentFinished) and events[-1].requests == 100
     assert result.out_dir == tmp_path / "r" and not result.interrupted
+
+
+@pytest.mark.slow
+def test_a_budget_too_small_for_the_first_stage_says_what_it_needs(tmp_path: Path) -> None:
+    messages: list[str] = []
+    with satpoint.SimServer(slots=4, service_ms=10) as sim:
+        found = satpoint.find(
+            sim.target(),
+            options=satpoint.FindOptions(budget_s=5, min_hold_s=6, max_hold_s=15, min_requests=2000),
+            out=tmp_path / "f",
+            html=False,
+            on_event=lambda e: messages.append(e.text) if isinstance(e, satpoint.Message) else None,
+        )
+    assert found.saturation_rps is None and found.summary.stages == []
+    (line,) = [m for m in messages if m.startswith("budget of 5 s")]
+    assert "cannot hold the first stage" in line and "give a larger --budget-s" in line
