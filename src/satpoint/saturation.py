@@ -24,6 +24,7 @@ from satpoint.analysis.search import (
     SearchParams,
     Step,
     bracket,
+    budget_stop_line,
     confirm_rate,
     hold_for,
     next_step,
@@ -242,16 +243,10 @@ def run_search(
         reserve = _profile_reserve(opts, budget, best)
         spare = budget.left() - budget.stage_cost([stage]) - reserve
         if spare < (opts.cooldown_s if cools else 0.0):
-            if not history:  # nothing measured: say what the first stage would have needed
-                need = budget.stage_cost([stage]) + reserve
-                log(
-                    f"budget of {opts.budget_s:g} s ({budget.left():.0f} s left) cannot hold the first stage: "
-                    f"{step.rate_rps:.1f} rps for {hold:.0f} s plus the profile needs about {need:.0f} s; "
-                    "give a larger --budget-s, or a smaller --min-requests or --max-hold"
-                )
-                break
-            after = " (the profile comes next)" if opts.profile and best else ""
-            log(f"budget of {opts.budget_s:g} s reached: stopping the search{after}")
+            need, profile_next = budget.stage_cost([stage]) + reserve, bool(opts.profile and best)
+            log(
+                budget_stop_line(opts.budget_s, budget.left(), len(history), stage.target_rps, hold, need, profile_next)
+            )
             break
         try:
             if cools:

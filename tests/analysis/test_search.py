@@ -360,3 +360,13 @@ def test_a_target_that_stops_answering_between_stages_ends_the_search(tmp_path: 
     assert f"stopped answering after stage {n}" in summary["target_lost"]["message"]
     assert "Connection refused" in summary["target_lost"]["message"]
     assert summary["latency_at"] == []  # no profile
+
+
+def test_the_budget_stop_says_whether_anything_was_measured() -> None:
+    from satpoint.analysis.search import budget_stop_line
+
+    after = budget_stop_line(60, 12, 5, 800.0, 6, 40, profile_next=True)
+    assert after == "budget of 60 s reached: stopping the search (the profile comes next)"
+    before = budget_stop_line(60, 58, 0, 24.4, 82, 140, profile_next=False)
+    assert before.startswith("budget of 60 s (58 s left) cannot hold the first stage, 24.4 rps for 82 s")
+    assert "about 140 s; give a larger --budget-s" in before

@@ -139,3 +139,19 @@ def replay(history: list[Measured], params: SearchParams) -> list[Step | None]:
 def hold_for(rate_rps: float, min_requests: int = 2000, min_s: float = 6.0, max_s: float = 15.0) -> float:
     """A hold long enough for a meaningful p99 (``min_requests`` in the steady window), within bounds."""
     return min(max(min_requests / max(rate_rps, 1e-9) * 1.25, min_s), max_s)
+
+
+def budget_stop_line(
+    budget_s: float, left_s: float, measured: int, rate_rps: float, hold_s: float, need_s: float, profile_next: bool
+) -> str:
+    """Why the search stops on its budget: after ``measured`` stages (the profile may come next), or
+    before the first one, with what that stage and the profile would have needed."""
+    if measured:
+        return f"budget of {budget_s:g} s reached: stopping the search" + (
+            " (the profile comes next)" if profile_next else ""
+        )
+    return (
+        f"budget of {budget_s:g} s ({left_s:.0f} s left) cannot hold the first stage, {rate_rps:.1f} rps for "
+        f"{hold_s:.0f} s, and the profile: about {need_s:.0f} s; give a larger --budget-s, or a smaller "
+        "--min-requests or --max-hold"
+    )

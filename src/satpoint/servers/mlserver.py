@@ -37,27 +37,27 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from importlib import metadata
+from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from satpoint.endpoints.spec import Target
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
     MODEL_FILENAME,
     ONNX_FILENAME,
     demo_model,
     write_demo_artifact,
+)
+from satpoint.servers.embedded_base import (
+    HOST,
+    EmbeddedServer,
+    Ports,
+    package_versions,
+    prepend_pythonpath,
+    satpoint_root,
 )
 from satpoint.servers.mlserver_settings import (
     MODEL_SETTINGS_FILE,
@@ -73,7 +73,6 @@ __all__ = [
     "MLServerTarget",
 ]
 
-_HOST = "127.0.0.1"
 _VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop", "numpy", "joblib")
 _ONNX_PACKAGES = ("skl2onnx", "onnxruntime", "onnx")
 _RUNTIME_IMPLEMENTATIONS = {
@@ -86,16 +85,11 @@ _FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
 _MLSERVER_MAIN = "import sys; from mlserver.cli.main import main; sys.argv[0] = 'mlserver'; main()"
 
 
-@dataclass(frozen=True)
-class _Ports:
-    http: int
-    grpc: int
-    metrics: int
-
-
-class MLServerTarget:
+class MLServerTarget(EmbeddedServer):
     """A real MLServer serving a demo model or the user's model folder on loopback; use as a context
     manager."""
+
+    NAME: ClassVar[str] = "MLServer"
 
     def __init__(
         self,
@@ -108,25 +102,18 @@ class MLServerTarget:
         keep_workdir: bool = False,
         kill_with_parent: bool = True,
     ) -> None:
+        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
         self._settings = settings if settings is not None else MLServerSettings()
-        self._ready_timeout_s = ready_timeout_s
-        self._stop_grace_s = stop_grace_s
         self._given_workdir = workdir
         self._given_log_path = log_path
         self._keep_workdir = keep_workdir or workdir is not None
-        self._kill_with_parent = kill_with_parent
-        self._workdir: Path | None = None
-        self._ports: _Ports | None = None
-        self._process: ManagedProcess | None = None
-        self._startup_s: float | None = None
         self._train_s: float | None = None
         self._removed_env: list[str] = []
         self._onnx_threads: tuple[int, str] | None = None
-        self._seen_pids: frozenset[int] = frozenset()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> MLServerTarget:
+    def start(self) -> Self:
         if self._process is not None:
             raise TargetError("MLServer target already started")
         atexit.register(self.stop)  # removes the temporary model repository too
@@ -159,8 +146,8 @@ class MLServerTarget:
         log_path = self._given_log_path if self._given_log_path is not None else workdir / "mlserver.log"
 
         for attempt in range(1, _START_ATTEMPTS + 1):
-            http, grpc, metrics_port = free_ports(3, _HOST)
-            self._ports = _Ports(http=http, grpc=grpc, metrics=metrics_port)
+            http, grpc, metrics_port = free_ports(3, HOST)
+            self._ports = Ports(http=http, grpc=grpc, metrics=metrics_port)
             _write_json(workdir / "settings.json", self._server_settings(workdir, self._ports))
             process = ManagedProcess(
                 [sys.executable, "-c", _MLSERVER_MAIN, "start", str(workdir)],
@@ -193,34 +180,8 @@ class MLServerTarget:
             self._remember_pids()
             return
 
-    def stop(self) -> None:
-        """Stop MLServer and every process it started; verify all pids seen are gone. Idempotent."""
-        process = self._process
-        survivors: list[int] = []
-        try:
-            if process is not None:
-                self._remember_pids()
-                process.stop(self._stop_grace_s)
-                survivors = process.alive_pids()
-                if survivors:
-                    raise TargetError(f"MLServer processes survived stop (pids {survivors}); see {process.log_path}")
-        finally:
-            if self._workdir is not None and not self._keep_workdir and not survivors:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-            atexit.unregister(self.stop)
-
-    def __enter__(self) -> MLServerTarget:
-        if self._process is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _keep_workdir_after_stop(self) -> bool:
+        return self._keep_workdir
 
     # -- what callers need -----------------------------------------------------------------------------
 
@@ -234,41 +195,8 @@ class MLServerTarget:
         return self._settings.served_model_name
 
     @property
-    def rest_url(self) -> str:
-        return f"http://{_HOST}:{self._require_ports().http}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"{_HOST}:{self._require_ports().grpc}"
-
-    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
-        """The running server as a load-test target (``protocol`` rest or grpc; other ``Target`` fields
-        by keyword, e.g. ``headers``)."""
-        url = self.grpc_address if protocol == "grpc" else self.rest_url
-        return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{_HOST}:{self._require_ports().metrics}/metrics"
-
-    @property
-    def pid(self) -> int:
-        return self._require_process().pid
-
-    @property
     def log_path(self) -> Path:
         return self._require_process().log_path
-
-    @property
-    def startup_s(self) -> float | None:
-        """Seconds from process start to ``/v2/health/ready`` == 200 (model training not included)."""
-        return self._startup_s
-
-    @property
-    def seen_pids(self) -> frozenset[int]:
-        """Every pid of the server tree observed so far (main process, workers, resource tracker)."""
-        self._remember_pids()
-        return self._seen_pids
 
     def pids(self) -> list[int]:
         """The server's live pids now: main process first, then its descendants."""
@@ -293,11 +221,11 @@ class MLServerTarget:
         packages = _VERSIONED_PACKAGES + (_ONNX_PACKAGES if s.model_dir is None and s.runtime == "onnx" else ())
         return {
             "kind": "mlserver",
-            "versions": _package_versions(packages),
+            "versions": package_versions(packages),
             "python": sys.version.split()[0],
             "settings": s.to_dict(),
             "model": self._model_info(),
-            "host": _HOST,
+            "host": HOST,
             "ports": {"http": ports.http, "grpc": ports.grpc, "metrics": ports.metrics} if ports else None,
             "rest_url": self.rest_url if ports else None,
             "grpc_address": self.grpc_address if ports else None,
@@ -391,10 +319,10 @@ class MLServerTarget:
             "outputs": self._declared_outputs(),
         }
 
-    def _server_settings(self, workdir: Path, ports: _Ports) -> dict[str, Any]:
+    def _server_settings(self, workdir: Path, ports: Ports) -> dict[str, Any]:
         s = self._settings
         return {
-            "host": _HOST,
+            "host": HOST,
             "http_port": ports.http,
             "grpc_port": ports.grpc,
             "metrics_port": ports.metrics,
@@ -419,82 +347,14 @@ class MLServerTarget:
             env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
         if s.model_dir is None and s.runtime == "onnx":
             # MLServer imports satpoint's ONNX runtime: make it this satpoint, wherever it was imported from
-            _prepend_pythonpath(env, _satpoint_root())
+            prepend_pythonpath(env, satpoint_root())
         env.update(s.env)
         return env
-
-    def _is_ready(self) -> bool:
-        # /v2/health/ready alone is not enough: when the model fails to load, MLServer 1.7.1 answers 200
-        # there (no models, so "all" are ready) for a moment before it shuts itself down.
-        return (
-            _http_status(f"{self.rest_url}/v2/health/ready", timeout_s=2.0) == 200
-            and _http_status(f"{self.rest_url}/v2/models/{self.model_name}/ready", timeout_s=2.0) == 200
-        )
-
-    def _remember_pids(self) -> None:
-        if self._process is not None:
-            self._process.descendants()
-            self._seen_pids = self._seen_pids | self._process.seen_pids
-
-    def _require_ports(self) -> _Ports:
-        if self._ports is None:
-            raise TargetError("MLServer target not started")
-        return self._ports
-
-    def _require_process(self) -> ManagedProcess:
-        if self._process is None:
-            raise TargetError("MLServer target not started")
-        return self._process
 
 
 # -- small helpers ---------------------------------------------------------------------------------------
 
 
-def _opener() -> urllib.request.OpenerDirector:
-    # No proxies: an http_proxy in the environment must not capture loopback control calls.
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _http_status(url: str, timeout_s: float) -> int:
-    try:
-        with _opener().open(url, timeout=timeout_s) as resp:
-            resp.read()
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
-
-
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def _satpoint_root() -> Path:
-    import satpoint
-
-    return Path(satpoint.__file__).resolve().parent.parent
-
-
-def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
-    """Put ``root`` first on the server's PYTHONPATH, unless it is a site directory (already on the path,
-    and putting it before the standard library could shadow it)."""
-    import site
-
-    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    if root in sites:
-        return
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if any(os.path.isabs(p) and Path(p).resolve() == root for p in parts):
-        return
-    env["PYTHONPATH"] = os.pathsep.join([str(root), *parts])
-
-
-def _package_versions(packages: Sequence[str] = _VERSIONED_PACKAGES) -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name in packages:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions

@@ -28,27 +28,29 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import sys
 import sysconfig
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from importlib import metadata, util
+from importlib import util
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from satpoint.endpoints.spec import Target
 from satpoint.servers.demo_model import DEMO_MODELS, demo_model
+from satpoint.servers.embedded_base import (
+    HOST,
+    EmbeddedServer,
+    Ports,
+    package_versions,
+    prepend_pythonpath,
+    satpoint_root,
+)
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = ["TRITON_EXTRA_HINT", "TritonSettings", "TritonTarget", "pytriton_available", "triton_env"]
 
-_HOST = "127.0.0.1"
 _CHILD = "satpoint.servers.triton_child"
 _VERSIONED_PACKAGES = ("nvidia-pytriton", "scikit-learn", "numpy")
 _TRITON_LOG = "triton.log"
@@ -134,8 +136,10 @@ def triton_env(base: dict[str, str], libdir: str | None) -> dict[str, str]:
     return env
 
 
-class TritonTarget:
+class TritonTarget(EmbeddedServer):
     """An embedded Triton serving a demo model on loopback; use as a context manager."""
+
+    NAME: ClassVar[str] = "Triton"
 
     def __init__(
         self,
@@ -145,19 +149,12 @@ class TritonTarget:
         stop_grace_s: float = 15.0,
         kill_with_parent: bool = True,
     ) -> None:
+        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
         self._settings = settings if settings is not None else TritonSettings()
-        self._ready_timeout_s = ready_timeout_s
-        self._stop_grace_s = stop_grace_s
-        self._kill_with_parent = kill_with_parent
-        self._workdir: Path | None = None
-        self._ports: dict[str, int] | None = None
-        self._process: ManagedProcess | None = None
-        self._startup_s: float | None = None
-        self._seen_pids: frozenset[int] = frozenset()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> TritonTarget:
+    def start(self) -> Self:
         if self._process is not None:
             raise TargetError("Triton target already started")
         if not pytriton_available():
@@ -175,13 +172,13 @@ class TritonTarget:
         workdir = Path(tempfile.mkdtemp(prefix="satpoint-triton-"))
         self._workdir = workdir
         env = triton_env({**os.environ, **s.env}, sysconfig.get_config_var("LIBDIR"))
-        _prepend_pythonpath(env, _satpoint_root())  # the child must import this satpoint
+        prepend_pythonpath(env, satpoint_root())  # the child must import this satpoint
         for attempt in range(1, _START_ATTEMPTS + 1):
-            http, grpc, metrics_port = free_ports(3, _HOST)
-            self._ports = {"http": http, "grpc": grpc, "metrics": metrics_port}
+            http, grpc, metrics_port = free_ports(3, HOST)
+            self._ports = Ports(http=http, grpc=grpc, metrics=metrics_port)
             spec = {
-                "host": _HOST,
-                "ports": self._ports,
+                "host": HOST,
+                "ports": asdict(self._ports),
                 "model_name": s.served_model_name,
                 "demo_model": s.demo_model,
                 "input_name": s.input_name,
@@ -218,35 +215,9 @@ class TritonTarget:
             self._remember_pids()
             return
 
-    def stop(self) -> None:
-        """Stop the child, Triton and every process they started; verify all seen pids are gone. Idempotent."""
-        process = self._process
-        survivors: list[int] = []
-        try:
-            if process is not None:
-                self._remember_pids()
-                process.stop(self._stop_grace_s)
-                survivors = process.alive_pids()
-                if survivors:
-                    raise TargetError(f"Triton processes survived stop (pids {survivors}); see {process.log_path}")
-        finally:
-            if self._workdir is not None and not survivors and not self._keep_logs():
-                shutil.rmtree(self._workdir, ignore_errors=True)
-            atexit.unregister(self.stop)
-
-    def _keep_logs(self) -> bool:
+    def _keep_workdir_after_stop(self) -> bool:
         # a server that failed to start keeps its folder: the error names the logs in it
         return self._process is not None and self._startup_s is None
-
-    def __enter__(self) -> TritonTarget:
-        if self._process is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- what callers need -----------------------------------------------------------------------------
 
@@ -259,38 +230,9 @@ class TritonTarget:
         return self._settings.served_model_name
 
     @property
-    def rest_url(self) -> str:
-        return f"http://{_HOST}:{self._require_ports()['http']}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"{_HOST}:{self._require_ports()['grpc']}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{_HOST}:{self._require_ports()['metrics']}/metrics"
-
-    @property
     def stats_url(self) -> str:
         """Triton's statistics of the served model (``GET``: cumulative counts and times)."""
         return f"{self.rest_url}/v2/models/{self.model_name}/stats"
-
-    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
-        url = self.grpc_address if protocol == "grpc" else self.rest_url
-        return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
-
-    @property
-    def pid(self) -> int:
-        return self._require_process().pid
-
-    @property
-    def startup_s(self) -> float | None:
-        return self._startup_s
-
-    @property
-    def seen_pids(self) -> frozenset[int]:
-        self._remember_pids()
-        return self._seen_pids
 
     def triton_log_tail(self, lines: int = 40) -> str:
         if self._workdir is None:
@@ -310,7 +252,7 @@ class TritonTarget:
         ports = self._ports
         return {
             "kind": "triton",
-            "versions": _package_versions(),
+            "versions": package_versions(_VERSIONED_PACKAGES),
             "python": sys.version.split()[0],
             "settings": s.to_dict(),
             "model": {
@@ -325,8 +267,8 @@ class TritonTarget:
                 "outputs": [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}],
                 **s.knobs(),
             },
-            "host": _HOST,
-            "ports": dict(ports) if ports else None,
+            "host": HOST,
+            "ports": asdict(ports) if ports else None,
             "rest_url": self.rest_url if ports else None,
             "grpc_address": self.grpc_address if ports else None,
             "metrics_url": self.metrics_url if ports else None,
@@ -336,64 +278,3 @@ class TritonTarget:
             "workdir": str(self._workdir) if self._workdir is not None else None,
             "startup_s": self._startup_s,
         }
-
-    # -- internals -------------------------------------------------------------------------------------
-
-    def _is_ready(self) -> bool:
-        return (
-            _http_status(f"{self.rest_url}/v2/health/ready") == 200
-            and _http_status(f"{self.rest_url}/v2/models/{self.model_name}/ready") == 200
-        )
-
-    def _remember_pids(self) -> None:
-        if self._process is not None:
-            self._process.descendants()
-            self._seen_pids = self._seen_pids | self._process.seen_pids
-
-    def _require_ports(self) -> dict[str, int]:
-        if self._ports is None:
-            raise TargetError("Triton target not started")
-        return self._ports
-
-    def _require_process(self) -> ManagedProcess:
-        if self._process is None:
-            raise TargetError("Triton target not started")
-        return self._process
-
-
-def _http_status(url: str, timeout_s: float = 2.0) -> int:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout_s) as resp:
-            resp.read()
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return int(exc.code)
-
-
-def _satpoint_root() -> Path:
-    import satpoint
-
-    return Path(satpoint.__file__).resolve().parent.parent
-
-
-def _prepend_pythonpath(env: dict[str, str], root: Path) -> None:
-    import site
-
-    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    parts = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in sites and str(root) not in parts:
-        parts.insert(0, str(root))
-    if parts:
-        env["PYTHONPATH"] = os.pathsep.join(parts)
-
-
-def _package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in _VERSIONED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out

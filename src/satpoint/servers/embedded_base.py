@@ -1,0 +1,190 @@
+"""What the embedded servers (MLServer, Triton) share: loopback ports, the readiness check, the stop that
+verifies every process of the tree is gone, and the addresses and target they hand to a load test.
+
+A subclass starts its own server (``start``) and says whether its working folder is kept after a stop
+(``_keep_workdir_after_stop``); everything else here is the same for both."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from satpoint.endpoints.spec import Target
+from satpoint.servers.process import ManagedProcess, TargetError
+
+#: embedded servers listen on loopback only
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+
+class EmbeddedServer:
+    """A server process tree satpoint starts on loopback and always stops; use as a context manager."""
+
+    #: the server's name in messages ("MLServer", "Triton")
+    NAME: ClassVar[str]
+
+    def __init__(self, *, ready_timeout_s: float, stop_grace_s: float, kill_with_parent: bool) -> None:
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._kill_with_parent = kill_with_parent
+        self._workdir: Path | None = None
+        self._ports: Ports | None = None
+        self._process: ManagedProcess | None = None
+        self._startup_s: float | None = None
+        self._seen_pids: frozenset[int] = frozenset()
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def _keep_workdir_after_stop(self) -> bool:
+        return False
+
+    def stop(self) -> None:
+        """Stop the server and every process it started; verify all pids seen are gone. Idempotent."""
+        process = self._process
+        survivors: list[int] = []
+        try:
+            if process is not None:
+                self._remember_pids()
+                process.stop(self._stop_grace_s)
+                survivors = process.alive_pids()
+                if survivors:
+                    raise TargetError(f"{self.NAME} processes survived stop (pids {survivors}); see {process.log_path}")
+        finally:
+            if self._workdir is not None and not survivors and not self._keep_workdir_after_stop():
+                shutil.rmtree(self._workdir, ignore_errors=True)
+            atexit.unregister(self.stop)
+
+    def __enter__(self) -> Self:
+        if self._process is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- what callers need -----------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        """The name the model is served under."""
+        raise NotImplementedError
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{HOST}:{self._require_ports().http}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{HOST}:{self._require_ports().grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self._require_ports().metrics}/metrics"
+
+    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
+        """The running server as a load-test target (``protocol`` rest or grpc; other ``Target`` fields
+        by keyword, e.g. ``headers``)."""
+        url = self.grpc_address if protocol == "grpc" else self.rest_url
+        return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
+
+    @property
+    def pid(self) -> int:
+        return self._require_process().pid
+
+    @property
+    def startup_s(self) -> float | None:
+        """Seconds from process start to the model being ready."""
+        return self._startup_s
+
+    @property
+    def seen_pids(self) -> frozenset[int]:
+        """Every pid of the server tree observed so far (main process, workers, stubs)."""
+        self._remember_pids()
+        return self._seen_pids
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _is_ready(self) -> bool:
+        # the server's readiness alone is not enough: MLServer 1.7.1 answers 200 there for a moment when
+        # its model failed to load (no models, so "all" are ready) before it shuts itself down
+        return (
+            http_status(f"{self.rest_url}/v2/health/ready") == 200
+            and http_status(f"{self.rest_url}/v2/models/{self.model_name}/ready") == 200
+        )
+
+    def _remember_pids(self) -> None:
+        if self._process is not None:
+            self._process.descendants()
+            self._seen_pids = self._seen_pids | self._process.seen_pids
+
+    def _require_ports(self) -> Ports:
+        if self._ports is None:
+            raise TargetError(f"{self.NAME} target not started")
+        return self._ports
+
+    def _require_process(self) -> ManagedProcess:
+        if self._process is None:
+            raise TargetError(f"{self.NAME} target not started")
+        return self._process
+
+
+def http_status(url: str, timeout_s: float = 2.0) -> int:
+    """The HTTP status of a GET, without proxies (an ``http_proxy`` must not capture loopback calls)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+
+
+def satpoint_root() -> Path:
+    """The folder satpoint was imported from (the server's processes must import the same satpoint)."""
+    import satpoint
+
+    return Path(satpoint.__file__).resolve().parent.parent
+
+
+def prepend_pythonpath(env: dict[str, str], root: Path) -> None:
+    """Put ``root`` first on the server's PYTHONPATH, unless it is a site directory (already on the path,
+    and putting it before the standard library could shadow it) or already there.  Relative entries are
+    made absolute: the server runs in a folder of its own."""
+    import site
+
+    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    parts = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in sites and all(Path(p).resolve() != root for p in parts):
+        parts.insert(0, str(root))
+    if parts:
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+
+
+def package_versions(packages: Sequence[str]) -> dict[str, str | None]:
+    """Installed versions of ``packages`` (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
