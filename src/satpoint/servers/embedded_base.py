@@ -49,6 +49,22 @@ class EmbeddedServer:
         self._seen_pids: frozenset[int] = frozenset()
 
     def start(self) -> Self:
+        """Start the server and wait until its model is ready; on any failure, stop all it started."""
+        if self._process is not None:
+            raise TargetError(f"{self.NAME} target already started")
+        self._check_startable()
+        atexit.register(self.stop)  # removes the temporary folder too
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_startable(self) -> None:
+        """Raise when the server cannot be started at all (its package missing, say)."""
+
+    def _start(self) -> None:
         raise NotImplementedError
 
     def _keep_workdir_after_stop(self) -> bool:

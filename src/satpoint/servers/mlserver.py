@@ -34,7 +34,6 @@ Its Prometheus ``/metrics`` endpoint (``metrics_url``) is read by ``satpoint.obs
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
@@ -42,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
@@ -112,17 +111,6 @@ class MLServerTarget(EmbeddedServer):
         self._onnx_threads: tuple[int, str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
-
-    def start(self) -> Self:
-        if self._process is not None:
-            raise TargetError("MLServer target already started")
-        atexit.register(self.stop)  # removes the temporary model repository too
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self) -> None:
         s = self._settings

@@ -25,7 +25,6 @@ Facts this module relies on (verified with nvidia-pytriton 0.7.0, which bundles 
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
@@ -36,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import util
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from satpoint.servers.demo_model import DEMO_MODELS, demo_model
 from satpoint.servers.embedded_base import (
@@ -154,18 +153,9 @@ class TritonTarget(EmbeddedServer):
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> Self:
-        if self._process is not None:
-            raise TargetError("Triton target already started")
+    def _check_startable(self) -> None:
         if not pytriton_available():
             raise TargetError(TRITON_EXTRA_HINT)
-        atexit.register(self.stop)
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self) -> None:
         s = self._settings
