@@ -4,6 +4,10 @@
 (e.g. a gateway's ``?token=``) is kept on every call; userinfo is never sent as part of the URL (the
 caller turns it into an ``Authorization`` header, see ``endpoints.spec.Target.wire_headers``).  ``tls``
 sets up ``https://`` (verification, CA, client certificate).  Errors name the URL redacted.
+
+Like the load, control calls go straight to the target: no proxy from ``http_proxy``/``https_proxy`` and
+no redirect followed (a 3xx answer is an error naming its ``Location``), so the headers, ``Authorization``
+included, reach nobody but the target.
 """
 
 from __future__ import annotations
@@ -20,6 +24,29 @@ from urllib.parse import urlsplit, urlunsplit
 from satpoint.errors import ModelNotFound, TargetUnreachable
 from satpoint.redact import redact_url
 from satpoint.transports.tls import TlsOptions, explain_tls_error
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx answer is returned as it is (an ``HTTPError``), never followed: following one would send the
+    request's headers, ``Authorization`` included, to whatever host the ``Location`` names."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _opener(context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({}), _NoRedirect()]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
+def _redirect_error(url: str, status: int, location: str | None) -> TargetUnreachable:
+    where = f" to {redact_url(location)}" if location else " (no Location)"
+    return TargetUnreachable(
+        f"{redact_url(url)} answered HTTP {status}, a redirect{where}: satpoint does not follow redirects "
+        "(the request's headers would go to another address); give the final URL with --url"
+    )
 
 
 def endpoint_url(base_url: str, path: str) -> str:
@@ -50,9 +77,13 @@ def _request(
             raise TargetUnreachable(f"cannot set up TLS for {redact_url(url)}: {e}") from None
     try:
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+            with _opener(context).open(req, timeout=timeout_s) as resp:
                 return int(resp.status), resp.read()
         except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                location = e.headers.get("Location") if e.headers is not None else None
+                e.close()
+                raise _redirect_error(url, e.code, location) from None
             return int(e.code), e.read()
     except (urllib.error.URLError, OSError) as e:
         reason = explain_tls_error(e, (tls or TlsOptions()) if context is not None else None)
