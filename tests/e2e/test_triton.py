@@ -124,3 +124,28 @@ def test_ctrl_c_during_a_search_stops_triton(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert len(tree) >= 3 and gone(tree) == []
     assert processes_using(str(server["workdir"])) == []
+
+
+def test_the_repository_api_needs_the_servers_token_and_the_statistics_stay_open() -> None:
+    from satpoint.endpoints import triton
+    from satpoint.transports import rest_control
+
+    with TritonTarget(TritonSettings(max_batch_size=8)) as server:
+        url, model = server.rest_url, server.model_name
+        status, cfg = rest_control.call_json(url, f"/v2/models/{model}/config")
+        assert status == 200 and isinstance(cfg, dict) and cfg["max_batch_size"] == 8
+        override = {"parameters": {"config": json.dumps(triton.config_with_knobs(cfg, {"max_batch_size": 4}))}}
+        # any local process can reach the port: without the token, no load and no unload
+        for path, body in ((f"/v2/repository/models/{model}/load", override),
+                           (f"/v2/repository/models/{model}/unload", {}), ("/v2/repository/index", {})):  # fmt: skip
+            status, answer = rest_control.call_json(url, path, body)
+            assert status in (401, 403), (path, status, answer)
+        assert rest_control.model_ready(url, model)
+        status, cfg = rest_control.call_json(url, f"/v2/models/{model}/config")
+        assert cfg["max_batch_size"] == 8  # unchanged
+        status, stats = rest_control.call_json(url, server.stats_url.removeprefix(url))
+        assert status == 200 and stats["model_stats"], stats  # read-only statistics: open to satpoint's scrapes
+        # with the server's token the repository API answers
+        status, index = rest_control.call_json(url, "/v2/repository/index", {}, tuple(server.access_headers.items()))
+        assert status == 200 and isinstance(index, list), (status, index)
+        assert server.access_headers["triton-access-token"] not in json.dumps(server.info())

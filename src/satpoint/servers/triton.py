@@ -16,9 +16,12 @@ Facts this module relies on (verified with nvidia-pytriton 0.7.0, which bundles 
   '_recursion_count'``.  The interpreter's own ``LIBDIR`` goes first on the child's ``LD_LIBRARY_PATH``.
 - PyTriton always runs Triton in ``--model-control-mode explicit`` (it loads its models through the
   repository API), so the repository API's load with a config override works on the embedded Triton too.
-- PyTriton restricts the repository, configuration and statistics endpoints to a random access token by
-  default; the embedded server listens on loopback only and lifts that restriction so satpoint can read
-  ``/v2/models/M/config`` and ``/v2/models/M/stats`` like on any Triton.
+- PyTriton restricts the repository, shared-memory, statistics, trace and logging endpoints to an access
+  token (header ``triton-access-token``) by default.  Loopback is no boundary (any local user can reach
+  the port), and the repository API's load accepts ``file:`` overrides that the Python backend runs, so
+  the embedded server keeps that restriction with a token of its own per start (``access_headers``), and
+  opens only the read-only statistics, which satpoint scrapes like on any Triton.  The model's
+  configuration (``/v2/models/M/config``) is not restricted by PyTriton.
 - The dynamic batcher is always on (PyTriton's default): ``max_queue_delay_us`` = 0 means batches are
   formed from what is queued, with no waiting.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import sysconfig
 import tempfile
@@ -48,7 +52,15 @@ from satpoint.servers.embedded_base import (
 )
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
-__all__ = ["TRITON_EXTRA_HINT", "TritonSettings", "TritonTarget", "pytriton_available", "triton_env"]
+__all__ = [
+    "ACCESS_HEADER",
+    "RESTRICTED_ENDPOINTS",
+    "TRITON_EXTRA_HINT",
+    "TritonSettings",
+    "TritonTarget",
+    "pytriton_available",
+    "triton_env",
+]
 
 _CHILD = "satpoint.servers.triton_child"
 _VERSIONED_PACKAGES = ("nvidia-pytriton", "scikit-learn", "numpy")
@@ -56,6 +68,11 @@ _TRITON_LOG = "triton.log"
 _START_ATTEMPTS = 3
 _BIND_FAILURES = ("address already in use", "failed to bind", "socket '")
 _FAILED_START_GRACE_S = 5.0
+
+#: the endpoints that need the embedded Triton's access token (PyTriton's defaults but the statistics)
+RESTRICTED_ENDPOINTS = ("shared-memory", "model-repository", "trace", "logging")
+#: the header that carries the access token over REST
+ACCESS_HEADER = "triton-access-token"
 
 TRITON_EXTRA_HINT = "the embedded Triton needs nvidia-pytriton: pip install 'satpoint[triton]'"
 
@@ -150,6 +167,7 @@ class TritonTarget(EmbeddedServer):
     ) -> None:
         super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
         self._settings = settings if settings is not None else TritonSettings()
+        self._token = secrets.token_urlsafe(32)  # new for each target; never written to results
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -176,8 +194,11 @@ class TritonTarget(EmbeddedServer):
                 "knobs": s.knobs(),
                 "workspace": str(workdir / f"workspace-{attempt}"),
                 "triton_log": str(workdir / _TRITON_LOG),
+                "access_token": self._token,
+                "restricted_endpoints": list(RESTRICTED_ENDPOINTS),
             }
-            spec_path = workdir / "spec.json"
+            spec_path = workdir / "spec.json"  # readable by this user only: it holds the token
+            spec_path.touch(mode=0o600)
             spec_path.write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
             process = ManagedProcess(
                 [sys.executable, "-m", _CHILD, str(spec_path)],
@@ -218,6 +239,12 @@ class TritonTarget(EmbeddedServer):
     @property
     def model_name(self) -> str:
         return self._settings.served_model_name
+
+    @property
+    def access_headers(self) -> dict[str, str]:
+        """The header that opens the restricted endpoints (``RESTRICTED_ENDPOINTS``: the repository API
+        among them) of this server; a secret, never recorded."""
+        return {ACCESS_HEADER: self._token}
 
     @property
     def stats_url(self) -> str:

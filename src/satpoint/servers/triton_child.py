@@ -7,7 +7,8 @@ whose protobuf names (``inference.*``) clash with MLServer's in the default desc
 imports neither MLServer nor any satpoint module that does (only ``servers.demo_model``).
 
 The spec (written by :class:`satpoint.servers.triton.TritonTarget`) holds the model name, the demo model,
-the loopback ports, the input's name and datatype, the batching knobs and the workspace folder.
+the loopback ports, the input's name and datatype, the batching knobs, the workspace folder, and the
+access token and the endpoints it guards.
 """
 
 from __future__ import annotations
@@ -76,8 +77,11 @@ def serve(spec: dict[str, Any]) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    # loopback only: the repository, configuration and statistics endpoints stay open to satpoint
-    security = TritonSecurityConfig(restricted_endpoints=[])
+    # the repository API (it loads Python-backend code), shared memory, trace and logging need satpoint's
+    # token, as PyTriton restricts them by default; statistics stay open (read-only) for the per-stage scrapes
+    security = TritonSecurityConfig(
+        access_token=spec["access_token"], restricted_endpoints=list(spec["restricted_endpoints"])
+    )
     with Triton(config=config, workspace=spec["workspace"], security_config=security) as triton:
         triton.bind(
             model_name=spec["model_name"],
