@@ -182,7 +182,11 @@ def test_diagnosis_cpu_bound_or_not() -> None:
 
 def test_diagnosis_queue_batching_and_memory() -> None:
     triton = {"url": URL, "source": "triton", "queue_ms": 8.0, "compute_ms": 2.0, "batch_size": 1.05}
-    lines = diagnose(find_summary([_stage(1, 600, "saturated", 0.5, metrics=[triton])], server={"settings": {}}), {})
+    batching = {"model_config": {"max_batch_size": 8, "max_queue_delay_us": 0}}  # a dynamic batcher
+    lines = diagnose(
+        find_summary([_stage(1, 600, "saturated", 0.5, metrics=[triton])], server={"settings": {}}, triton=batching),
+        {},
+    )
     kinds = {d["kind"]: d for d in lines}
     assert kinds["queue_dominates"]["evidence"] == {"stage": 1, "queue_ms": 8.0, "compute_ms": 2.0}
     assert kinds["batching_idle"]["evidence"]["batch"] == 1.05

@@ -9,9 +9,13 @@ spikes).  Every line is ``{kind, text, evidence}``; kinds:
 - ``not_cpu_bound``: it saturated with CPU to spare → a concurrency limit (workers, batching, threads,
   connection limits);
 - ``cpu_unknown``: no server CPU figures (what could not be seen, and how to see it);
+- ``not_saturated``: a ``find`` that never drove the server to saturation (no stage judged saturated, or
+  slo_violated under an SLO: the generator, its connection cap, the budget or max_rps was the limit):
+  nothing is said about a saturation, only why there was none;
 - ``queue_dominates``: requests waited longer than they computed (the server's queue time where it
   exposes one, else the client's service time against the server's own inference time);
-- ``batching_idle``: adaptive batching is on but batches hold about one request;
+- ``batching_idle``: adaptive (MLServer) or dynamic (Triton) batching is on but batches hold about one
+  request;
 - ``memory_growing``: peak RSS grows across stages;
 - ``latency_spikes``: latency spikes at a regular period in the per-second intervals (GC or similar);
 - ``counts_agree`` / ``counts_disagree``: the server's request count against satpoint's answers.
@@ -50,13 +54,37 @@ def _cpu(stage: Mapping[str, Any]) -> float | None:
 
 
 def saturation_stages(summary: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The stages that show the server at its limit: for ``find``, those at or above the saturation
-    point; for a run, the stages judged saturated (none: the server was never pushed to its limit)."""
+    """The stages that show the server at its limit: those judged ``saturated`` (or ``slo_violated``,
+    under an SLO); for ``find``, at or above its saturation point.  None: the server was never
+    pushed to its limit (a stable stage at the answer, or a generator- or client-limited one above it,
+    says nothing about what limits the server)."""
     stages = list(summary.get("stages") or [])
+    at = [s for s in stages if s["verdict"] in ("saturated", "slo_violated")]  # slo_violated: under an SLO
     sat = summary.get("saturation_rps")
     if summary.get("kind") == "find" and isinstance(sat, (int, float)):
-        return [s for s in stages if s["target_rps"] >= sat * (1 - 1e-6) and s["verdict"] != "failing"]
-    return [s for s in stages if s["verdict"] == "saturated"]
+        at = [s for s in at if s["target_rps"] >= sat * (1 - 1e-6)]
+    return at
+
+
+def _not_saturated_line(summary: Mapping[str, Any]) -> Line:
+    """Why a ``find`` never drove the server to saturation, from its stages and notes."""
+    verdicts = {s["verdict"] for s in summary.get("stages") or []}
+    notes = " ".join(summary.get("find_notes") or [])
+    if "generator_limited" in verdicts or "generator-limited" in notes:
+        why = "the generator fell behind (generator limit)"
+    elif "client_limited" in verdicts or "client-limited" in notes:
+        why = "the generator's connection cap was the limit (raise --max-inflight)"
+    elif "failing" in verdicts:
+        why = "the stages above the answer failed with errors instead (see the errors)"
+    elif summary.get("unstable_rps") is None and (summary.get("search") or {}).get("finished", True):
+        why = "the search reached its highest rate (max_rps) without overloading it"
+    else:
+        why = "the search's budget ran out first (budget limit)"
+    text = (
+        f"the server was not driven to saturation: no stage was judged saturated, because {why}; nothing here "
+        "says what limits the server"
+    )
+    return _line("not_saturated", text, reason=why, saturation_rps=summary.get("saturation_rps"))
 
 
 def _cpu_lines(summary: Mapping[str, Any], at: list[Mapping[str, Any]]) -> list[Line]:
@@ -160,15 +188,29 @@ def _queue_lines(at: list[Mapping[str, Any]]) -> list[Line]:
     return []
 
 
-def _batch_lines(summary: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> list[Line]:
+def _batching(summary: Mapping[str, Any]) -> int | None:
+    """The max batch size when the server batches requests (None: no batching, or not known): the
+    server satpoint started (MLServer's adaptive batching, the embedded Triton's dynamic batcher), else a
+    Triton model configuration with a dynamic batcher and max_batch_size > 1."""
     settings = (summary.get("server") or {}).get("settings") or {}
     configured = settings.get("max_batch_size")
+    if isinstance(configured, int) and configured > 1:
+        return configured
+    model = (summary.get("triton") or {}).get("model_config") or {}
+    mbs = model.get("max_batch_size")
+    if isinstance(mbs, int) and mbs > 1 and model.get("max_queue_delay_us") is not None:
+        return mbs
+    return None
+
+
+def _batch_lines(summary: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> list[Line]:
+    configured = _batching(summary)
     for s in sorted(stages, key=lambda s: -s["offered_rps"]):
         for blk in s.get("server_metrics") or []:
             got, label = blk.get("batch_size"), "achieved batch size"
-            if got is None and configured and configured > 1:
+            if got is None and configured:
                 got, label = blk.get("batch_queue_mean"), "mean batch queue at enqueue (MLServer)"
-            on = (configured or 0) > 1 or blk.get("source") == "triton"
+            on = configured is not None  # a model that does not batch executes one request at a time
             if got is not None and on and got <= BATCH_IDLE:
                 text = (
                     f"batching is on but batches hold about one request at {s['offered_rps']:.0f} rps: "
@@ -297,9 +339,12 @@ def diagnose(
     stages = list(summary.get("stages") or [])
     at = saturation_stages(summary)
     out: list[Line] = []
-    out += _cpu_lines(summary, at)
-    out += _queue_lines(at)
-    out += _batch_lines(summary, at or stages)
+    if summary.get("kind") == "find" and not at and stages:
+        out.append(_not_saturated_line(summary))  # and nothing about a saturation that never happened
+    else:
+        out += _cpu_lines(summary, at)
+        out += _queue_lines(at)
+        out += _batch_lines(summary, at or stages)
     out += _memory_lines(stages)
     out += _spike_lines(stages, seconds)
     out += _count_lines(stages)

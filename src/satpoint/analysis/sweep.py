@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
             x = cands[-1]
             at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"))
     gen = summary.get("generator") or {}
-    notes = list(summary.get("find_notes") or [])
+    reasons = lower_bound_reasons(summary)
     at_sat = [s for s in stable if sat is not None and abs(float(s["target_rps"]) - float(sat)) <= 1e-3 * float(sat)]
     op_stage = held[-1] if conf.get("rate_rps") and held else None
     return {
@@ -86,7 +87,9 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "at_operating_point": op,
         "at_rps": at,
         "generator_cpu_us_per_request": gen.get("cpu_us_per_request"),
-        "lower_bound": any(n.startswith(("generator-limited", "client-limited")) for n in notes),
+        # the capacity is at least the saturation point, and how far above it is unknown (see lower_bound_reasons)
+        "lower_bound": bool(reasons),
+        "lower_bound_reasons": reasons,
         "server_at_saturation": _server_figures(at_sat[-1] if at_sat else None),
         "server_at_operating_point": _server_figures(op_stage),
         # Triton's statistics (when read): at the saturation point, and in the first unstable stage above it
@@ -101,6 +104,38 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "target_lost": summary.get("target_lost") is not None,
         "stages": len(stages),
     }
+
+
+#: why a measurement's saturation point is only a lower bound of the capacity, in words
+LOWER_BOUND_TEXT: dict[str, str] = {
+    "generator_limited": "the generator fell behind",
+    "client_limited": "the generator's connection cap (--max-inflight) was the limit",
+    "budget": "the search's budget ran out before any rate overloaded the server",
+    "max_rps": "the search reached its highest rate (max_rps) without overloading the server",
+    "target_lost": "the target stopped answering during the search",
+}
+
+
+def lower_bound_reasons(summary: Mapping[str, Any]) -> list[str]:
+    """Why a ``find`` summary's saturation point is only a lower bound (keys of ``LOWER_BOUND_TEXT``):
+    the search stopped on the generator's or its connection cap's limit, lost the target, or never
+    measured a rate the server could not hold (budget, max_rps).  Empty: the capacity was bracketed (or
+    there is no saturation point at all).  A search cut by its budget after it had found an unstable rate
+    is bracketed, only less precisely: its range runs up to that rate like any other."""
+    if summary.get("saturation_rps") is None:
+        return []
+    notes = list(summary.get("find_notes") or [])
+    out = []
+    if any(n.startswith("generator-limited") for n in notes):
+        out.append("generator_limited")
+    if any(n.startswith("client-limited") for n in notes):
+        out.append("client_limited")
+    if summary.get("target_lost") is not None:
+        out.append("target_lost")
+    elif not out and summary.get("unstable_rps") is None:
+        finished = (summary.get("search") or {}).get("finished", True)
+        out.append("max_rps" if finished else "budget")
+    return out
 
 
 def triton_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -168,11 +203,17 @@ def _nested(ms: Sequence[Mapping[str, Any]], key: str, field: str) -> dict[str, 
 
 def aggregate(p: PointInput) -> dict[str, Any]:
     """One point's row of ``sweep.json``: figures as median/min/max over its measurements."""
-    ms = [m for m in p.measurements if not m.get("interrupted")]
+    # a search that lost its target is no measurement of the server (the sweep marks it failed)
+    ms = [m for m in p.measurements if not m.get("interrupted") and not m.get("target_lost")]
     sat = spread([m.get("saturation_rps") for m in ms])
-    highs = [m.get("unstable_rps") or m.get("saturation_rps") for m in ms]
-    highs_x = [float(h) for h in highs if h is not None]
-    bracket = [sat["min"], _round(max(highs_x))] if sat and highs_x else None
+    # the range a point's capacity lies in: from its lowest saturation point up to the highest rate a
+    # search found unstable; open upwards (None) when a search never found one above its answer
+    answered = [m for m in ms if m.get("saturation_rps") is not None]
+    highs = [m.get("unstable_rps") for m in answered]
+    bracket: list[float | None] | None = None
+    if sat and answered:
+        top = None if any(h is None for h in highs) else _round(max(float(h) for h in highs if h is not None))
+        bracket = [sat["min"], top]
     per_core = None
     if sat and p.server_cores:
         per_core = _scaled(sat, 1.0 / p.server_cores)
@@ -227,9 +268,18 @@ def aggregate(p: PointInput) -> dict[str, Any]:
             else None
         ),
         "lower_bound": any(bool(m.get("lower_bound")) for m in ms),
+        "lower_bound_reasons": sorted({r for m in ms for r in _reasons(m)}),
         "feasible": sat is not None,
         "scaling": None,
     }
+
+
+def _reasons(m: Mapping[str, Any]) -> list[str]:
+    """A measurement's lower-bound reasons (figures written before they were recorded: the flag's)."""
+    got = m.get("lower_bound_reasons")
+    if got is None and m.get("lower_bound"):
+        return ["generator_limited"]
+    return list(got or [])
 
 
 def _cpu_us(m: Mapping[str, Any]) -> float | None:
@@ -288,20 +338,33 @@ def _score(row: Mapping[str, Any], objective: Objective) -> tuple[float, float, 
         s = row["saturation_rps"]
         if s is None:
             return None
-        lo, hi = row["bracket_rps"] or (s["min"], s["max"])
+        lo, hi = _bracket(row)
         return s["median"], lo, hi
     if objective == "per_core":
         s = row["rps_per_core"]
-        b = row["bracket_rps"]
         if s is None or not row["server_cores"]:
             return None
         cores = float(row["server_cores"])
-        return s["median"], (b[0] / cores if b else s["min"]), (b[1] / cores if b else s["max"])
+        lo, hi = _bracket(row)
+        return s["median"], lo / cores, hi / cores
     at = row.get("at_rps")
     if not at or not at.get("stable") or not at.get("p99_ms"):
         return None
     p = at["p99_ms"]
     return -p["median"], -p["max"], -p["min"]
+
+
+def _bracket(row: Mapping[str, Any]) -> tuple[float, float]:
+    """(low, high) of a point's saturation range; high is infinite when the range is open (a lower bound)."""
+    s = row["saturation_rps"]
+    b = row.get("bracket_rps")
+    if not b:
+        return float(s["min"]), float(s["max"])
+    return float(b[0]), math.inf if b[1] is None else float(b[1])
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) else x
 
 
 def best(rows: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, Any] | None:
@@ -311,7 +374,7 @@ def best(rows: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, A
         return None
     scored.sort(key=lambda x: x[1][0], reverse=True)
     top, (med, lo, hi) = scored[0]
-    # tied: another point whose measured range reaches into the winner's
+    # tied: another point whose measured range reaches into the winner's (an open range reaches everything)
     tied = [r for r, (_, lo2, hi2) in scored[1:] if hi2 >= lo]
     runner = scored[1] if len(scored) > 1 else None
     separated = runner is not None and not tied
@@ -321,7 +384,8 @@ def best(rows: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, A
         "point": top["id"],
         "label": top["label"],
         "value": abs(med),
-        "range": sorted([abs(lo), abs(hi)]),
+        # [low, high]; high is null when the winner's range is open upwards (a lower bound)
+        "range": [_finite(x) for x in sorted([abs(lo), abs(hi)])],
         "tied_with": [r["id"] for r in tied],
         "runner_up": runner[0]["id"] if runner else None,
         "separated": separated,
@@ -359,21 +423,29 @@ def _best_text(
     spread_text = f"median of {top['measurements']}, range {_shown_range(top, objective)}"
     if top["measurements"] == 1:
         spread_text = "one measurement"
-    head = f"{top['label']}: {_fmt(objective, med)} ({spread_text})"
+    bound = objective in ("saturation", "slo", "per_core")
+    head = f"{top['label']}: {_fmt(objective, med)} ({spread_text})" + (_bound_mark(top) if bound else "")
     if runner is None:
         return f"{head}; the only point with a figure"
     if tied:
-        names = ", ".join(r["label"] for r in tied)
-        return (
-            f"no clear winner: {head} is tied with {names}: their measured ranges overlap, so the "
-            "difference is within this server's run-to-run noise; prefer the cheapest of them"
-        )
+        names = ", ".join(r["label"] + (_bound_mark(r) if bound else "") for r in tied)
+        why = "their measured ranges overlap, so the difference is within this server's run-to-run noise"
+        if bound and any(r.get("lower_bound") and r.get("bracket_rps") and r["bracket_rps"][1] is None for r in tied):
+            why = (
+                "their measured ranges overlap (a lower bound's range is open upwards: its capacity was never "
+                "reached, so it may be as high as any point above it)"
+            )
+        return f"no clear winner: {head} is tied with {names}: {why}; prefer the cheapest of them"
     r = runner[0]
     caveat = "" if enough else " (one measurement each: repeat to be sure)"
     return (
         f"{head} beats the runner-up {r['label']} ({_shown_range(r, objective)}) beyond the noise: "
         f"their ranges do not overlap{caveat}"
     )
+
+
+def _bound_mark(row: Mapping[str, Any]) -> str:
+    return " (a lower bound)" if row.get("lower_bound") else ""
 
 
 def _shown_range(row: Mapping[str, Any], objective: Objective) -> str:
@@ -438,6 +510,15 @@ def recommendation_lines(doc: Mapping[str, Any]) -> list[str]:
         "(a saturation point counted up to the next rate that was unstable, the search's precision), "
         "because a server's capacity varies from run to run; only a point clear of the runner-up is a winner"
     )
+    for r in doc.get("points", []):
+        if r.get("lower_bound") and r.get("saturation_rps"):
+            why = "; ".join(LOWER_BOUND_TEXT.get(k, k) for k in r.get("lower_bound_reasons") or [])
+            opened = (r.get("bracket_rps") or [None, 0])[1] is None
+            lines.append(
+                f"{r['label']}: {r['saturation_rps']['median']:.1f} rps is a lower bound"
+                + (f" ({why})" if why else "")
+                + (": its capacity was not bracketed, so it is tied with every point above it" if opened else "")
+            )
     scaled = [r for r in doc.get("points", []) if r.get("scaling")]
     for r in scaled:
         s = r["scaling"]

@@ -240,7 +240,10 @@ class SweepState:
         for m in self.doc["measurements"]:
             path = self.out_dir / m["dir"] / "summary.json"
             if m.get("status") == "done" and path.is_file():
-                m["figures"] = measurement_figures(json.loads(path.read_text()), self.cfg.at_rps)
+                summary = json.loads(path.read_text())
+                m["figures"] = measurement_figures(summary, self.cfg.at_rps)
+                if m["figures"]["target_lost"]:  # recorded as done by an earlier version
+                    _mark_lost(m, summary)
 
     @property
     def measurements(self) -> list[dict[str, Any]]:
@@ -267,6 +270,12 @@ class SweepState:
         tmp.replace(self.out_dir / SWEEP_FILE)
 
 
+def ranking_objective(cfg: SweepConfig) -> Objective:
+    """The objective the points are ranked by: with ``--slo`` every search answered under the latency
+    objective, so the default (saturation) is the SLO's saturation."""
+    return "slo" if cfg.slo and cfg.objective == "saturation" else cfg.objective
+
+
 def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The per-point figures, the ranking, the front and the best point per objective (a pure function
     of the measurements)."""
@@ -284,10 +293,11 @@ def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[st
     if cfg.at_rps is not None:
         objectives.append("p99")
     bests = {o: best(rows, o) for o in objectives}
+    objective = ranking_objective(cfg)
     doc = {
-        "objective": cfg.objective,
+        "objective": objective,
         "points": rows,
-        "order": rank(rows, cfg.objective),
+        "order": rank(rows, objective),
         "pareto_front": pareto_front(rows),
         "best": bests,
     }
@@ -334,7 +344,7 @@ def run_sweep(
     state.doc["estimate"] = est
     reused = sum(1 for m in state.measurements if m["status"] == "done")
     say(on_event, f"sweep: {est['text']}" + (f"; {reused} measurements reused from {out_dir}" if reused else ""))
-    say(on_event, f"objective: {cfg.objective}; results in {out_dir}")
+    say(on_event, f"objective: {ranking_objective(cfg)}; results in {out_dir}")
     state.write()
     t0 = time.monotonic()
     durations = [float(m["duration_s"]) for m in state.measurements if m.get("duration_s")]
@@ -370,7 +380,7 @@ def run_sweep(
         # the leaders again, until each has at least two measurements
         if stopped is None and cfg.remeasure_top > 0:
             rows = state.doc["points"]
-            for pid in remeasure_plan(rows, cfg.objective, cfg.remeasure_top):
+            for pid in remeasure_plan(rows, ranking_objective(cfg), cfg.remeasure_top):
                 point = _points_by_id(points)[pid]
                 if not measure(point, len(state.done(point)) + 1, "re-measure the leaders", fleet):
                     break
@@ -441,12 +451,24 @@ def _measure(
         summary = write_all(folder, session.results, html=True)
         m["figures"] = measurement_figures(summary, cfg.at_rps)
         m["status"] = "interrupted" if stop.is_set() else "done"
-    except (SatpointError, ValueError, ConnectionError) as e:  # the target failed or went away
+        if m["status"] == "done" and m["figures"]["target_lost"]:
+            _mark_lost(m, summary)
+            say(on_event, f"{point.id} {point.label}: measurement failed: {m['error']}", "warning")
+    except (SatpointError, ValueError, OSError, RuntimeError) as e:  # the target failed or went away, a disk
+        # filled up, a library gave up: this measurement failed, the sweep goes on
         m["status"] = "interrupted" if stop.is_set() else "failed"
         m["error"] = str(e)
         say(on_event, f"{point.id} {point.label}: measurement failed: {e}", "warning")
     m["duration_s"] = round(time.monotonic() - t0, 1)
     return m
+
+
+def _mark_lost(m: dict[str, Any], summary: Mapping[str, Any]) -> None:
+    """A search that lost its target measured no capacity: the measurement failed (left out of the
+    figures, measured again on resume)."""
+    lost = summary.get("target_lost") or {}
+    m["status"] = "failed"
+    m["error"] = str(lost.get("message") or "the target stopped answering during the search")
 
 
 def _generator_cpus() -> tuple[int, ...] | None:

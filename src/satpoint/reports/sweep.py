@@ -97,7 +97,10 @@ def print_sweep(console: Console, doc: Mapping[str, Any]) -> None:
     console.print(sweep_table(doc))
     console.print("* = on the front: no other point has both a higher saturation and a lower p99 at 85 %")
     if any(r.get("lower_bound") for r in doc["points"]):
-        console.print("≥ = a lower bound: the generator (or its connection cap) was the limit, not the server")
+        console.print(
+            "≥ = a lower bound: the search never overloaded the server (the generator or its connection cap, "
+            "the budget or max_rps was the limit); its range is open upwards"
+        )
     for line in doc.get("recommendation") or []:
         console.print(escape(line))
     failed = [m for m in doc.get("measurements", []) if m.get("status") == "failed"]
