@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from satpoint.engine.dispatcher import Progress
-from satpoint.metrics.records import Records
+from satpoint.metrics.records import Outcome, Records
 
 WINDOW_S = 1.0
 _SAMPLE = 2000
@@ -29,8 +29,49 @@ class LiveSnapshot:
     lag_sample_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
 
 
-def snapshot(p: Progress, rec: Records) -> LiveSnapshot:
-    """Latency of requests due in the last second; outstanding ones count at their age so far."""
+_OPEN = (Outcome.NOT_SENT, Outcome.UNFINISHED)  # no outcome yet (or cut off): not an error so far
+
+
+class ErrorCount:
+    """The errors among a shard's rows due so far, kept up to date at the cost of what changed.
+
+    Each look scans only the rows that became due since the last one and the rows that were still open
+    then (at most the in-flight cap plus the backlog), not every row so far: a snapshot four times a
+    second stays as cheap in the thirtieth minute as in the first.  A row's outcome is written once,
+    when it finishes, so a row counted as finished is never looked at again."""
+
+    __slots__ = ("_errors", "_hi", "_open")
+
+    def __init__(self) -> None:
+        self._hi = 0  # rows [0, _hi) have been looked at
+        self._errors = 0  # errors among them that have finished
+        self._open: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)  # those still without an outcome
+
+    def update(self, rec: Records, hi: int) -> int:
+        """The number of errors (``Records.error_mask``) among rows ``[0, hi)`` of ``rec``."""
+        outcome = rec.outcome
+        if len(self._open):
+            now = outcome[self._open]
+            closed = ~np.isin(now, _OPEN)
+            self._errors += _count_errors(rec, self._open[closed])
+            self._open = self._open[~closed]
+        if hi > self._hi:
+            fresh = outcome[self._hi : hi]
+            still = np.isin(fresh, _OPEN)
+            self._errors += _count_errors(rec, np.flatnonzero(~still) + self._hi)
+            self._open = np.concatenate([self._open, np.flatnonzero(still) + self._hi])
+            self._hi = hi
+        return self._errors
+
+
+def _count_errors(rec: Records, rows: npt.NDArray[np.intp]) -> int:
+    return int(np.count_nonzero(rec.select(rows).error_mask())) if len(rows) else 0
+
+
+def snapshot(p: Progress, rec: Records, errors: ErrorCount | None = None) -> LiveSnapshot:
+    """Latency of requests due in the last second; outstanding ones count at their age so far.
+
+    ``errors``: the shard's running error count (a new one scans every row due so far)."""
     lo = int(np.searchsorted(rec.intended, p.now_s - WINDOW_S - 0.0, side="left"))
     hi = min(p.due, len(rec))
     intended = rec.intended[lo:hi]
@@ -43,7 +84,7 @@ def snapshot(p: Progress, rec: Records) -> LiveSnapshot:
         lat = lat[:: len(lat) // _SAMPLE + 1]
     if len(lag) > _SAMPLE:
         lag = lag[:: len(lag) // _SAMPLE + 1]
-    errors = int(np.count_nonzero(rec.select(slice(0, hi)).error_mask()))
+    n_errors = (errors or ErrorCount()).update(rec, hi)
     return LiveSnapshot(
         now_s=now,
         due=p.due,
@@ -53,7 +94,7 @@ def snapshot(p: Progress, rec: Records) -> LiveSnapshot:
         total=p.total,
         due_recent=hi - lo,
         ok_recent=int(np.count_nonzero(rec.select(slice(lo, hi)).ok_mask())),
-        errors=errors,
+        errors=n_errors,
         latency_sample_s=lat,
         lag_sample_s=lag,
     )

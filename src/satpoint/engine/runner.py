@@ -32,7 +32,7 @@ import numpy as np
 import uvloop
 
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher, Progress
-from satpoint.engine.live import LiveSnapshot, merge, snapshot
+from satpoint.engine.live import ErrorCount, LiveSnapshot, merge, snapshot
 from satpoint.errors import RunFailed
 from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint, read_shard_file
 from satpoint.metrics.records import Records
@@ -118,10 +118,11 @@ def run_shard(
     ckpt_error: str | None = None
     try:
         factory = build()
+        errors = ErrorCount()  # counted as rows finish, not rescanned at every snapshot
 
         def progress(p: Progress, rec: Records) -> None:
             if on_snapshot is not None:
-                on_snapshot(snapshot(p, rec))
+                on_snapshot(snapshot(p, rec, errors))
 
         # no live snapshots (a few hundred microseconds of loop time each) when nobody watches
         disp = OpenLoopDispatcher(
