@@ -135,6 +135,8 @@ def test_bad_input_is_rejected_before_any_load() -> None:
         satpoint.run(target, ["100:1:2"], thresholds=["p99<<3"])
     with pytest.raises(satpoint.SatpointError):
         satpoint.run(target, ["100:1:2"])  # unreachable: a clear error, not a traceback
+    with pytest.raises(satpoint.SatpointError, match="embedded server"):  # server= with a target is refused
+        satpoint.find(target, server=satpoint.MLServerSettings(parallel_workers=2))
 
 
 def _readme_example() -> str:

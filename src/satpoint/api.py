@@ -276,6 +276,8 @@ def find(
     to watch; the embedded MLServer's process tree and metrics endpoint are watched by default.  With
     ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
     py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``)."""
+    if target is not None and server is not None:  # as the CLI: --server names the embedded server
+        raise ConfigError("server= describes the embedded server satpoint starts: give it with target=None")
     opts = (options or FindOptions()).validate()
     if load is not None:
         require_fleet(load.validate())
