@@ -1,13 +1,19 @@
-"""The observer process: ``python -m satpoint.observe.agent CONFIG_JSON``.
+"""The observer process: ``python -m satpoint.observe.agent``, its configuration on the first line of stdin
+(never in its argv, which every local user can read: the metrics URLs may carry tokens).
 
 Samples the server's process tree every ``sample_interval_s`` and scrapes every metrics URL every
-``scrape_interval_s``, appending to the results folder's files (``metrics.observed``).  On stdin it
-takes ``mark TAG`` (sample and scrape now, tagged, then answer ``ok`` on stdout: the parent waits for
-it, so a segment's start and end scrapes bracket exactly its requests), ``flame JSON`` (start py-spy
-at a given monotonic time for a stage's hold; answers ``ok``), ``flame_stop`` (stop it now if it still
-runs and answer ``ok JSON``: what happened) and ``quit``.  With a local server it also samples every GPU
-NVML sees.  It exits when stdin closes or its parent is gone, so it never outlives the run (nor does
-py-spy: it is stopped first).
+``scrape_interval_s`` (all endpoints at once, so one round takes at most ``SCRAPE_TIMEOUT_S`` however
+many there are), appending to the results folder's files (``metrics.observed``).  Then on stdin it takes
+commands ``SEQ WORD ARG``, and every answer starts with the command's ``SEQ`` (the parent discards an
+answer to a command it stopped waiting for): ``SEQ mark DEADLINE TAG`` (sample and scrape now, tagged,
+then answer ``SEQ ok``: the parent waits for it, so a segment's start and end scrapes bracket exactly its
+requests; a mark read after its monotonic ``DEADLINE``, or whose scrapes end after it, is not taken as
+``TAG`` but as ``late TAG`` and answered ``SEQ late``: the parent has gone on, and a scrape tagged in the
+wrong place would be worse than none), ``SEQ flame JSON`` (start py-spy at a given monotonic time for a
+stage's hold; answers ``SEQ ok``), ``SEQ flame_stop`` (stop it now if it still runs and answer
+``SEQ ok JSON``: what happened) and ``quit``.  With a local server it also samples every GPU NVML sees.
+It exits when stdin closes or its parent is gone, so it never outlives the run (nor does py-spy: it is
+stopped first).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import selectors
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +44,8 @@ from satpoint.observe.prom import scrape
 from satpoint.observe.pyspy import LOG_FILE, PySpyRecording, spare_cpus
 
 SCRAPE_TIMEOUT_S = 1.5
+#: a scrape round waits this long at most for its slowest endpoint (urllib's timeout is per socket call)
+SCRAPE_ROUND_S = SCRAPE_TIMEOUT_S + 0.5
 
 
 class Agent:
@@ -59,6 +68,7 @@ class Agent:
         #: what the parent is told about GPUs: the devices sampled, or why none is
         self.gpu_status: dict[str, Any] = {"devices": [], "not_seen": None}
         self.flame: PySpyRecording | None = None
+        self._pool: ThreadPoolExecutor | None = None
         if self.sampler is not None:
             self.samples = (out_dir / SAMPLES_FILE).open("w")
             self.samples.write(samples_header())
@@ -84,27 +94,44 @@ class Agent:
                 self.gpu_file.write(format_gpu_row({"mono_s": mono, "unix_s": unix, **dev}))
             self.gpu_file.flush()
 
-    def scrape_all(self, tag: str) -> None:
+    def scrape_all(self, tag: str, deadline: float | None = None) -> bool:
+        """Scrape every endpoint at once, tagged ``tag``; False (and tagged ``late TAG``) when the round
+        ends after ``deadline`` (monotonic)."""
         if self.scrapes is None:
-            return
-        for url, shown in self.urls:
-            mono, unix = time.monotonic(), time.time()
-            try:
-                got = Scrape(mono, unix, shown, tag, tuple(scrape(url, SCRAPE_TIMEOUT_S)))
-            except Exception as e:  # a scrape that fails is recorded, never fatal
+            return True
+        pool = self._pool or ThreadPoolExecutor(max_workers=min(len(self.urls), 16))
+        self._pool = pool
+        mono, unix = time.monotonic(), time.time()
+        futures = [pool.submit(scrape, url, SCRAPE_TIMEOUT_S) for url, _ in self.urls]
+        wait(futures, timeout=SCRAPE_ROUND_S)
+        in_time = deadline is None or time.monotonic() <= deadline
+        tag = tag if in_time else f"late {tag}"
+        for (url, shown), fut in zip(self.urls, futures, strict=True):
+            if not fut.done():
+                got = Scrape(mono, unix, shown, tag, error=f"no answer in {SCRAPE_ROUND_S:g} s")
+            elif (e := fut.exception()) is not None:  # a scrape that fails is recorded, never fatal
                 got = Scrape(mono, unix, shown, tag, error=f"{type(e).__name__}: {e}".replace(url, shown))
+            else:
+                got = Scrape(mono, unix, shown, tag, tuple(fut.result()))
             self.scrapes.write(json.dumps(got.to_json(), separators=(",", ":")) + "\n")
         self.scrapes.flush()
+        return in_time
 
     def command(self, line: str) -> bool:
-        """Handle one command; False means stop."""
-        word, _, arg = line.strip().partition(" ")
-        if word == "quit":
+        """Handle one command ``SEQ WORD ARG``; False means stop."""
+        seq, _, rest = line.strip().partition(" ")
+        if seq == "quit":
             return False
+        word, _, arg = rest.partition(" ")
         if word == "mark":
+            raw_deadline, _, tag = arg.partition(" ")
+            deadline = float(raw_deadline)
+            if time.monotonic() > deadline:  # the parent stopped waiting: nothing is taken as this mark
+                self.answer(f"{seq} late")
+                return True
             self.sample()
-            self.scrape_all(arg or "mark")
-            self.answer("ok")
+            in_time = self.scrape_all(tag or "mark", deadline)
+            self.answer(f"{seq} {'ok' if in_time else 'late'}")
         elif word == "flame":
             self.flame_stop()  # one recording at a time
             req = json.loads(arg)
@@ -117,9 +144,9 @@ class Agent:
                 cpus=spare_cpus(self.server_cpus),
             )
             self.poll_flame()
-            self.answer("ok")
+            self.answer(f"{seq} ok")
         elif word == "flame_stop":
-            self.answer("ok " + json.dumps(self.flame_stop()))
+            self.answer(f"{seq} ok " + json.dumps(self.flame_stop()))
         return True
 
     def answer(self, text: str) -> None:
@@ -134,7 +161,8 @@ class Agent:
         flame, self.flame = self.flame, None
         return flame.stop() if flame is not None else {"error": "no flame graph was being recorded"}
 
-    def loop(self) -> None:
+    def loop(self, buf: bytes = b"") -> None:
+        """Run until ``quit``, stdin's end or the parent's death; ``buf``: stdin already read."""
         sel = selectors.DefaultSelector()
         fd = sys.stdin.fileno()
         sel.register(fd, selectors.EVENT_READ)
@@ -142,8 +170,11 @@ class Agent:
         next_sample, next_scrape = now, now + self.scrape_every
         self.sample()
         self.answer("ready " + json.dumps({"gpu": self.gpu_status}))
-        buf = b""
         while os.getppid() == self.parent:
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not self.command(line.decode(errors="replace")):
+                    return
             self.poll_flame()
             now = time.monotonic()
             if self.sampler is not None and now >= next_sample:
@@ -157,25 +188,35 @@ class Agent:
                 due.append(next_sample)
             if self.flame is not None and self.flame.started_mono is None:
                 due.append(self.flame.start_at)
-            wait = min([*due, now + 0.5]) - time.monotonic()
-            if not sel.select(max(0.0, min(wait, 0.5))):
+            pause = min([*due, now + 0.5]) - time.monotonic()
+            if not sel.select(max(0.0, min(pause, 0.5))):
                 continue
             data = os.read(fd, 4096)
             if not data:
                 return  # the parent closed our stdin (or died)
             buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if not self.command(line.decode(errors="replace")):
-                    return
 
     def close(self) -> None:
         self.flame_stop()  # never leave py-spy running
         if self.gpu is not None:
             self.gpu.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         for f in (self.samples, self.scrapes, self.gpu_file):
             if f is not None:
                 f.close()
+
+
+def read_config(fd: int) -> tuple[dict[str, Any], bytes]:
+    """The configuration (stdin's first line) and whatever was read after it."""
+    buf = b""
+    while b"\n" not in buf:
+        data = os.read(fd, 65536)
+        if not data:
+            raise SystemExit("the observer got no configuration on stdin")
+        buf += data
+    line, rest = buf.split(b"\n", 1)
+    return dict(json.loads(line)), rest
 
 
 def main(argv: list[str]) -> int:
@@ -183,9 +224,10 @@ def main(argv: list[str]) -> int:
     # (it still marks the end of the segment it interrupts), and we follow when it closes our stdin
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    agent = Agent(json.loads(argv[1]))
+    cfg, rest = read_config(sys.stdin.fileno())
+    agent = Agent(cfg)
     try:
-        agent.loop()
+        agent.loop(rest)
     finally:
         agent.close()
     return 0

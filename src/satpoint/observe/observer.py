@@ -7,6 +7,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -14,10 +15,11 @@ from typing import IO, Any
 from satpoint.config import ObserveOptions
 from satpoint.metrics.observed import SAMPLES_FILE, SCRAPES_FILE
 from satpoint.observe.procs import allowed_cores
+from satpoint.pythonpath import prepend_pythonpath, satpoint_root
 from satpoint.redact import redact_url
 
 START_TIMEOUT_S = 15.0
-MARK_TIMEOUT_S = 8.0  # a mark scrapes every endpoint (1.5 s timeout each) once
+MARK_TIMEOUT_S = 8.0  # a mark samples once and scrapes every endpoint at once (at most SCRAPE_ROUND_S)
 FLAME_STOP_TIMEOUT_S = 30.0  # py-spy writes its file when stopped (STOP_TIMEOUT_S, then it is killed)
 LOG_FILE = "observer.log"
 
@@ -42,6 +44,9 @@ class Observer:
         self._log: IO[bytes] | None = None
         self._cores: dict[str, Any] = {}
         self._gpu: dict[str, Any] = {}
+        self._seq = 0
+        #: marks the observer did not take in time (their scrapes are tagged ``late TAG``, or missing)
+        self.missed_marks: list[str] = []
 
     @property
     def running(self) -> bool:
@@ -64,11 +69,10 @@ class Observer:
             "cpus": self._cores.get("affinity"),
         }
         env = dict(os.environ)
-        src = str(Path(__file__).resolve().parents[2])  # this satpoint, however it was imported
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        prepend_pythonpath(env, satpoint_root())  # the agent imports this satpoint, however it was imported
         self._log = (self.out_dir / LOG_FILE).open("wb")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "satpoint.observe.agent", json.dumps(cfg)],
+            [sys.executable, "-m", "satpoint.observe.agent"],  # the configuration on stdin: argv is public
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -76,6 +80,12 @@ class Observer:
             close_fds=True,
             bufsize=0,
         )
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(cfg).encode() + b"\n")
+            self._proc.stdin.flush()
+        except OSError:
+            pass
         line = self._read_line(START_TIMEOUT_S) or ""
         if line.split(" ", 1)[0] != "ready":
             self.problems.append("the observer process did not start: nothing was seen of the server")
@@ -97,17 +107,19 @@ class Observer:
         return proc.stdout.readline().decode(errors="replace").strip() or None
 
     def mark(self, tag: str) -> None:
-        """Sample and scrape now, tagged ``tag``; returns once it is written (or after a timeout)."""
-        proc = self._proc
-        if proc is None or proc.stdin is None or proc.poll() is not None:
+        """Sample and scrape now, tagged ``tag``; returns once it is written (or after a timeout).  A mark the
+        observer does not take within ``MARK_TIMEOUT_S`` is recorded as missed (in ``problems``) and never
+        taken later: its scrapes would not bracket the segment's requests."""
+        deadline = time.monotonic() + MARK_TIMEOUT_S
+        answer = self._ask(f"mark {deadline:.6f} {tag}", MARK_TIMEOUT_S)
+        if answer is None and not self.running:
             return
-        try:
-            proc.stdin.write(f"mark {tag}\n".encode())
-            proc.stdin.flush()
-        except OSError:
-            return
-        if self._read_line(MARK_TIMEOUT_S) != "ok":
-            self.problems.append(f"the observer did not answer the mark {tag!r} in {MARK_TIMEOUT_S:g} s")
+        if answer != "ok":
+            self.missed_marks.append(tag)
+            self.problems.append(
+                f"the observer did not take the mark {tag!r} within {MARK_TIMEOUT_S:g} s: it is missing "
+                "(that segment's server-side counts are not compared)"
+            )
 
     def flame_start(self, request: dict[str, Any]) -> bool:
         """Ask the observer to run py-spy (``request``: ``command``, ``start_at_mono``, ``duration_s``,
@@ -125,15 +137,27 @@ class Observer:
             return {"error": f"the observer's answer could not be read: {line[:200]!r}"}
 
     def _ask(self, command: str, timeout_s: float) -> str | None:
+        """Send ``command`` under a new sequence number; its answer (without the number), or None when none
+        came within ``timeout_s``.  Answers to earlier commands (which came too late) are discarded."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.poll() is not None:
             return None
+        self._seq += 1
+        seq = str(self._seq)
         try:
-            proc.stdin.write(command.encode() + b"\n")
+            proc.stdin.write(f"{seq} {command}\n".encode())
             proc.stdin.flush()
         except OSError:
             return None
-        return self._read_line(timeout_s)
+        until = time.monotonic() + timeout_s
+        while (left := until - time.monotonic()) > 0:
+            line = self._read_line(left)
+            if line is None:
+                return None
+            got, _, answer = line.partition(" ")
+            if got == seq:
+                return answer
+        return None
 
     def describe(self) -> dict[str, Any]:
         """The header's ``observe`` block: what was watched, the server's allowed cores, what was not seen."""
@@ -157,6 +181,7 @@ class Observer:
             "gpus": list(self._gpu.get("devices") or []),
             "not_seen": not_seen,
             "problems": list(self.problems),
+            "missed_marks": list(self.missed_marks),
         }
 
     def stop(self) -> None:

@@ -7,7 +7,6 @@ A subclass starts its own server (``start``) and says whether its working folder
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import urllib.error
 import urllib.request
@@ -19,6 +18,8 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from satpoint.endpoints.spec import Target
+from satpoint.pythonpath import prepend_pythonpath as prepend_pythonpath  # re-exported for the servers
+from satpoint.pythonpath import satpoint_root as satpoint_root
 from satpoint.servers.process import ManagedProcess, TargetError
 
 #: embedded servers listen on loopback only
@@ -172,27 +173,6 @@ def http_status(url: str, timeout_s: float = 2.0) -> int:
     except urllib.error.HTTPError as exc:
         exc.close()
         return int(exc.code)
-
-
-def satpoint_root() -> Path:
-    """The folder satpoint was imported from (the server's processes must import the same satpoint)."""
-    import satpoint
-
-    return Path(satpoint.__file__).resolve().parent.parent
-
-
-def prepend_pythonpath(env: dict[str, str], root: Path) -> None:
-    """Put ``root`` first on the server's PYTHONPATH, unless it is a site directory (already on the path,
-    and putting it before the standard library could shadow it) or already there.  Relative entries are
-    made absolute: the server runs in a folder of its own."""
-    import site
-
-    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    parts = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in sites and all(Path(p).resolve() != root for p in parts):
-        parts.insert(0, str(root))
-    if parts:
-        env["PYTHONPATH"] = os.pathsep.join(parts)
 
 
 def package_versions(packages: Sequence[str]) -> dict[str, str | None]:
