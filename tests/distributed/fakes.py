@@ -1,9 +1,10 @@
 """In-process generator hosts for the coordinator's tests: a real ``HostWorker`` (its shard on a thread,
 a fake transport) behind a wall clock with an injected offset, a one-way delay on every call, and
-failures on demand."""
+failures on demand: a host that dies, or one whose polls stop answering (a partitioned node)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -22,12 +23,15 @@ class FakeHost:
         back_s: float = 0.0002,  # ... and of its answer on the way back
         fail_prepare: bool = False,
         die_after_s: float | None = None,  # seconds after the start: every call then raises HostLost
+        hang_after_s: float | None = None,  # seconds after the start: polls then block until abandoned
     ) -> None:
         self.name = name
         self.offset_s = offset_s
         self.there_s, self.back_s = there_s, back_s
         self.fail_prepare = fail_prepare
         self.die_after_s = die_after_s
+        self.hang_after_s = hang_after_s
+        self.abandoned = threading.Event()
         self.worker = HostWorker(name, wall=lambda: time.time() + offset_s, spawn=False)
         self.started_at: float | None = None
         self.stops = 0
@@ -50,7 +54,7 @@ class FakeHost:
         time.sleep(self.back_s)
         return now
 
-    def prepare(self, job: ShardJob, index: int) -> int:
+    def prepare(self, job: ShardJob, index: int) -> dict[str, float]:
         self._call()
         if self.fail_prepare:
             raise HostLost("no answer to prepare within 120 s (simulated)")
@@ -63,15 +67,26 @@ class FakeHost:
         self.started_at = time.time()
         return got
 
-    def progress(self) -> LiveSnapshot | None:
+    def poll(self) -> tuple[bool, LiveSnapshot | None]:
         self._call()
-        return self.worker.progress()
+        hang_at = None if self.hang_after_s is None or self.started_at is None else self.started_at + self.hang_after_s
+        if hang_at is not None and time.time() > hang_at:
+            self.abandoned.wait(60)  # no answer until the driver gives the host up
+            raise HostLost("its node was unreachable (simulated)")
+        return self.worker.poll()
 
     def stop(self) -> None:
         self._call()
         self.stops += 1
         self.worker.stop()
 
-    def result(self) -> HostReport | None:
+    def result(self) -> HostReport:
         self._call()
-        return self.worker.result()
+        got = self.worker.result()
+        if got is None:
+            raise HostLost("rows asked for before the shard ended")
+        return got
+
+    def abandon(self) -> None:
+        self.abandoned.set()
+        self.worker.stop()

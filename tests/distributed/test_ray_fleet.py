@@ -25,7 +25,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import load_results
 from satpoint.plan import Stage
-from satpoint.progress import Snapshot
+from satpoint.progress import SegmentFinished, Snapshot
 from satpoint.servers.sim_process import SimServer
 
 ray = pytest.importorskip("ray")
@@ -132,26 +132,58 @@ def test_a_killed_actor_loses_its_rows_and_the_run_keeps_the_others(
     assert not [p.pid for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
 
 
-def test_a_search_runs_every_segment_on_the_same_hosts(cluster: Any, tmp_path: Path) -> None:
+def test_a_search_runs_every_segment_on_its_hosts_and_replaces_an_actor_killed_between_two(
+    cluster: Any, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from satpoint.cli.common import exit_code
+    from satpoint.cli.main import app
     from satpoint.config import FindOptions
+
+    killed: list[str] = []
+
+    def on_event(event: object) -> None:  # when the first segment has ended, kill host 1's actor
+        if isinstance(event, SegmentFinished) and not killed:
+            name = next(n for n in ray.util.list_named_actors() if n.startswith("satpoint-") and n.endswith("-1"))
+            ray.kill(ray.get_actor(name), no_restart=True)
+            killed.append(name)
+            deadline = time.monotonic() + 10  # dead before the next segment starts
+            while any(a["State"] != "DEAD" for a in _ours(name)[0]) and time.monotonic() < deadline:
+                time.sleep(0.1)
 
     ray_opts = RayOptions(address=cluster.address, hosts=2, lead_s=2.0)
     opts = FindOptions(
-        start_rps=100, budget_s=25, ramp_s=0.5, min_hold_s=1.5, max_hold_s=2, min_requests=200, profile=False,
+        start_rps=100, budget_s=20, ramp_s=0.5, min_hold_s=1.5, max_hold_s=2, min_requests=200, profile=False,
         confirm=False,
     )  # fmt: skip
     with SimServer(slots=2, service_ms=5) as small:  # capacity 400 rps
         result = api.find(
             Target(small.url, "sim"), options=opts, load=LoadOptions(timeout_s=5, drain_s=1, ray=ray_opts),
-            out=tmp_path, html=False,
+            out=tmp_path, html=False, on_event=on_event,
         )  # fmt: skip
+    assert killed
     segments = load_results(tmp_path).segments
-    assert len(segments) >= 3
-    for seg in segments:
+    assert len(segments) >= 2
+    for seg in segments:  # every due request of every segment has its row: no host's share is missing
         block = seg.generator["ray"]
         assert [h["index"] for h in block["hosts"]] == [0, 1] and block["lost_hosts"] == 0
-        assert sum(h["requests"] for h in block["hosts"]) == len(seg.records) > 0
+        due = due_times(seg.stages, seg.arrival, seg.seed, seg.start_rps)
+        if seg.stopped is None:
+            assert np.array_equal(np.sort(seg.records.intended), due)
+        else:  # stopped early (overload): what was sent is the schedule's beginning, from both hosts
+            assert np.isin(seg.records.intended, due).all() and len(seg.records) > 0
+        assert sum(h["requests"] for h in block["hosts"]) == len(seg.records)
+    assert any("generator host 1 did not answer before this segment" in n and "a new actor replaced it" in n
+               for n in segments[1].notes), segments[1].notes  # fmt: skip
+    assert not any(n for seg in segments[2:] for n in seg.notes if "did not answer" in n)
+    assert all(st.verdict != "generator_limited" for st in result.summary.stages), result.summary.stages
+    assert result.summary.saturation_rps is not None
     assert result.summary.generator.ray is not None and result.summary.generator.ray.segments == len(segments)
+    assert exit_code(result.summary) == 0  # what the CLI exits with
+    r = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "report.html").stat().st_size > 10_000
     _cleaned_up()
 
 

@@ -41,10 +41,6 @@ class ClockOffset:
     #: the spread of the offsets of all samples (a hint of NTP stepping the clock meanwhile)
     spread_s: float
 
-    def to_driver(self, host_s: float) -> float:
-        """A time read on the host's wall clock, on the driver's wall clock."""
-        return host_s - self.offset_s
-
     def describe(self) -> dict[str, float | int]:
         return {
             "offset_s": round(self.offset_s, 7),

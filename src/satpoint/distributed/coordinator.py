@@ -1,10 +1,16 @@
 """The driver's side: one schedule over several hosts, started together, merged exactly.
 
-``run_on_hosts`` measures every host's clock offset (``clock``), prepares every host, picks one start
-time on the driver's wall clock and sends each host that time on its own clock, polls their progress
-(merged live snapshots, the overload rule, Ctrl-C), and merges the rows they return exactly as
-``--procs`` merges its processes' rows.  A host that fails (``HostLost``) loses its rows: the others are
-kept, and the run says which host and what share of the schedule is missing.
+``run_on_hosts`` measures every host's clock offset (``clock``), prepares every host (and checks that it
+built the driver's schedule: its row count and first and last due times), picks one start time on the
+driver's wall clock and sends each host that time on its own clock, polls their progress (merged live
+snapshots, the overload rule, Ctrl-C), and merges the rows they return exactly as ``--procs`` merges its
+processes' rows.  A host that fails (``HostLost``) loses its rows: the others are kept, and the run says
+which host and what share of the schedule is missing.
+
+The polls of all hosts are in flight together, each on a thread of its own, so one host that stops
+answering never blinds the driver to the others, to Ctrl-C, the overload rule or the deadline: a poll
+unanswered for ``poll_lost_s`` loses its host (and abandons it: ``abandon`` kills what it runs).  A
+host's rows are fetched only once it said it has finished, with a longer bound (``rows_timeout_s``).
 
 Hosts are anything with the ``ShardHost`` methods: Ray actors in production (``ray_fleet``), in-process
 fakes with injected clock offsets and failures in the tests.
@@ -15,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +31,7 @@ from satpoint.distributed.clock import ClockOffset, ClockSample, estimate_offset
 from satpoint.distributed.host import HostReport, ShardJob
 from satpoint.engine.live import LiveSnapshot, merge
 from satpoint.engine.runner import RunOutput, ShardStats
+from satpoint.engine.schedule import due_times
 from satpoint.errors import RunFailed
 from satpoint.metrics.records import Records
 from satpoint.metrics.stats import stage_metrics
@@ -33,6 +41,10 @@ from satpoint.plan import spans
 CLOCK_ROUNDS = 20
 #: a host must report its rows within this long after the schedule's last due time + drain + timeout
 RESULT_GRACE_S = 30.0
+#: a poll (one short round trip) unanswered this long loses its host
+POLL_LOST_S = 10.0
+#: how long a host that has finished may take to hand over its rows
+ROWS_TIMEOUT_S = 120.0
 _POLL_S = 0.25
 
 
@@ -41,7 +53,8 @@ class HostLost(Exception):
 
 
 class ShardHost(Protocol):
-    """One host's generator, as the driver sees it.  Every call may raise ``HostLost``."""
+    """One host's generator, as the driver sees it.  Every call but ``abandon`` may raise ``HostLost``;
+    ``poll``, ``stop`` and ``result`` may be called from threads of the driver's own."""
 
     name: str
 
@@ -49,15 +62,25 @@ class ShardHost(Protocol):
 
     def clock(self) -> float: ...
 
-    def prepare(self, job: ShardJob, index: int) -> int: ...
+    def prepare(self, job: ShardJob, index: int) -> dict[str, float]:
+        """Regenerate the host's rows: ``rows``, ``first_s`` and ``last_s`` (its first and last due times)."""
+        ...
 
     def start(self, start_wall_s: float) -> dict[str, float]: ...
 
-    def progress(self) -> LiveSnapshot | None: ...
+    def poll(self) -> tuple[bool, LiveSnapshot | None]:
+        """Whether the host's shard has ended, and its latest live snapshot (one short round trip)."""
+        ...
 
     def stop(self) -> None: ...
 
-    def result(self) -> HostReport | None: ...
+    def result(self) -> HostReport:
+        """The rows of a shard that has ended."""
+        ...
+
+    def abandon(self) -> None:
+        """Give the host up: end whatever it runs, without waiting for an answer (never raises)."""
+        ...
 
 
 @dataclass
@@ -72,6 +95,11 @@ class _Host:
     lost: str | None = None
     stopped: bool = False
     snap: LiveSnapshot | None = None
+    finished: bool = False  # its shard has ended: its rows are being fetched
+    call: Future[Any] | None = None  # the poll or rows fetch in flight
+    call_sent: float = 0.0
+    stop_call: Future[None] | None = None
+    stop_sent: float = 0.0
 
 
 def measure_clock(host: ShardHost, rounds: int = CLOCK_ROUNDS, wall: Callable[[], float] = time.time) -> ClockOffset:
@@ -93,6 +121,8 @@ def run_on_hosts(
     lead_s: float = 3.0,
     align_s: float = 0.001,
     wall: Callable[[], float] = time.time,
+    poll_lost_s: float = POLL_LOST_S,
+    rows_timeout_s: float = ROWS_TIMEOUT_S,
 ) -> tuple[RunOutput, dict[str, Any]]:
     """Run ``job`` on ``hosts`` (``job.hosts == len(hosts)``); returns the merged output and the
     ``ray`` block of the segment's generator figures (hosts, clocks, start, losses)."""
@@ -107,13 +137,20 @@ def run_on_hosts(
             st.lost = why
             notes.append(f"host {st.index} ({st.info.get('host', st.handle.name)}) lost: {why}; its rows are missing")
 
+    due = due_times(list(job.stages), job.arrival, job.seed, job.start_rps)
     for st in states:  # phase 1: clocks and preparation (connections are opened by the runner itself)
         try:
             st.info = dict(st.handle.describe())
             st.clock = measure_clock(st.handle, wall=wall)
-            st.rows = st.handle.prepare(job, st.index)
+            built = st.handle.prepare(job, st.index)
+            st.rows = int(built["rows"])
         except HostLost as e:
             lose(st, f"while preparing: {e}")
+            continue
+        differs = schedule_difference(built, due[st.index :: job.hosts])
+        if differs is not None:
+            lose(st, f"it built another schedule than the driver's ({differs}; numpy {st.info.get('numpy', '?')})")
+            st.handle.abandon()
     live = [st for st in states if st.lost is None]
     if not live:
         raise RunFailed("no generator host could be prepared: " + "; ".join(notes))
@@ -129,53 +166,111 @@ def run_on_hosts(
     overloaded = threading.Event()
     deadline = start_unix + _last_due(job) + job.options.drain_s + job.options.timeout_s + RESULT_GRACE_S
     stop_sent_at: float | None = None
-    while any(st.lost is None and st.report is None for st in states):
-        if (user_stop.is_set() or overloaded.is_set() or wall() > deadline) and stop_sent_at is None:
-            stop_sent_at = wall()
-            for st in states:
-                _stop(st, lose)
-        if stop_sent_at is not None and wall() > stop_sent_at + RESULT_GRACE_S:
-            for st in states:
-                if st.lost is None and st.report is None:
-                    lose(st, f"no rows {RESULT_GRACE_S:g} s after it was asked to stop")
-            break
-        _poll(states, lose)
-        snaps = [st.snap for st in states if st.snap is not None and st.lost is None]
-        if snaps and (on_snapshot is not None or abort_when is not None):
-            merged = merge(snaps)
-            if on_snapshot is not None:
-                on_snapshot(merged)
-            if abort_when is not None and not overloaded.is_set() and abort_when(merged):
-                overloaded.set()
-        time.sleep(_POLL_S)
+    # two calls per host at most in flight (a poll or rows fetch, and a stop); a host that hangs keeps its
+    # threads until its own call times out (Ray's) or it is abandoned, never the driver's loop
+    pool = ThreadPoolExecutor(max_workers=2 * len(states), thread_name_prefix="satpoint-host-call")
+    try:
+        while any(st.lost is None and st.report is None for st in states):
+            tick = time.monotonic()
+            if (user_stop.is_set() or overloaded.is_set() or wall() > deadline) and stop_sent_at is None:
+                stop_sent_at = wall()
+                for st in states:
+                    _stop(st, pool)
+            if stop_sent_at is not None and wall() > stop_sent_at + RESULT_GRACE_S:
+                for st in states:
+                    if st.lost is None and st.report is None:
+                        lose(st, f"no rows {RESULT_GRACE_S:g} s after it was asked to stop")
+                        st.handle.abandon()
+                break
+            _poll(states, pool, lose, poll_lost_s, rows_timeout_s)
+            snaps = [st.snap for st in states if st.snap is not None and st.lost is None]
+            if snaps and (on_snapshot is not None or abort_when is not None):
+                merged = merge(snaps)
+                if on_snapshot is not None:
+                    on_snapshot(merged)
+                if abort_when is not None and not overloaded.is_set() and abort_when(merged):
+                    overloaded.set()
+            time.sleep(max(0.0, _POLL_S - (time.monotonic() - tick)))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     if wall() > deadline and stop_sent_at is not None and not (user_stop.is_set() or overloaded.is_set()):
         notes.append("the hosts were stopped: they ran past the schedule's end plus its drain and timeout")
     return _merge(states, job, notes, start_unix, driver_t0, user_stop, overloaded, align_s, lead_s)
 
 
-def _stop(st: _Host, lose: Callable[[_Host, str], None]) -> None:
+def schedule_difference(built: dict[str, float], mine: np.ndarray[Any, Any]) -> str | None:
+    """How a host's schedule (``prepare``'s answer) differs from the driver's rows for it (None: the same)."""
+    n = int(built["rows"])
+    if n != len(mine):
+        return f"{n} rows, the driver's {len(mine)}"
+    first, last = float(built["first_s"]), float(built["last_s"])
+    if n and (abs(first - float(mine[0])) > 1e-9 or abs(last - float(mine[-1])) > 1e-9):
+        return (
+            f"due from {first:.9f} to {last:.9f} s, the driver's from {float(mine[0]):.9f} to {float(mine[-1]):.9f} s"
+        )
+    return None
+
+
+def _stop(st: _Host, pool: ThreadPoolExecutor) -> None:
     if st.lost is not None or st.report is not None or st.stopped:
         return
     st.stopped = True
-    try:
-        st.handle.stop()
-    except HostLost as e:
-        lose(st, f"when asked to stop: {e}")
+    st.stop_call, st.stop_sent = pool.submit(st.handle.stop), time.monotonic()
 
 
-def _poll(states: list[_Host], lose: Callable[[_Host, str], None]) -> None:
+def _poll(
+    states: list[_Host],
+    pool: ThreadPoolExecutor,
+    lose: Callable[[_Host, str], None],
+    poll_lost_s: float,
+    rows_timeout_s: float,
+) -> None:
+    """Send a poll (or, once a host has finished, the rows fetch) to every host without one in flight,
+    wait a poll interval for the answers, and take those that came; a host whose call is unanswered
+    past its bound is lost and abandoned."""
+    now = time.monotonic()
     for st in states:
-        if st.lost is not None or st.report is not None:
+        if st.lost is None and st.report is None and st.call is None:
+            st.call = pool.submit(st.handle.result if st.finished else st.handle.poll)
+            st.call_sent = now
+    calls = [f for st in states for f in (st.call, st.stop_call) if f is not None]
+    if calls:
+        wait(calls, timeout=_POLL_S)
+    now = time.monotonic()
+    for st in states:
+        stop_call = st.stop_call
+        if stop_call is not None and stop_call.done():
+            st.stop_call = None
+            if isinstance(stop_call.exception(), HostLost):
+                lose(st, f"when asked to stop: {stop_call.exception()}")
+        elif st.stop_call is not None and now - st.stop_sent > poll_lost_s and st.lost is None and st.report is None:
+            lose(st, f"no answer to stop within {poll_lost_s:g} s")
+            st.handle.abandon()
+        call = st.call
+        if call is None:
             continue
-        try:
-            st.report = st.handle.result()
-            if st.report is None:
-                st.snap = st.handle.progress() or st.snap
-        except HostLost as e:
-            lose(st, f"while running: {e}")
+        if not call.done():
+            bound = rows_timeout_s if st.finished else poll_lost_s
+            if now - st.call_sent > bound and st.lost is None:
+                what = "to its rows fetch" if st.finished else "to a poll"
+                lose(st, f"no answer {what} within {bound:g} s")
+                st.handle.abandon()
             continue
-        if st.report is not None and st.report.error is not None:
-            lose(st, f"its runner failed: {st.report.error}")
+        st.call = None
+        if st.lost is not None:
+            continue
+        err = call.exception()
+        if isinstance(err, HostLost):
+            lose(st, f"while running: {err}")
+        elif err is not None:
+            lose(st, f"while running: {type(err).__name__}: {err}")
+        elif st.finished:
+            st.report = call.result()
+            if st.report is not None and st.report.error is not None:
+                lose(st, f"its runner failed: {st.report.error}")
+        else:
+            finished, snap = call.result()
+            st.finished, st.snap = bool(finished), snap or st.snap
 
 
 def _last_due(job: ShardJob) -> float:

@@ -8,7 +8,7 @@ and the merged rows are exactly the single-machine schedule.
 
 ``HostWorker`` is the host's side of the two-phase start: ``prepare`` (rows regenerated, modules
 loaded), then ``start`` at an absolute time on the host's own wall clock, mapped once onto its
-monotonic clock; the schedule runs on a thread of its own so ``progress`` and ``stop`` answer while it
+monotonic clock; the schedule runs on a thread of its own so ``poll`` and ``stop`` answer while it
 runs, and ``result`` hands back the rows.  The Ray actor (``ray_fleet``) and the in-process fakes of the
 tests both wrap it.
 """
@@ -16,6 +16,7 @@ tests both wrap it.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -36,6 +37,9 @@ from satpoint.metrics.records import Records
 from satpoint.plan import Arrival, FloatArray, Stage
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+#: a host's shard checkpoints its rows under ``<tmp>/satpoint-shard-<pid>-*`` while it runs (for its own
+#: processes' recovery); the folder of an actor that was killed is removed by the next shard on that node
+SHARD_DIR_PREFIX = "satpoint-shard-"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,29 @@ class HostReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def remove_stale_shard_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the shard folders whose process is gone (an actor killed mid-shard leaves its folder);
+    returns those removed."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{SHARD_DIR_PREFIX}*-*"):
+        pid = d.name[len(SHARD_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
+
+
 def boot_id() -> str | None:
     """This machine's boot id: hosts that share it share one CLOCK_MONOTONIC."""
     try:
@@ -82,7 +109,7 @@ def boot_id() -> str | None:
 
 
 class HostWorker:
-    """One host's shard, driven by the coordinator through ``prepare``/``start``/``progress``/``stop``/``result``.
+    """One host's shard, driven by the coordinator through ``prepare``/``start``/``poll``/``stop``/``result``.
 
     ``wall`` reads the host's wall clock (tests pass a clock with an offset to stand for another host's);
     ``spawn``: the shard runs in generator processes of its own, never in this (the actor's) process; tests
@@ -103,20 +130,26 @@ class HostWorker:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"host": self.name, "pid": os.getpid(), "boot_id": boot_id()}
+        return {"host": self.name, "pid": os.getpid(), "boot_id": boot_id(), "numpy": np.__version__}
 
     def clock(self) -> float:
         """This host's wall clock (seconds since the epoch)."""
         return self._wall()
 
-    def prepare(self, job: ShardJob, index: int) -> int:
-        """Regenerate this host's rows; returns how many there are."""
+    def prepare(self, job: ShardJob, index: int) -> dict[str, float]:
+        """Regenerate this host's rows; returns how many there are and their first and last due times
+        (the driver checks them against its own schedule)."""
         if self._thread is not None:
             raise RuntimeError("this host is running a shard already")
         self._job, self._rows = job, host_rows(job, index)
         self._stop.clear()
         self._latest, self._out, self._error, self._t0 = None, None, None, None
-        return len(self._rows)
+        rows = self._rows
+        return {
+            "rows": len(rows),
+            "first_s": float(rows[0]) if len(rows) else 0.0,
+            "last_s": float(rows[-1]) if len(rows) else 0.0,
+        }
 
     def start(self, start_wall_s: float) -> dict[str, float]:
         """Start the run clock at ``start_wall_s`` on this host's wall clock (mapped onto its monotonic
@@ -128,7 +161,8 @@ class HostWorker:
         margin = start_wall_s - self._wall()
         t0 = time.perf_counter() + margin
         self._t0 = t0
-        self._tmp = tempfile.TemporaryDirectory(prefix="satpoint-shard-")
+        remove_stale_shard_dirs()
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"{SHARD_DIR_PREFIX}{os.getpid()}-")
         checkpoint = CheckpointSpec(Path(self._tmp.name), 0)
 
         def body() -> None:
@@ -158,6 +192,11 @@ class HostWorker:
     def progress(self) -> LiveSnapshot | None:
         """The latest live snapshot of this host's processes (None before the first)."""
         return self._latest
+
+    def poll(self) -> tuple[bool, LiveSnapshot | None]:
+        """Whether the shard has ended (its rows are then ready for ``result``), and the latest snapshot."""
+        thread = self._thread
+        return (thread is None or not thread.is_alive()), self._latest
 
     def stop(self) -> None:
         """Stop the shard (its rows so far are kept and reported)."""
