@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +17,7 @@ from satpoint.analysis.verdicts import Verdict
 from satpoint.config import VerdictRules
 from satpoint.distributed.clock import ClockSample, estimate_offset
 from satpoint.distributed.coordinator import run_on_hosts
-from satpoint.distributed.host import ShardJob, host_rows
+from satpoint.distributed.host import SHARD_DIR_PREFIX, ShardJob, host_rows, remove_stale_shard_dirs
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.schedule import due_times
 from satpoint.errors import RunFailed
@@ -245,3 +249,16 @@ def test_a_host_that_built_another_schedule_is_not_merged() -> None:
     assert lost.startswith("it built another schedule than the driver's (due from") and "numpy" in lost, lost
     assert hosts[1].abandoned.is_set()
     assert np.array_equal(out.records.intended, due_times(list(j.stages), "constant", 7)[0::2])
+
+
+def test_the_checkpoint_folder_of_a_killed_host_is_removed_by_the_next_shard(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that has ended: an actor killed mid-shard
+    dead = tmp_path / f"{SHARD_DIR_PREFIX}{gone.pid}-abc"
+    mine = tmp_path / f"{SHARD_DIR_PREFIX}{os.getpid()}-def"
+    for d in (dead, mine):
+        (d / "rows").mkdir(parents=True)
+    other = tmp_path / "satpoint-triton-xyz"  # not a shard folder
+    other.mkdir()
+    assert remove_stale_shard_dirs(tmp_path) == [dead]
+    assert not dead.exists() and mine.is_dir() and other.is_dir()
