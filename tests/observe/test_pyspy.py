@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from satpoint.observe import pyspy
 from satpoint.observe.pyspy import (
     GRANT,
     NO_PID,
+    NO_PYSPY,
     PySpyRecording,
     explain_failure,
+    file_grants_ptrace,
     has_cap_sys_ptrace,
     preflight,
     ptrace_problem,
@@ -35,13 +41,18 @@ def test_the_command_records_the_whole_tree_as_speedscope_without_pausing_it(tmp
 
 
 def test_who_may_attach() -> None:
-    assert ptrace_problem(0, 1000, 1, False) is None  # root
+    # root without the capability (a container's root) may not: only CAP_SYS_PTRACE counts
+    root_in_container = ptrace_problem(0, 1000, 1, False)
+    assert root_in_container is not None and "ptrace_scope = 1" in root_in_container
+    assert ptrace_problem(0, 0, 2, False) is not None
+    assert ptrace_problem(0, 1000, 1, True) is None  # root with it (outside a container)
     assert ptrace_problem(1000, 1000, None, False) is None  # no Yama: same user may
     assert ptrace_problem(1000, 1000, 0, False) is None
     scoped = ptrace_problem(1000, 1000, 1, False)
     assert scoped is not None and "ptrace_scope = 1" in scoped and GRANT in scoped
     assert "sysctl kernel.yama.ptrace_scope=0" in scoped and "--cap-add SYS_PTRACE" in scoped
     assert ptrace_problem(1000, 1000, 1, True) is None  # CAP_SYS_PTRACE
+    assert "setcap cap_sys_ptrace+ep" in scoped
     assert "another user" in (ptrace_problem(1000, 0, 0, False) or "")
     assert "disabled" in (ptrace_problem(0, 0, 3, True) or "")
     assert "CAP_SYS_PTRACE" in (ptrace_problem(1000, 1000, 2, False) or "")
@@ -58,11 +69,32 @@ def test_capabilities_are_read_from_proc_status() -> None:
     assert has_cap_sys_ptrace("Name:\tx\nCapEff:\t000001fffeffffff\n")
     assert not has_cap_sys_ptrace("CapEff:\t0000000000000000\n")
     assert not has_cap_sys_ptrace(None)
+    # Docker's default set: no CAP_SYS_PTRACE (bit 19), even for root
+    docker = "CapEff:\t00000000a80425fb\nCapBnd:\t00000000a80425fb\n"
+    assert not has_cap_sys_ptrace(docker) and not has_cap_sys_ptrace(docker, "CapBnd")
+    assert has_cap_sys_ptrace("CapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n", "CapBnd")
 
 
-def test_preflight_names_what_is_missing() -> None:
+def test_py_spys_own_file_capability_counts() -> None:
+    ptrace = 1 << 19
+    v2 = (0x02000000 | 1).to_bytes(4, "little") + ptrace.to_bytes(4, "little") + bytes(12)  # cap_sys_ptrace+ep
+    assert file_grants_ptrace(v2)
+    not_effective = (0x02000000).to_bytes(4, "little") + ptrace.to_bytes(4, "little") + bytes(12)  # +p only
+    assert not file_grants_ptrace(not_effective)
+    other = (0x02000000 | 1).to_bytes(4, "little") + (1 << 21).to_bytes(4, "little") + bytes(12)  # cap_sys_admin
+    assert not file_grants_ptrace(other)
+    assert not file_grants_ptrace(None) and not file_grants_ptrace(b"\x01")
+
+
+def test_preflight_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert preflight(None) == NO_PID
-    assert "no process" in (preflight(2**22 + 12345) or "no process")
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: "/usr/bin/py-spy")  # the pid check comes after
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    got = preflight(gone.pid)
+    assert got == f"no process {gone.pid} on this machine (is the server local, and still running?)"
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    assert preflight(gone.pid) == NO_PYSPY
 
 
 def test_failures_are_explained() -> None:

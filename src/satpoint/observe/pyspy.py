@@ -35,9 +35,10 @@ NICE = 19
 CAP_SYS_PTRACE = 19
 
 GRANT = (
-    "run satpoint as root, or allow ptrace for everyone with `sudo sysctl kernel.yama.ptrace_scope=0`, or, "
-    "in a container, start it with `--cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: "
-    "[SYS_PTRACE])"
+    'give py-spy alone the capability with `sudo setcap cap_sys_ptrace+ep "$(command -v py-spy)"`, or, in a '
+    "container, start it with `--cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: "
+    "[SYS_PTRACE]), or allow ptrace for every process with `sudo sysctl kernel.yama.ptrace_scope=0`; root "
+    "outside a container has the capability too (root in a container usually has not)"
 )
 NO_PYSPY = (
     "py-spy is not installed (it ships with satpoint: `pip install satpoint`, or `pip install py-spy`) or not on PATH"
@@ -64,10 +65,11 @@ def _read(path: str) -> str | None:
         return None
 
 
-def has_cap_sys_ptrace(status_text: str | None) -> bool:
-    """Whether a /proc/PID/status text grants CAP_SYS_PTRACE in its effective set."""
+def has_cap_sys_ptrace(status_text: str | None, field: str = "CapEff") -> bool:
+    """Whether a /proc/PID/status text has CAP_SYS_PTRACE in the set ``field`` (``CapEff``: effective,
+    ``CapBnd``: the bounding set, what a program's file capabilities can add)."""
     for line in (status_text or "").splitlines():
-        if line.startswith("CapEff:"):
+        if line.startswith(f"{field}:"):
             try:
                 return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
             except (IndexError, ValueError):
@@ -75,12 +77,31 @@ def has_cap_sys_ptrace(status_text: str | None) -> bool:
     return False
 
 
+def file_grants_ptrace(xattr: bytes | None) -> bool:
+    """Whether a program's ``security.capability`` attribute (``setcap cap_sys_ptrace+ep``) gives it
+    CAP_SYS_PTRACE when it starts: permitted, with the effective flag (vfs_cap_data, little endian)."""
+    if xattr is None or len(xattr) < 12:
+        return False
+    magic_etc = int.from_bytes(xattr[0:4], "little")
+    permitted = int.from_bytes(xattr[4:8], "little")
+    return bool(magic_etc & 1) and bool(permitted >> CAP_SYS_PTRACE & 1)
+
+
+def _file_caps(path: str) -> bytes | None:
+    try:
+        return os.getxattr(path, "security.capability")
+    except (OSError, AttributeError):
+        return None
+
+
 def ptrace_problem(euid: int, target_uid: int | None, ptrace_scope: int | None, cap_sys_ptrace: bool) -> str | None:
     """Why py-spy, run by a process of ``euid`` (not the server's parent), cannot attach to a process of
     ``target_uid`` (None: it may).  ``ptrace_scope`` is /proc/sys/kernel/yama/ptrace_scope (None: no
     Yama: classic rules).  Yama scope 1 lets a process trace only its descendants (the observer is not
-    the server's parent), 2 only with CAP_SYS_PTRACE, 3 never."""
-    privileged = euid == 0 or cap_sys_ptrace
+    the server's parent), 2 only with CAP_SYS_PTRACE, 3 never.  Only the capability counts, never the
+    uid: root in a container has no CAP_SYS_PTRACE by default (``cap_sys_ptrace``: py-spy will have it,
+    from satpoint's effective set or from its own file capabilities)."""
+    privileged = cap_sys_ptrace
     if ptrace_scope == 3:
         return "ptrace is disabled on this machine (kernel.yama.ptrace_scope = 3; only a reboot lifts it)"
     if ptrace_scope == 2 and not privileged:
@@ -99,7 +120,8 @@ def preflight(pid: int | None) -> str | None:
     """Why a flame graph of ``pid``'s tree cannot be recorded from here (None: it can be tried)."""
     if pid is None:
         return NO_PID
-    if find_py_spy() is None:
+    py_spy = find_py_spy()
+    if py_spy is None:
         return NO_PYSPY
     try:
         target_uid: int | None = os.stat(f"/proc/{pid}").st_uid
@@ -107,7 +129,11 @@ def preflight(pid: int | None) -> str | None:
         return f"no process {pid} on this machine (is the server local, and still running?)"
     scope_text = _read("/proc/sys/kernel/yama/ptrace_scope")
     scope = int(scope_text.strip()) if scope_text and scope_text.strip().isdigit() else None
-    return ptrace_problem(os.geteuid(), target_uid, scope, has_cap_sys_ptrace(_read("/proc/self/status")))
+    status = _read("/proc/self/status")
+    cap = has_cap_sys_ptrace(status) or (
+        file_grants_ptrace(_file_caps(py_spy)) and has_cap_sys_ptrace(status, "CapBnd")
+    )
+    return ptrace_problem(os.geteuid(), target_uid, scope, cap)
 
 
 def explain_failure(log_text: str, returncode: int | None) -> str:
