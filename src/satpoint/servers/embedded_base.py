@@ -57,8 +57,8 @@ class EmbeddedServer:
         atexit.register(self.stop)  # removes the temporary folder too
         try:
             self._start()
-        except BaseException:
-            self.stop()
+        except BaseException as e:
+            self._stop_after(e)
             raise
         return self
 
@@ -95,7 +95,18 @@ class EmbeddedServer:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
+        if exc is None:
+            self.stop()
+        else:
+            self._stop_after(exc)
+
+    def _stop_after(self, error: BaseException) -> None:
+        """Stop on the way out of an error: that error is what the caller sees; a failed stop is added
+        to it as a note, never raised in its place."""
+        try:
+            self.stop()
+        except TargetError as e:
+            error.add_note(f"and stopping {self.NAME} failed too: {e}")
 
     # -- what callers need -----------------------------------------------------------------------------
 
