@@ -6,6 +6,7 @@ the medians, measured again on resume), and ``--slo`` with the default objective
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ def test_a_sweep_does_not_rank_a_lower_bound_or_a_lost_target(searches: dict[str
     p02_line = next(line for line in shown.splitlines() if line.lstrip("│ ").startswith("p02"))
     assert "≥" in p02_line
     assert "≥ = a lower bound" in shown and "p01 measurement 2 failed" in shown
+    csv_rows = {r["id"]: r for r in csv.DictReader((out / "sweep.csv").open())}
+    assert csv_rows["p02"]["lower_bound_reasons"] == "budget" and csv_rows["p01"]["lower_bound"] == "False"
     # resume measures the lost search again (its folder moved aside), keeps the others
     state = SweepState.resume(out)
     assert [(m["point"], m["repeat"]) for m in state.measurements] == [("p01", 1), ("p02", 1)]

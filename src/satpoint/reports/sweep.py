@@ -138,6 +138,7 @@ CSV_COLUMNS = (
     "vs_one_worker",
     "scaling_efficiency",
     "lower_bound",
+    "lower_bound_reasons",
     "on_front",
 )
 
@@ -188,6 +189,7 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "vs_one_worker": sc.get("vs_one_worker"),
                 "scaling_efficiency": sc.get("efficiency"),
                 "lower_bound": r.get("lower_bound"),
+                "lower_bound_reasons": " ".join(r.get("lower_bound_reasons") or []),
                 "on_front": r["id"] in front,
             }
         )
