@@ -142,16 +142,30 @@ def valid_knobs_text(kind: ServerKind) -> str:
 
 
 def placeholders(command: str) -> list[str]:
-    """The ``{name}`` fields of a ``--reconfigure`` command, in order of first use."""
-    out: list[str] = []
-    for _, field_name, _, _ in string.Formatter().parse(command):
+    """The ``{name}`` fields of a ``--reconfigure`` command, in order of first use (``{{`` and ``}}`` are
+    literal braces, as in JSON: ``-p '{{"spec":{{"replicas":{replicas}}}}}'``)."""
+    return list(dict.fromkeys(name for _, name in template_parts(command) if name is not None))
+
+
+def template_parts(command: str) -> list[tuple[str, str | None]]:
+    """``command`` as (literal text, placeholder name or None) pairs; a ValueError naming what is wrong."""
+    try:
+        parsed = list(string.Formatter().parse(command))
+    except ValueError as e:
+        raise ValueError(f"--reconfigure: {e}; {_BRACES}") from None
+    out: list[tuple[str, str | None]] = []
+    for literal, field_name, spec, conversion in parsed:
         if field_name is None:
+            out.append((literal, None))
             continue
-        if not field_name or not _KNOB_NAME.match(field_name):
-            raise ValueError(f"--reconfigure: {{{field_name}}} is not a knob name (letters, digits, _ and .)")
-        if field_name not in out:
-            out.append(field_name)
+        if not field_name or not _KNOB_NAME.match(field_name) or spec or conversion:
+            shown = field_name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(f"--reconfigure: {{{shown}}} is not a knob name (letters, digits, _ and .); {_BRACES}")
+        out.append((literal, field_name))
     return out
+
+
+_BRACES = 'write a literal brace as {{ or }} (JSON: -p \'{{"spec":{{"replicas":{replicas}}}}}\')'
 
 
 def knob_for(name: str, kind: ServerKind, reconfigure: str | None = None) -> Knob:

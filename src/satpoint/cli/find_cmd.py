@@ -139,7 +139,7 @@ def find(
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
-    secrets = secrets_of([url], parse_headers(header))
+    secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
         if url is not None and model is None:

@@ -124,7 +124,7 @@ def run(
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
-    secrets = secrets_of([url], parse_headers(header))
+    secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
         if batch_size < 1:

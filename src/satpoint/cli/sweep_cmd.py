@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -12,8 +13,12 @@ from satpoint.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    CaCertOpt,
+    ClientCertOpt,
+    ClientKeyOpt,
     DemoModelOpt,
     HeaderOpt,
+    InsecureOpt,
     MetricsUrlOpt,
     ModelDirOpt,
     PayloadOpt,
@@ -39,6 +44,7 @@ from satpoint.experiments.sweep import (
     run_sweep,
 )
 from satpoint.experiments.sweep_servers import BaseServer
+from satpoint.redact import is_secret_name
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.sweep import print_sweep
 
@@ -92,18 +98,26 @@ def sweep(
     max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
     min_requests: Annotated[int, typer.Option(help="aim for this many requests per hold")] = 2000,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/sweep-TIMESTAMP)")] = None,
-    resume: Annotated[Path | None, typer.Option(help="continue the sweep in this folder")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="continue the sweep in this folder (give --header, --reconfigure and secrets again)"),
+    ] = None,
     dry_run: Annotated[bool, typer.Option(help="print the grid and the estimate, measure nothing")] = False,
     report: Annotated[
         Path | None, typer.Option(help="recompute this sweep's figures and files from its folders; measure nothing")
     ] = None,
+    ca_cert: CaCertOpt = None,
+    insecure: InsecureOpt = False,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
     ray: RayOpt = None,
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
-    secrets = secrets_of([url, grpc_url], headers)
+    secrets = secrets_of([url, grpc_url, *(metrics_url or ())], headers)
+    secrets += tuple(v for k, v in _env(env) if is_secret_name(k))
 
     def body() -> int:
         if report is not None:
@@ -114,6 +128,12 @@ def sweep(
             if set_:
                 raise fail("--resume continues the sweep sweep.json describes: give no --set with it")
             state = SweepState.resume(resume, headers)
+            if state.cfg.server.reconfigure is not None:
+                console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
+            server_ = state.cfg.server.resumed(
+                url=url, grpc_url=grpc_url, metrics_urls=metrics_url or (), env=_env(env), reconfigure=reconfigure
+            )
+            state.cfg = replace(state.cfg, server=server_)
             cfg, out_dir = state.cfg, resume
         else:
             if not set_:
@@ -140,6 +160,8 @@ def sweep(
                     protocol=protocol, batch=batch_size, headers=headers,
                     payload_file=str(payload) if payload else None,
                     server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
+                    ca_cert=_path(ca_cert), insecure=insecure, client_cert=_path(client_cert),
+                    client_key=_path(client_key),
                 ),
                 repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
                 at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s,
@@ -160,7 +182,8 @@ def sweep(
                 console.print(f"{p.id}  {p.label}")
             console.print(f"estimate: {estimate(cfg, len(cfg.points()))['text']}")
             return EXIT_OK
-        with interruptible() as stop, EventPrinter(console, secrets) as printer:
+        known = (*secrets, *cfg.server.secret_values())
+        with interruptible() as stop, EventPrinter(console, known) as printer:
             outcome = run_sweep(cfg, out_dir, stop=stop, on_event=printer, state=state)
         print_sweep(console, outcome.doc)
         console.print(f"results: {out_dir} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
@@ -170,6 +193,10 @@ def sweep(
         return EXIT_OK if done else EXIT_FAILED
 
     guarded(body, secrets)
+
+
+def _path(p: Path | None) -> str | None:
+    return str(p) if p is not None else None
 
 
 def _env(items: list[str] | None) -> list[tuple[str, str]]:

@@ -8,22 +8,25 @@ server facts for the results header, how many cores the server had, and what was
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.sweep_space import ENV_PREFIX, TRITON_KNOBS, ServerKind, placeholders
+from satpoint.analysis.sweep_space import ENV_PREFIX, TRITON_KNOBS, ServerKind, placeholders, template_parts
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.progress import OnEvent, say
+from satpoint.redact import REDACTED, is_secret_name, redact_text, redact_url, secret_values
 
 TRITON_KNOB_NAMES = frozenset(k.name for k in TRITON_KNOBS)
 _OUTPUT_TAIL = 4000  # characters of a reconfigure command's output kept in sweep.json
@@ -64,13 +67,49 @@ class BaseServer:
     payload_file: str | None = None
     # CPUs of the host the server may use (mlserver, sim); None: all but the generator's
     server_cpus: tuple[int, ...] | None = None
+    # TLS to a remote server's https:// and grpcs:// URLs (paths; as find's --ca-cert/--insecure/--client-*)
+    ca_cert: str | None = None
+    insecure: bool = False
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @property
+    def has_tls_options(self) -> bool:
+        return self.insecure or any(p is not None for p in (self.ca_cert, self.client_cert, self.client_key))
+
+    def tls_fields(self, url: str) -> dict[str, Any]:
+        """The TLS options as ``Target`` keyword arguments for ``url`` (none for a plaintext URL)."""
+        if not Target(url, "").uses_tls:
+            return {}
+        return {
+            "ca_cert": Path(self.ca_cert) if self.ca_cert else None,
+            "insecure": self.insecure,
+            "client_cert": Path(self.client_cert) if self.client_cert else None,
+            "client_key": Path(self.client_key) if self.client_key else None,
+        }
 
     def to_dict(self) -> dict[str, Any]:
+        """What ``sweep.json`` records: every credential redacted (URLs, metrics URLs, the values of secret
+        environment variables and header values, secrets in the ``--reconfigure`` command)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["env"] = dict(self.env)
+        secrets = self.secret_values()
+        out["url"] = redact_url(self.url) if self.url else self.url
+        out["grpc_url"] = redact_url(self.grpc_url) if self.grpc_url else self.grpc_url
+        out["metrics_urls"] = [redact_url(u) for u in self.metrics_urls]
+        out["env"] = redact_env(self.env)
+        out["reconfigure"] = redact_text(self.reconfigure, secrets) if self.reconfigure else self.reconfigure
         out["headers"] = [name for name, _ in self.headers]  # names only: values may be secrets
         out["server_cpus"] = list(self.server_cpus) if self.server_cpus is not None else None
         return out
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The literal secrets of these settings (URL passwords and tokens, secret header and environment
+        values), hidden in whatever is written or printed about this server."""
+        found = list(secret_values(self.url, self.headers))
+        for url in (self.grpc_url, *self.metrics_urls):
+            found += secret_values(url)
+        found += [v for k, v in self.env if is_secret_name(k)]
+        return tuple(dict.fromkeys(v for v in found if v))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], headers: Sequence[tuple[str, str]] = ()) -> BaseServer:
@@ -82,6 +121,64 @@ class BaseServer:
         kw["server_pids"] = tuple(d.get("server_pids") or ())
         kw["metrics_urls"] = tuple(d.get("metrics_urls") or ())
         return cls(**kw)
+
+    def resumed(
+        self,
+        *,
+        url: str | None = None,
+        grpc_url: str | None = None,
+        metrics_urls: Sequence[str] = (),
+        env: Sequence[tuple[str, str]] = (),
+        reconfigure: str | None = None,
+    ) -> BaseServer:
+        """These settings as read back from ``sweep.json`` with what was not written given again: URLs,
+        metrics URLs and environment values that lost a secret, and the ``--reconfigure`` command (never
+        run from the file: whoever wrote the folder wrote it). Each must match what was recorded; a
+        ``ValueError`` says what is missing or different."""
+        given: dict[str, Any] = {}
+        for key, opt, value in (("url", "--url", url), ("grpc_url", "--grpc-url", grpc_url)):
+            stored = getattr(self, key)
+            if value is not None:
+                if redact_url(value) != stored:
+                    raise ValueError(f"--resume: {opt} {redact_url(value)} is not the sweep's ({stored})")
+                given[key] = value
+            elif stored is not None and REDACTED in stored:
+                raise ValueError(f"--resume: the sweep's {opt} was recorded without its secret: give {opt} again")
+        if metrics_urls:
+            shown = [redact_url(u) for u in metrics_urls]
+            if shown != list(self.metrics_urls):
+                raise ValueError(f"--resume: --metrics-url {', '.join(shown)} are not the sweep's")
+            given["metrics_urls"] = tuple(metrics_urls)
+        elif any(REDACTED in u for u in self.metrics_urls):
+            raise ValueError("--resume: the sweep's --metrics-url were recorded without their secrets: give them again")
+        new_env = dict(self.env)
+        for k, v in env:
+            if k not in new_env:
+                raise ValueError(f"--resume: the sweep's server had no --env {k}")
+            new_env[k] = v
+        lost = [k for k, v in new_env.items() if REDACTED in v and k not in dict(env)]
+        if lost:
+            raise ValueError(f"--resume: the value of --env {', '.join(lost)} was not recorded: give it again")
+        given["env"] = tuple(sorted(new_env.items()))
+        if self.reconfigure is not None:
+            if reconfigure is None:
+                raise ValueError(
+                    f"--resume: the sweep reconfigures its server with this command (as recorded): "
+                    f"{self.reconfigure}\nsatpoint does not run a command read from a file: give it again "
+                    "with --reconfigure"
+                )
+            if redact_text(reconfigure, replace(self, **given).secret_values()) != self.reconfigure:
+                raise ValueError(f"--resume: --reconfigure is not the sweep's command (recorded: {self.reconfigure})")
+            given["reconfigure"] = reconfigure
+        elif reconfigure is not None:
+            raise ValueError("--resume: the sweep ran no --reconfigure command")
+        return replace(self, **given)
+
+
+def redact_env(env: Sequence[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:
+    """Environment variables as written: a secret name's value hidden, credentials in any value hidden."""
+    pairs = env.items() if isinstance(env, Mapping) else env
+    return {k: REDACTED if is_secret_name(k) else redact_text(v) for k, v in pairs}
 
 
 @dataclass
@@ -179,10 +276,13 @@ def point_server(
         url = base.grpc_url if protocol == "grpc" else base.url
         if url is None or base.model is None:
             raise ValueError(f"a remote sweep over {protocol} needs {'--grpc-url' if protocol == 'grpc' else '--url'}")
+        fields.update(base.tls_fields(url))
         target = Target(url=url, model=base.model, protocol=protocol, **fields)  # type: ignore[arg-type]
         actions: dict[str, Any] = {}
         if base.reconfigure is not None:
-            actions["reconfigure"] = run_reconfigure(base.reconfigure, knobs, stop=stop, on_event=on_event)
+            actions["reconfigure"] = run_reconfigure(
+                base.reconfigure, knobs, stop=stop, on_event=on_event, secrets=base.secret_values()
+            )
             actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
         taken = set(placeholders(base.reconfigure)) if base.reconfigure is not None else set()
         wanted = {k: v for k, v in knobs.items() if k in TRITON_KNOB_NAMES and k not in taken}
@@ -190,9 +290,11 @@ def point_server(
             if base.url is None:
                 raise ValueError("Triton knobs on a remote server are applied over REST: give --url")
             say(on_event, "reloading the model on Triton with " + ", ".join(f"{k}={v}" for k, v in wanted.items()))
-            rest = Target(url=base.url, model=base.model, headers=base.headers)
+            rest = Target(url=base.url, model=base.model, headers=base.headers, **base.tls_fields(base.url))
+            original: dict[str, Any] = {}  # filled by apply_knobs: what the point's end loads back
+            stack.callback(_restore_triton, rest, original, on_event)
             actions["triton_config"] = triton.apply_knobs(
-                base.url, base.model, wanted, rest.wire_headers, tls=rest.tls_options()
+                base.url, base.model, wanted, rest.wire_headers, tls=rest.tls_options(), original=original
             )
             actions["ready_s"] = wait_ready(target, base.ready_timeout_s, stop=stop, on_event=on_event)
         cores = knobs.get("server_cpus", base.server_cores)
@@ -204,6 +306,18 @@ def point_server(
             pids=base.server_pids,
             metrics_urls=(*base.metrics_urls, *_triton_stats_urls(base)),
         )
+
+
+def _restore_triton(rest: Target, original: dict[str, Any], on_event: OnEvent | None) -> None:
+    """At a point's end, load the remote Triton's model back with the configuration it had (a shared
+    Triton is left as it was found, also after an error or Ctrl-C); a failure is a warning."""
+    if not original:
+        return
+    say(on_event, f"loading {rest.model} back on Triton with the configuration it had")
+    try:
+        triton.restore_config(rest.url, rest.model, original, rest.wire_headers, tls=rest.tls_options())
+    except (SatpointError, OSError) as e:
+        say(on_event, f"WARNING: {rest.model} was not loaded back with its original configuration: {e}", "warning")
 
 
 @contextmanager
@@ -234,7 +348,7 @@ def _triton_stats_urls(base: BaseServer) -> tuple[str, ...]:
     """A remote Triton's statistics endpoint (over REST), read before and after each stage."""
     if base.url is None or base.model is None:
         return ()
-    rest = Target(url=base.url, model=base.model, headers=base.headers)
+    rest = Target(url=base.url, model=base.model, headers=base.headers, **base.tls_fields(base.url))
     found = triton.probe(base.url, base.model, rest.wire_headers, tls=rest.tls_options())
     if found is None or not found.server.has_statistics:
         return ()
@@ -262,6 +376,8 @@ def _describe(kw: Mapping[str, Any]) -> str:
     for k, v in kw.items():
         if k == "env" and not v:
             continue
+        if k == "env":
+            v = redact_env(v)
         if k == "cpus":
             parts.append(f"CPUs {','.join(map(str, v)) if v else 'any'}")
         else:
@@ -269,9 +385,52 @@ def _describe(kw: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _quote_state(text: str, state: str) -> str:
+    """The POSIX shell's quoting after ``text`` when it starts in ``state`` (``""``, ``"'"`` or ``'"'``)."""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if state == "'":
+            if c == "'":
+                state = ""
+        elif c == "\\":
+            if i + 1 == len(text):
+                raise ValueError("--reconfigure: a placeholder right after a backslash cannot be quoted")
+            i += 1  # the next character is escaped (outside quotes, and in double quotes before $ ` " \\)
+        elif state == '"':
+            if c == '"':
+                state = ""
+        elif c in "'\"":
+            state = c
+        i += 1
+    return state
+
+
 def render_command(template: str, knobs: Mapping[str, Any]) -> str:
-    """The command for a point: each ``{knob}`` replaced by its value, shell-quoted."""
-    return template.format(**{k: shlex.quote(str(v)) for k, v in knobs.items()})
+    """The command for a point: each ``{knob}`` replaced by its value as one literal shell word part,
+    wherever it stands: unquoted, in single quotes or in double quotes (the quotes are closed around the
+    shell-quoted value and reopened), so no value is ever expanded or executed by the shell."""
+    out: list[str] = []
+    state = ""
+    for literal, name in template_parts(template):
+        out.append(literal)
+        state = _quote_state(literal, state)
+        if name is None:
+            continue
+        if name not in knobs:
+            raise ValueError(f"--reconfigure uses {{{name}}} but the point gives it no value")
+        quoted = shlex.quote(str(knobs[name]))
+        out.append(f"{state}{quoted}{state}")
+    return "".join(out)
+
+
+def knob_env(knobs: Mapping[str, Any]) -> dict[str, str]:
+    """The point's knobs for the command's environment: ``SATPOINT_KNOB_<name>`` (``.`` → ``_``)."""
+    return {"SATPOINT_KNOB_" + re.sub(r"[^A-Za-z0-9_]", "_", k): str(v) for k, v in knobs.items()}
+
+
+#: the command goes to the shell through its (private) environment, not its (world-readable) argv
+_SHELL = ["/bin/sh", "-c", 'eval "$SATPOINT_RECONFIGURE"']
 
 
 def run_reconfigure(
@@ -281,40 +440,47 @@ def run_reconfigure(
     stop: threading.Event,
     on_event: OnEvent | None = None,
     timeout_s: float = 600.0,
+    secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the reconfigure command for a point; its command line, exit code, time and output are returned
-    (and recorded). A failing command raises ``SatpointError`` quoting the end of its output."""
+    (and recorded), redacted (``satpoint.redact``, also of the literal ``secrets``). A failing command
+    raises ``SatpointError`` quoting the end of its output."""
     command = render_command(template, knobs)
-    say(on_event, f"reconfigure: {command}")
+    shown = redact_text(command, secrets)
+    say(on_event, f"reconfigure: {shown}")
+    env = {**os.environ, **knob_env(knobs), "SATPOINT_RECONFIGURE": command}
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        while True:
-            try:
-                out, _ = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if stop.is_set() or time.monotonic() - t0 > timeout_s:
-                    os.killpg(proc.pid, 9)
-                    proc.communicate()
-                    why = "interrupted" if stop.is_set() else f"timed out after {timeout_s:g} s"
-                    raise SatpointError(f"reconfigure command {why}: {command}") from None
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-    text = out.decode(errors="replace")
+    # the output goes to a file, not a pipe: a command that leaves a background child (``kubectl
+    # port-forward … &``) is done when its shell exits, not when that child closes its end of a pipe
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(_SHELL, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    if stop.is_set() or time.monotonic() - t0 > timeout_s:
+                        os.killpg(proc.pid, 9)
+                        proc.wait()
+                        why = "interrupted" if stop.is_set() else f"timed out after {timeout_s:g} s"
+                        raise SatpointError(f"reconfigure command {why}: {shown}") from None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        log.seek(0)
+        out = log.read()
+    text = redact_text(out.decode(errors="replace"), secrets)
     record = {
-        "command": command,
+        "command": shown,
         "exit_code": proc.returncode,
         "seconds": round(time.monotonic() - t0, 3),
         "output": text[-_OUTPUT_TAIL:],
     }
     if proc.returncode != 0:
         tail = "\n".join(text.strip().splitlines()[-5:])
-        raise SatpointError(f"reconfigure command exited with {proc.returncode}: {command}\n{tail}")
+        raise SatpointError(f"reconfigure command exited with {proc.returncode}: {shown}\n{tail}")
     return record
 
 

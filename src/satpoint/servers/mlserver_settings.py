@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from satpoint.redact import REDACTED, is_secret_name, redact_text
 from satpoint.servers.demo_model import RUNTIMES, demo_model, intra_op_threads
 
 __all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
@@ -143,14 +144,15 @@ class MLServerSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings for the results header: batching values as in force, the served name;
-        ``demo_model``/``runtime`` are None when a model folder is served."""
+        ``demo_model``/``runtime`` are None when a model folder is served; the environment with the
+        values of secret names (``HF_TOKEN``, ``…_PASSWORD``) and credentials in values hidden."""
         own = self.model_dir is not None
         return {
             "parallel_workers": self.parallel_workers,
             "debug": self.debug,
             "max_batch_size": self.effective_max_batch_size,
             "max_batch_time_s": self.effective_max_batch_time_s,
-            "env": dict(self.env),
+            "env": {k: REDACTED if is_secret_name(k) else redact_text(v) for k, v in self.env.items()},
             "model_name": self.served_model_name,
             "cpus": list(self.cpus) if self.cpus is not None else None,
             "input_name": self.input_name,
