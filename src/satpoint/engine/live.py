@@ -29,7 +29,8 @@ class LiveSnapshot:
     lag_sample_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
 
 
-_OPEN = (Outcome.NOT_SENT, Outcome.UNFINISHED)  # no outcome yet (or cut off): not an error so far
+# no outcome yet, or cut off by the end of the run: not an error (``Records.error_mask``)
+_NOT_SENT, _UNFINISHED, _OK = int(Outcome.NOT_SENT), int(Outcome.UNFINISHED), int(Outcome.OK)
 
 
 class ErrorCount:
@@ -48,24 +49,21 @@ class ErrorCount:
         self._open: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)  # those still without an outcome
 
     def update(self, rec: Records, hi: int) -> int:
-        """The number of errors (``Records.error_mask``) among rows ``[0, hi)`` of ``rec``."""
+        """The number of errors (``Records.error_mask``: neither OK nor open) among rows ``[0, hi)``."""
         outcome = rec.outcome
         if len(self._open):
             now = outcome[self._open]
-            closed = ~np.isin(now, _OPEN)
-            self._errors += _count_errors(rec, self._open[closed])
-            self._open = self._open[~closed]
+            still = (now == _NOT_SENT) | (now == _UNFINISHED)
+            self._errors += int(np.count_nonzero(~still & (now != _OK)))
+            self._open = self._open[still]
         if hi > self._hi:
             fresh = outcome[self._hi : hi]
-            still = np.isin(fresh, _OPEN)
-            self._errors += _count_errors(rec, np.flatnonzero(~still) + self._hi)
-            self._open = np.concatenate([self._open, np.flatnonzero(still) + self._hi])
+            still = (fresh == _NOT_SENT) | (fresh == _UNFINISHED)
+            self._errors += int(np.count_nonzero(fresh != _OK)) - int(np.count_nonzero(still))
+            if still.any():
+                self._open = np.concatenate([self._open, np.flatnonzero(still) + self._hi])
             self._hi = hi
         return self._errors
-
-
-def _count_errors(rec: Records, rows: npt.NDArray[np.intp]) -> int:
-    return int(np.count_nonzero(rec.select(rows).error_mask())) if len(rows) else 0
 
 
 def snapshot(p: Progress, rec: Records, errors: ErrorCount | None = None) -> LiveSnapshot:
