@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pytest
@@ -86,7 +87,13 @@ def test_remote_knobs_are_the_reconfigure_placeholders() -> None:
 
 
 def test_reconfigure_values_are_shell_quoted() -> None:
-    assert render_command("echo {a} {b}", {"a": "x y", "b": "$(rm -rf /)"}) == "echo 'x y' '$(rm -rf /)'"
+    """Unquoted, in double and in single quotes, a value is one literal word part (the shell runs the
+    rendered command: tests/analysis/test_sweep_reconfigure.py)."""
+    value = "x y $(rm -rf /) `id` \"q\" 'r'"
+    for template in ("echo {a}", 'echo "n={a}!"', "echo 'n={a}!'"):
+        rendered = render_command(template, {"a": value})
+        words = shlex.split(rendered)
+        assert words[1] == (value if template == "echo {a}" else f"n={value}!"), rendered
 
 
 # -- one measurement ------------------------------------------------------------------------------------
