@@ -138,3 +138,31 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> No
     )
     assert "exited with 3" in ms[1]["error"] and "cannot apply broken" in ms[1]["error"]
     assert outcome.doc["points"][0]["rps_per_core"] is not None
+
+
+def test_a_remote_https_server_with_a_private_ca_is_swept(tmp_path: Path) -> None:
+    """--ca-cert reaches every call a remote sweep makes (readiness, the search, the cool-down probes);
+    without it the certificate is refused and the point fails with the reason."""
+    from satpoint.servers.sim_process import SimServer
+    from tests.certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    quick = ["--precision", "0.25", "--ramp", "0.3", "--min-hold", "1", "--max-hold", "1.5", "--min-requests", "100"]
+    runner = CliRunner()
+    with SimServer(slots=1, service_ms=SERVICE_MS, tls_cert=pki.server_cert, tls_key=pki.server_key) as sim:
+        assert sim.url.startswith("https://")
+        common = ["sweep", "--url", sim.url, "--model", "sim", "--set", "protocol=rest", "--remeasure-top", "0"]
+        trusted = runner.invoke(
+            app, [*common, *quick, "--find-budget-s", "12", "--ca-cert", str(pki.ca), "--out", str(tmp_path / "ok")]
+        )
+        untrusted = runner.invoke(app, [*common, *quick, "--out", str(tmp_path / "refused")])
+    assert trusted.exit_code == 0, trusted.output
+    doc = json.loads((tmp_path / "ok" / SWEEP_FILE).read_text())
+    (m,) = doc["measurements"]
+    assert m["status"] == "done" and m["figures"]["saturation_rps"], m
+    assert doc["config"]["server"]["ca_cert"] == str(pki.ca)
+    summary = json.loads((tmp_path / "ok" / m["dir"] / "summary.json").read_text())
+    assert all(s["error_rate"] == 0 for s in summary["stages"])
+    assert untrusted.exit_code == 1, untrusted.output
+    (m,) = json.loads((tmp_path / "refused" / SWEEP_FILE).read_text())["measurements"]
+    assert m["status"] == "failed" and "certificate verification failed" in m["error"]

@@ -37,6 +37,7 @@ from satpoint.analysis.sweep import (
 from satpoint.analysis.sweep_space import SERVER_KINDS, Point, check_triton_point, grid, parse_set
 from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, VerdictRules
+from satpoint.endpoints.spec import Target
 from satpoint.errors import SatpointError
 from satpoint.experiments.sweep_servers import BaseServer, point_server
 from satpoint.observe.observer import Observer
@@ -93,6 +94,8 @@ class SweepConfig:
             raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
         if self.server.kind == "remote" and self.server.model is None:
             raise ValueError("a remote sweep needs --model")
+        if self.server.has_tls_options:
+            self._validate_tls()
         parse_slo(list(self.slo))
         self.find.validate()
         self.load.validate()
@@ -113,6 +116,14 @@ class SweepConfig:
             if "rest" in protos and self.server.url is None:
                 raise ValueError("protocol=rest on a remote server needs --url")
         return self
+
+    def _validate_tls(self) -> None:
+        """TLS options describe a remote server's https:// or grpcs:// URL, and name files that exist."""
+        tls_urls = [u for u in (self.server.url, self.server.grpc_url) if u and self.server.tls_fields(u)]
+        if self.server.kind != "remote" or not tls_urls:
+            raise ValueError("--ca-cert/--insecure/--client-cert/--client-key need an https:// or grpcs:// URL")
+        for u in tls_urls:
+            Target(u, self.server.model or "", **self.server.tls_fields(u)).validate()
 
     def to_dict(self) -> dict[str, Any]:
         f = self.find
@@ -486,7 +497,8 @@ def _live_line(point: Point, m: Mapping[str, Any]) -> str:
     f = m["figures"]
     sat = f.get("saturation_rps")
     op = f.get("at_operating_point") or {}
-    parts = [f"saturation {sat:.1f} rps" if sat is not None else "no stable rate"]
+    bound = "≥ " if f.get("lower_bound") else ""  # the search never overloaded the server
+    parts = [f"saturation {bound}{sat:.1f} rps" if sat is not None else "no stable rate"]
     if f.get("unstable_rps"):
         parts.append(f"unstable at {f['unstable_rps']:.1f}")
     if op.get("p99_ms") is not None:
