@@ -99,10 +99,18 @@ def test_knobs_triton_refuses_are_a_clear_error(explicit_triton: str) -> None:
 
 
 def test_a_remote_sweep_point_reloads_the_model_and_watches_its_statistics(explicit_triton: str) -> None:
+    status, cfg = rest_control.call_json(explicit_triton, "/v2/models/sum/config")
+    found = triton.knob_values(cfg)
+    delay = (found["max_queue_delay_us"] or 0) + 300
     base = BaseServer(kind="remote", url=explicit_triton, model="sum", ready_timeout_s=30)
-    with point_server(base, {"max_queue_delay_us": 300, "max_batch_size": 8}, stop=threading.Event()) as srv:
-        assert srv.actions["triton_config"]["read_back"]["max_queue_delay_us"] == 300
+    with point_server(base, {"max_queue_delay_us": delay, "max_batch_size": 8}, stop=threading.Event()) as srv:
+        assert srv.actions["triton_config"]["read_back"]["max_queue_delay_us"] == delay
+        assert srv.actions["triton_config"]["before"] == found  # recorded in sweep.json
         assert f"{explicit_triton}/v2/models/sum/stats" in srv.metrics_urls
+    # the point's end loads the model back as it was found: a shared Triton is not left reconfigured
+    status, cfg = rest_control.call_json(explicit_triton, "/v2/models/sum/config")
+    assert status == 200 and triton.knob_values(cfg) == found
+    assert rest_control.model_ready(explicit_triton, "sum")
 
 
 def test_prepare_knows_the_triton_and_refuses_a_batch_it_would_reject(explicit_triton: str) -> None:

@@ -104,3 +104,18 @@ def test_binary_body_is_a_json_header_then_the_raw_tensor() -> None:
     assert values.tolist() == [1.5] * 4 + [2.0] * 4
     with pytest.raises(ValueError, match="BYTES"):
         encode_binary_body({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1], "data": ["a"]}]})
+
+
+def test_knobs_are_not_tried_on_a_triton_without_the_repository_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    v2 = recorded("v2.json")
+    v2["extensions"] = [e for e in v2["extensions"] if not e.startswith("model_repository")]
+    calls: list[str] = []
+
+    def call_json(base_url: str, path: str, doc: object | None = None, *a: object, **kw: object) -> tuple[int, Any]:
+        calls.append(path)
+        return (200, v2) if path == "/v2" else (200, recorded("model_config.json"))
+
+    monkeypatch.setattr(triton.rest_control, "call_json", call_json)
+    with pytest.raises(ConfigError, match="does not offer the model repository API"):
+        triton.apply_knobs("http://triton:8000", "iris", {"max_batch_size": 4})
+    assert not any("repository" in c for c in calls)  # nothing was loaded

@@ -9,7 +9,8 @@ Pure parts (tested on recorded answers): :func:`detect` (``GET /v2``: name and e
 Control calls (REST, off the hot path): :func:`probe` (``/v2`` + the model's config when it is a
 Triton), :func:`stats_url`, :func:`apply_knobs` (``POST /v2/repository/models/M/load`` with the changed
 configuration as the override, then ``GET`` the configuration back and check it; needs Triton started
-with ``--model-control-mode explicit``).  Over gRPC satpoint speaks only the OIP services, so Triton's
+with ``--model-control-mode explicit``), :func:`restore_config` (the configuration found before, loaded
+back: a shared Triton is left as it was).  Over gRPC satpoint speaks only the OIP services, so Triton's
 configuration and statistics are read over REST.
 """
 
@@ -204,13 +205,26 @@ def apply_knobs(
     *,
     tls: TlsOptions | None = None,
     timeout_s: float = 300.0,
+    original: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Reload ``model`` with its configuration changed by the Triton ``knobs`` (repository API, explicit
-    model control), read the configuration back and check that it holds them; what was done."""
+    model control), read the configuration back and check that it holds them; what was done (with the
+    knobs' values before, ``before``).  ``original`` receives the whole configuration found, for
+    :func:`restore_config`."""
     wanted = {k: v for k, v in knobs.items() if k in TRITON_KNOBS}
+    status, doc = rest_control.call_json(base_url, "/v2", headers=headers, tls=tls)
+    server = detect(doc) if status == 200 else None
+    if server is not None and not server.has_repository:
+        raise ConfigError(
+            f"this Triton does not offer the model repository API (its extensions: {', '.join(server.extensions)}): "
+            f"{_show(wanted)} cannot be applied by reloading {model}"
+        )
     status, cfg = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
     if status != 200 or not isinstance(cfg, dict):
         raise TargetUnreachable(f"cannot read {model}'s Triton configuration (HTTP {status}): {cfg}")
+    if original is not None:
+        original.clear()
+        original.update(copy.deepcopy(cfg))
     override = config_with_knobs(cfg, wanted)
     load = {"parameters": {"config": json.dumps(override)}}
     status, answer = rest_control.call_json(
@@ -228,7 +242,33 @@ def apply_knobs(
     missing = config_differences(back, wanted)
     if missing:
         raise ConfigError(f"after loading {model}, its configuration does not hold the knobs: {'; '.join(missing)}")
-    return {"applied": wanted, "read_back": knob_values(back)}
+    return {"applied": wanted, "read_back": knob_values(back), "before": knob_values(cfg)}
+
+
+def restore_config(
+    base_url: str,
+    model: str,
+    original: Mapping[str, Any],
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    tls: TlsOptions | None = None,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """Load ``model`` back with the configuration ``original`` (what :func:`apply_knobs` found) and check
+    that its knobs hold again; the knobs' values read back."""
+    load = {"parameters": {"config": json.dumps(dict(original))}}
+    status, answer = rest_control.call_json(
+        base_url, f"/v2/repository/models/{model}/load", load, headers, timeout_s, tls=tls
+    )
+    if status != 200:
+        why = answer.get("error") if isinstance(answer, dict) else answer
+        raise ConfigError(f"Triton refused to load {model} back with its original configuration (HTTP {status}: {why})")
+    status, back = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
+    was = {k: v for k, v in knob_values(original).items() if v is not None}
+    missing = config_differences(back, was) if status == 200 and isinstance(back, dict) else ["not readable"]
+    if missing:
+        raise ConfigError(f"after loading {model} back, its configuration is not the original: {'; '.join(missing)}")
+    return knob_values(back)
 
 
 def _show(knobs: Mapping[str, Any]) -> str:
