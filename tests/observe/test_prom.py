@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from satpoint.observe.prom import parse_prometheus_text, scrape, scrape_metrics
+from satpoint.observe.prom import parse_prometheus_text, scrape
 
 MLSERVER_TEXT = textwrap.dedent(
     """
@@ -70,13 +70,12 @@ def endpoint() -> Iterator[str]:
 
 
 def test_scrape_over_loopback(endpoint: str) -> None:
-    assert len(scrape(endpoint)) == 8
-    totals = scrape_metrics(endpoint, model="iris")
-    assert totals["model_infer_request_duration_count"] == 7.0  # the other model left out
-    assert totals["parallel_request_queue_count"] == 10.0
-    assert "parallel_request_queue_bucket" not in totals
+    samples = scrape(endpoint)
+    assert len(samples) == 8
+    assert ("model_infer_request_duration_count", {"model": "iris", "version": "None"}, 7.0) in samples
+    assert ("parallel_request_queue_count", {}, 10.0) in samples
 
 
-def test_scrape_of_nothing_raises_connection_error() -> None:
-    with pytest.raises(ConnectionError):
-        scrape_metrics("http://127.0.0.1:9/metrics", timeout_s=1)
+def test_scrape_of_nothing_raises_os_error() -> None:
+    with pytest.raises(OSError):
+        scrape("http://127.0.0.1:9/metrics", timeout_s=1)

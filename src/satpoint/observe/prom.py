@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.request
-from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from satpoint.metrics.observed import PromSample
 from satpoint.observe.triton_stats import is_stats_url, parse_stats
-
-#: MLServer's own series (the rest of an endpoint's output is kept too, but these are what it means)
-DEFAULT_METRIC_PREFIXES: tuple[str, ...] = (
-    "model_infer_request_duration",
-    "model_infer_request_success",
-    "model_infer_request_failure",
-    "parallel_request_queue",
-    "batch_request_queue",
-)
 
 
 def parse_prometheus_text(text: str) -> list[PromSample]:
@@ -62,27 +51,3 @@ def scrape(url: str, timeout_s: float = 2.0) -> list[PromSample]:
     if is_stats_url(url):
         return parse_stats(fetch(url, timeout_s))
     return parse_prometheus_text(fetch(url, timeout_s))
-
-
-def scrape_metrics(
-    metrics_url: str,
-    *,
-    prefixes: Sequence[str] = DEFAULT_METRIC_PREFIXES,
-    model: str | None = None,
-    timeout_s: float = 2.0,
-) -> dict[str, float]:
-    """``{metric_name: value}`` summed over label sets, for names starting with one of ``prefixes``
-    (histogram ``_bucket`` and ``_created`` series dropped).  With ``model``, series carrying a
-    ``model`` label are kept only for that model.  Counters are cumulative: diff two scrapes."""
-    try:
-        samples = scrape(metrics_url, timeout_s)
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConnectionError(f"GET {metrics_url} failed: {exc}") from exc
-    totals: dict[str, float] = {}
-    for name, labels, value in samples:
-        if name.endswith(("_bucket", "_created")) or not name.startswith(tuple(prefixes)):
-            continue
-        if model is not None and "model" in labels and labels["model"] != model:
-            continue
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
