@@ -187,3 +187,16 @@ def test_a_shrunk_fleet_restripes_the_schedule_and_keeps_the_in_flight_cap() -> 
     two = restripe(job, 2)
     assert two.hosts == 2 and two.stages == job.stages and two.seed == job.seed
     assert getattr(two.build, "max_inflight", None) == 14  # 2 x 14 >= 27
+
+
+def test_a_segment_with_a_loopback_target_on_several_machines_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    fleet = RayFleet(RayOptions("auto", 2))
+    fleet._ray = _FakeRay()  # type: ignore[assignment]
+    sent: list[object] = []
+    monkeypatch.setattr(fleet, "ensure_hosts", lambda: ([], [{"node_ip": "10.0.0.1"}, {"node_ip": "10.0.0.2"}]))
+    monkeypatch.setattr(ray_fleet, "_driver_ip", lambda ray: "10.0.0.1")
+    monkeypatch.setattr(ray_fleet, "run_on_hosts", lambda *a, **kw: sent.append(a))
+    with pytest.raises(ConfigError, match=r"the target is on loopback \(127\.0\.0\.1\).*10\.0\.0\.2"):
+        fleet.run(_job("127.0.0.1"))
+    assert not sent
