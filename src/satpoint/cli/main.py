@@ -54,6 +54,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
+from satpoint.cli.diff_cmd import diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
@@ -167,6 +168,7 @@ def run(
 app.command("find")(find)
 app.command("compare")(compare)
 app.command("sweep")(sweep)
+app.command("diff")(diff)
 app.command("sim")(sim)
 app.add_typer(demo_app, name="demo")
 

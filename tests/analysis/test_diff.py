@@ -1,0 +1,184 @@
+"""``satpoint diff``'s verdicts: the rule on two ranges, the saturation brackets, the block bootstrap, sweeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from satpoint.analysis.diff import (
+    Answer,
+    Folder,
+    Side,
+    block_bootstrap,
+    diff_folders,
+    find_answers,
+    judge,
+    saturation_diff,
+    saturation_side,
+    sweep_points_diff,
+)
+
+
+def side(value: float, low: float, high: float | None, n: int = 3) -> Side:
+    return Side(value=value, low=low, high=high, n=n)
+
+
+@pytest.mark.parametrize(
+    ("base", "new", "better", "verdict"),
+    [
+        # capacity: higher is better
+        (side(300, 295, 310), side(255, 250, 262), "higher", "regression"),
+        (side(300, 295, 310), side(330, 326, 340), "higher", "improvement"),
+        (side(300, 295, 310), side(302, 296, 311), "higher", "no_change"),
+        # overlapping ranges with a change beyond the tolerance: never no_change
+        (side(300, 200, 400), side(240, 150, 350), "higher", "inconclusive"),
+        # apart, but by less than the tolerance, and a small change: not a regression
+        (side(300, 298, 302), side(291, 289, 293), "higher", "no_change"),
+        # apart by less than the tolerance, with a change beyond it: inconclusive
+        (side(300, 290, 330), side(270, 250, 288), "higher", "inconclusive"),
+        # latency: lower is better
+        (side(10, 9.8, 10.2), side(12, 11.8, 12.2), "lower", "regression"),
+        (side(12, 11.8, 12.2), side(10, 9.8, 10.2), "lower", "improvement"),
+        # a lower bound (open upwards) overlapping: nothing ruled out
+        (side(300, 295, None), side(298, 290, 310), "higher", "inconclusive"),
+        # a new lower bound far above the base's range is an improvement all the same
+        (side(300, 295, 310), side(400, 390, None), "higher", "improvement"),
+    ],
+)
+def test_judge_rule(base: Side, new: Side, better: Any, verdict: str) -> None:
+    assert judge(base, new, 0.05, better).verdict == verdict
+
+
+def test_judge_absolute_error_rate() -> None:
+    base = side(0.0, 0.0, 0.001)
+    assert judge(base, side(0.05, 0.04, 0.06), 0.005, "lower", absolute=True).verdict == "regression"
+    assert judge(base, side(0.002, 0.0, 0.004), 0.005, "lower", absolute=True).verdict == "no_change"
+
+
+def find_summary(answers: list[tuple[float, float | None]], notes: tuple[str, ...] = ()) -> dict[str, Any]:
+    reps = [{"repeat": i, "saturation_rps": s, "unstable_rps": u, "stages": 5, "finished": True}
+            for i, (s, u) in enumerate(answers)]  # fmt: skip
+    sats = [s for s, _ in answers]
+    return {
+        "kind": "find",
+        "saturation_rps": min(sats),
+        "unstable_rps": answers[sats.index(min(sats))][1],
+        "find_notes": list(notes),
+        "search": {"repeats": reps if len(answers) > 1 else [], "finished": True},
+        "stages": [],
+    }
+
+
+def sat_verdict(base: dict[str, Any], new: dict[str, Any]) -> Any:
+    return saturation_diff(saturation_side(find_answers(base)), saturation_side(find_answers(new)), "search", 0.05)
+
+
+def test_saturation_300_vs_255_with_repeats_is_a_regression() -> None:
+    base = find_summary([(300, 306), (297, 303), (303, 309)])
+    new = find_summary([(255, 260), (252, 258), (257, 263)])
+    m = sat_verdict(base, new)
+    assert m.verdict == "regression"
+    assert m.base.n == m.new.n == 3
+    assert m.base.low == 297 and m.base.high == 309 and m.base.value == 300
+    assert m.change == pytest.approx(255 / 300 - 1)
+    assert "3 searches" in m.text and "tolerance 5 %" in m.text
+    assert "one measurement each" not in m.text
+    assert sat_verdict(base, find_summary([(330, 336), (327, 333), (333, 339)])).verdict == "improvement"
+    assert sat_verdict(base, find_summary([(300, 306), (300, 306), (297, 303)])).verdict == "no_change"
+    assert sat_verdict(base, find_summary([(291, 297), (291, 297), (288, 294)])).verdict != "regression"
+
+
+def test_one_search_each_says_so() -> None:
+    m = sat_verdict(find_summary([(300, 315)]), find_summary([(240, 252)]))
+    assert m.verdict == "regression"
+    assert m.single and "rests on one measurement each" in m.text
+
+
+def test_a_lower_bound_is_open_upwards() -> None:
+    base = find_summary([(300, 315)])
+    new = find_summary([(298, None)], notes=("generator-limited: the generator fell behind",))
+    assert find_answers(new) == [Answer(298, None)]
+    m = saturation_diff(saturation_side(find_answers(base)), saturation_side(find_answers(new)), "search", 0.05,
+                        ["generator_limited"])  # fmt: skip
+    assert m.verdict == "inconclusive" and m.new.high is None
+    assert "lower bound" in m.text
+
+
+def ar1_groups(rho: float, seconds: int, per_s: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = seconds * per_s
+    e = np.zeros(n)
+    z = rng.normal(0, 1, n)
+    for i in range(1, n):
+        e[i] = rho * e[i - 1] + z[i]
+    return [e[k * per_s : (k + 1) * per_s] for k in range(seconds)]
+
+
+def test_block_bootstrap_is_wider_than_resampling_single_correlated_rows() -> None:
+    """Under queueing neighbours are correlated: resampling single rows understates the noise."""
+    groups = ar1_groups(0.95, 20, 200, seed=1)
+    mean = lambda x: float(np.mean(x))  # noqa: E731
+    lo, hi = block_bootstrap(groups, mean) or (0, 0)
+    rows = np.concatenate(groups)
+    single = [rows[i : i + 1] for i in range(len(rows))]
+    lo1, hi1 = block_bootstrap(single, mean, n_boot=200) or (0, 0)
+    assert hi - lo > 2 * (hi1 - lo1)
+    # the same input gives the same interval (a CI job reruns to the same verdict)
+    assert block_bootstrap(groups, mean) == (lo, hi)
+    assert block_bootstrap(groups[:2], mean) is None
+
+
+def sweep_doc(points: list[tuple[str, dict[str, Any], list[tuple[float, float | None]]]]) -> dict[str, Any]:
+    rows = []
+    for pid, knobs, answers in points:
+        sats = [s for s, _ in answers]
+        highs = [u for _, u in answers]
+        rows.append({
+            "id": pid, "label": ",".join(f"{k}={v}" for k, v in knobs.items()), "knobs": knobs,
+            "measurements": len(answers),
+            "repeats": [{"saturation_rps": s, "unstable_rps": u} for s, u in answers],
+            "saturation_rps": {"median": float(np.median(sats)), "min": min(sats), "max": max(sats), "n": len(sats)},
+            "bracket_rps": [min(sats), None if None in highs else max(h for h in highs if h is not None)],
+            "lower_bound": None in highs, "lower_bound_reasons": ["budget"] if None in highs else [],
+            "at_rps": None,
+        })  # fmt: skip
+    return {"config": {"repeats": 3}, "points": rows}
+
+
+def test_sweeps_matched_by_knobs() -> None:
+    base = sweep_doc([
+        ("p01", {"workers": 1}, [(100, 105), (101, 106), (99, 104)]),
+        ("p02", {"workers": 2}, [(200, 210), (198, 208), (202, 212)]),
+        ("p03", {"workers": 4}, [(300, 315)]),
+    ])  # fmt: skip
+    new = sweep_doc([
+        ("p01", {"workers": 2}, [(160, 168), (158, 166), (161, 169)]),
+        ("p02", {"workers": 1}, [(100, 105), (102, 107), (99, 104)]),
+        ("p03", {"workers": 8}, [(300, 315)]),
+    ])  # fmt: skip
+    doc = diff_folders(Folder("a", "sweep", base, {}), Folder("b", "sweep", new, {}))
+    by_point = {m.point: m.verdict for m in doc.metrics}
+    assert by_point == {"workers=1": "no_change", "workers=2": "regression"}
+    assert doc.verdict == "regression" and doc.regressed
+    assert any("workers=4: only in the base" in n for n in doc.notes)
+    assert any("workers=8: only in the new" in n for n in doc.notes)
+
+
+def test_two_points_of_one_sweep() -> None:
+    doc_in = sweep_doc([
+        ("p01", {"model_dir": "v1"}, [(100, 105), (101, 106), (99, 104)]),
+        ("p02", {"model_dir": "v2"}, [(130, 136), (131, 137), (129, 135)]),
+    ])  # fmt: skip
+    doc = sweep_points_diff(doc_in, "s", "p01", "model_dir=v2", 0.05)
+    assert [m.verdict for m in doc.metrics] == ["improvement"]
+    assert doc.base["point"] == "p01" and doc.new["point"] == "p02"
+    assert any("interleaved" in n for n in doc.notes)
+    with pytest.raises(ValueError, match="no point 'p09'"):
+        sweep_points_diff(doc_in, "s", "p01", "p09", 0.05)
+
+
+def test_folders_of_different_kinds_are_refused() -> None:
+    with pytest.raises(ValueError, match="different kinds"):
+        diff_folders(Folder("a", "run", {}, {}), Folder("b", "find", {}, {}))

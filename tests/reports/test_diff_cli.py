@@ -1,0 +1,122 @@
+"""``satpoint diff`` on recorded run folders: exit codes, diff.json, Markdown, $GITHUB_STEP_SUMMARY, JUnit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from junitparser import Failure, JUnitXml, Skipped
+from typer.testing import CliRunner
+
+from satpoint import SCHEMA_VERSION, __version__
+from satpoint.analysis.diff import DiffDoc
+from satpoint.cli.main import app
+from satpoint.metrics.records import Outcome, Records
+from satpoint.metrics.results import Results, Segment, append_segment, write_header
+from satpoint.plan import Stage
+
+
+def run_folder(out: Path, service_ms: float, seed: int, rate: float = 100.0, hold_s: float = 10.0) -> Path:
+    """A recorded ``run`` of one stage: every request answered after ``service_ms`` times correlated noise
+    (neighbouring requests alike, as under queueing)."""
+    rng = np.random.default_rng(seed)
+    n = int(rate * (1 + hold_s))
+    t = np.arange(n) / rate
+    rec = Records.empty(t)
+    rec.sent[:] = t + 0.0002
+    e = np.zeros(n)
+    z = rng.normal(0, 0.3, n)
+    for i in range(1, n):
+        e[i] = 0.9 * e[i - 1] + z[i]
+    rec.done[:] = rec.sent + service_ms / 1000 * np.exp(0.1 * e)
+    rec.outcome[:] = Outcome.OK
+    rec.status[:] = 200
+    header = {
+        "schema_version": SCHEMA_VERSION, "tool_version": __version__, "kind": "run", "created_unix": 1.7e9,
+        "config": {"mode": "open_loop"}, "target": {"url": "http://127.0.0.1:1", "model": "m", "protocol": "rest"},
+    }  # fmt: skip
+    results = Results(header=header)
+    write_header(out, results)
+    seg = Segment(0, "run", [Stage(rate, 1.0, hold_s)], "constant", 0, 1.7e9, rec)
+    append_segment(out, results, seg)
+    return out
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path, Path]:
+    return (
+        run_folder(tmp_path / "base", 10.0, seed=0),
+        run_folder(tmp_path / "slower", 12.0, seed=1),
+        run_folder(tmp_path / "same", 10.0, seed=2),
+    )
+
+
+def test_a_slower_service_is_a_regression_exit_3(folders: tuple[Path, Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    base, slower, _ = folders
+    step = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    md, xml = tmp_path / "diff.md", tmp_path / "junit.xml"
+    r = CliRunner().invoke(app, ["diff", str(base), str(slower), "--markdown", str(md), "--junit", str(xml)])
+    assert r.exit_code == 3, r.output
+    doc = DiffDoc.model_validate(json.loads((slower / "diff.json").read_text()))
+    verdicts = {m.metric: m.verdict for m in doc.metrics}
+    assert verdicts["latency_p50_ms"] == "regression"
+    assert verdicts["service_p50_ms"] == "regression"
+    assert verdicts["error_rate"] == "no_change"
+    assert doc.verdict == "regression" and doc.compared == "run"
+    p50 = next(m for m in doc.metrics if m.metric == "latency_p50_ms")
+    assert p50.point == "100 rps" and p50.single
+    assert p50.change == pytest.approx(0.2, abs=0.03)
+    assert p50.base.low is not None and p50.base.high is not None and p50.base.low < p50.base.value < p50.base.high
+    assert p50.base.blocks == 8  # hold 10 s, steady window 8 s (settles 2 s): eight one-second blocks
+    # the Markdown: a table row per metric, also appended to the step summary
+    text = md.read_text()
+    assert "| latency_p50_ms | 100 rps |" in text and "regression" in text.splitlines()[0]
+    assert step.read_text().strip() == text.strip()
+    # the JUnit file, read back by a JUnit parser: one case per metric and point, the regressions failed
+    suites = list(JUnitXml.fromfile(str(xml)))
+    cases = {c.name: c for s in suites for c in s}
+    assert len(cases) == len(doc.metrics)
+    failed = {n for n, c in cases.items() if any(isinstance(x, Failure) for x in c.result)}
+    assert failed == {f"{m.metric} @ {m.point}" for m in doc.metrics if m.verdict == "regression"}
+    assert cases["error_rate @ 100 rps"].is_passed
+    assert "regression" in next(iter(cases["latency_p50_ms @ 100 rps"].result)).message
+
+
+def test_two_runs_of_the_same_service_are_no_change_exit_0(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    base, _, same = folders
+    out = tmp_path / "d.json"
+    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = DiffDoc.model_validate(json.loads(out.read_text()))
+    assert {m.metric: m.verdict for m in doc.metrics}["latency_p50_ms"] == "no_change"
+    assert doc.verdict != "regression"
+
+
+def test_fail_on_inconclusive(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    base, slower, _ = folders
+    # a 20 % change whose ranges are 16 % apart, at an 18 % tolerance: neither a regression nor no_change
+    args = ["diff", str(base), str(slower), "--tolerance", "18%", "--json", str(tmp_path / "d.json")]
+    r = CliRunner().invoke(app, args)
+    doc = DiffDoc.model_validate(json.loads((tmp_path / "d.json").read_text()))
+    p50 = next(m for m in doc.metrics if m.metric == "latency_p50_ms")
+    assert p50.verdict == "inconclusive" and p50.tolerance == 0.18
+    assert not doc.regressed and r.exit_code == 0, r.output
+    xml = tmp_path / "j.xml"
+    r = CliRunner().invoke(app, [*args, "--fail-on-inconclusive", "--junit", str(xml)])
+    assert r.exit_code == 3
+    case = next(c for s in JUnitXml.fromfile(str(xml)) for c in s if c.name == "latency_p50_ms @ 100 rps")
+    assert isinstance(next(iter(case.result)), Failure)
+    CliRunner().invoke(app, [*args, "--junit", str(xml)])
+    case = next(c for s in JUnitXml.fromfile(str(xml)) for c in s if c.name == "latency_p50_ms @ 100 rps")
+    assert isinstance(next(iter(case.result)), Skipped)
+
+
+def test_usage_errors_exit_2(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    base, slower, _ = folders
+    assert CliRunner().invoke(app, ["diff", str(base), str(tmp_path / "nothing")]).exit_code == 2
+    assert CliRunner().invoke(app, ["diff", str(base), str(slower), "--tolerance", "lots"]).exit_code == 2
+    assert CliRunner().invoke(app, ["diff", str(base), str(slower), "p02"]).exit_code == 2
