@@ -10,15 +10,14 @@ import pytest
 from satpoint.analysis.diff import (
     Answer,
     Folder,
-    Side,
-    block_bootstrap,
     diff_folders,
     find_answers,
-    judge,
     saturation_diff,
     saturation_side,
     sweep_points_diff,
 )
+from satpoint.analysis.diff_rows import block_bootstrap
+from satpoint.analysis.diff_verdict import Side, judge
 
 
 def side(value: float, low: float, high: float | None, n: int = 3) -> Side:

@@ -11,7 +11,7 @@ from junitparser import Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
 from satpoint import SCHEMA_VERSION, __version__
-from satpoint.analysis.diff import DiffDoc
+from satpoint.analysis.diff_verdict import DiffDoc
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, append_segment, write_header

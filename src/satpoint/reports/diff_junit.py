@@ -9,7 +9,7 @@ from pathlib import Path
 
 from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from satpoint.analysis.diff import DiffDoc
+from satpoint.analysis.diff_verdict import DiffDoc
 
 
 def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from satpoint.analysis.diff import DiffDoc, MetricDiff, Side
+from satpoint.analysis.diff_verdict import DiffDoc, MetricDiff, Side
 
 #: GitHub refuses a step summary over 1 MiB: the details are cut before that
 MAX_BYTES = 1_000_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from satpoint.analysis.diff import DiffDoc
+from satpoint.analysis.diff_verdict import DiffDoc
 
 _STYLE = {"regression": "bold red", "improvement": "green", "no_change": "green", "inconclusive": "yellow"}
 

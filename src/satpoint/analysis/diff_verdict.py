@@ -1,0 +1,235 @@
+"""``satpoint diff``'s verdict on one metric: two ranges, a tolerance, one rule (``judge``), and the
+typed ``diff.json`` (``DiffDoc``).
+
+- the ranges are apart by more than the tolerance (the gap between them, relative to the base's value;
+  in absolute terms for the error rate): ``regression`` or ``improvement``, whichever way the new side
+  moved;
+- else, when the change of the central values is within the tolerance: ``no_change`` (the ranges overlap,
+  or are apart by less than the tolerance);
+- else: ``inconclusive`` (overlapping ranges with a change larger than the tolerance, or a lower bound
+  whose range is open upwards): never reported as ``no_change``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Outcome = Literal["regression", "improvement", "no_change", "inconclusive"]
+Better = Literal["higher", "lower"]
+#: the default tolerance: a change smaller than 5 % does not matter
+DEFAULT_TOLERANCE = 0.05
+#: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
+DEFAULT_ERROR_TOLERANCE = 0.005
+DIFF_FILE = "diff.json"
+DIFF_SCHEMA_VERSION = 1
+
+
+_CONFIG = ConfigDict(frozen=True, extra="allow")
+
+
+class Side(BaseModel):
+    """One side's figure: its central value and range, and how many measurements stand behind it."""
+
+    model_config = _CONFIG
+    value: float | None  # the central value (median of the answers, or the pooled figure)
+    low: float | None  # the range; ``high`` None = open upwards (a lower bound)
+    high: float | None
+    n: int  # measurements (searches, stages or sweep measurements)
+    blocks: int | None = None  # one-second blocks behind a bootstrap interval
+    detail: str = ""  # the measurements in words
+
+
+class MetricDiff(BaseModel):
+    """One metric at one point: the verdict and its evidence (``diff.json`` ``metrics[]``)."""
+
+    model_config = _CONFIG
+    metric: str  # saturation_rps, latency_p50_ms, ..., service_p50_ms, error_rate, throughput_rps
+    point: str  # what was matched: "search", "300 rps", a sweep point's label
+    verdict: Outcome
+    unit: str  # rps, ms, fraction
+    better: Better
+    base: Side
+    new: Side
+    change: float | None  # relative (absolute for error_rate) change of the central values
+    gap: float | None  # how far apart the ranges are (0: they overlap), same scale as ``change``
+    tolerance: float
+    absolute: bool  # change, gap and tolerance in the metric's units (error_rate), else relative
+    single: bool  # one measurement on each side
+    method: str
+    text: str
+
+
+class DiffDoc(BaseModel):
+    """``diff.json``: what ``satpoint diff`` concluded."""
+
+    model_config = _CONFIG
+    schema_version: int
+    tool_version: str
+    kind: str  # "diff"
+    compared: str  # find, run or sweep
+    base: dict[str, Any]  # {dir, kind, point?}
+    new: dict[str, Any]
+    tolerance: float
+    error_tolerance: float
+    verdict: Outcome  # the worst: regression > inconclusive > improvement > no_change
+    counts: dict[str, int]
+    metrics: list[MetricDiff]
+    notes: list[str]
+
+    @property
+    def regressed(self) -> bool:
+        return any(m.verdict == "regression" for m in self.metrics)
+
+    @property
+    def inconclusive(self) -> bool:
+        return any(m.verdict == "inconclusive" for m in self.metrics)
+
+
+# the rule -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Outcome
+    change: float | None
+    gap: float | None
+    why: str
+
+
+def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: bool = False) -> Judgement:
+    """The verdict on two ranges (see the module's docstring)."""
+    if base.value is None or new.value is None or base.low is None or new.low is None:
+        return Judgement("inconclusive", None, None, "a side has no figure")
+    scale = 1.0 if absolute else base.value
+    if scale <= 0:
+        return Judgement("inconclusive", None, None, "the base's figure is zero: no relative change")
+    change = (new.value - base.value) / scale
+    b_hi = math.inf if base.high is None else base.high
+    n_hi = math.inf if new.high is None else new.high
+    if n_hi < base.low:
+        gap, moved = (base.low - n_hi) / scale, "down"
+    elif new.low > b_hi:
+        gap, moved = (new.low - b_hi) / scale, "up"
+    else:
+        gap, moved = 0.0, ""
+    if gap > tolerance:
+        worse = (moved == "down") == (better == "higher")
+        return Judgement("regression" if worse else "improvement", change, gap, "the ranges are apart by more")
+    open_range = base.high is None or new.high is None
+    if open_range:
+        why = "a lower bound's range is open upwards (its capacity was not reached): no change can be ruled out"
+        return Judgement("inconclusive", change, gap, why)
+    if abs(change) <= tolerance:
+        how = "overlap" if gap == 0 else "are apart by less than the tolerance"
+        return Judgement("no_change", change, gap, f"the ranges {how} and the change is within")
+    return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _num(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "fraction":
+        return f"{v * 100:.2f} %"
+    if unit == "ms":
+        return f"{v:.2f} ms"
+    return f"{v:.1f} rps"
+
+
+def _range(s: Side, unit: str) -> str:
+    if s.low is None:
+        return "-"
+    hi = "∞ (a lower bound)" if s.high is None else _num(s.high, unit)
+    return f"{_num(s.low, unit)}–{hi}"
+
+
+def metric_diff(
+    metric: str,
+    point: str,
+    unit: str,
+    better: Better,
+    base: Side,
+    new: Side,
+    tolerance: float,
+    method: str,
+    absolute: bool = False,
+    caveat: str = "",
+) -> MetricDiff:
+    """Judge one metric and say why in plain words."""
+    j = judge(base, new, tolerance, better, absolute)
+    single = base.n == 1 and new.n == 1
+    tol = f"{tolerance * 100:.2g} percentage points" if absolute else f"{tolerance * 100:.2g} %"
+    parts = [
+        f"{metric} at {point}: base {_num(base.value, unit)} (range {_range(base, unit)}, {base.detail or base.n}), "
+        f"new {_num(new.value, unit)} (range {_range(new, unit)}, {new.detail or new.n})"
+    ]
+    if j.change is not None:
+        ch = f"{j.change * 100:+.2f} percentage points" if absolute else _pct(j.change)
+        apart = "overlap" if not j.gap else f"are {j.gap * 100:.1f}{' points' if absolute else ' %'} apart"
+        parts.append(f"change {ch}; the ranges {apart}; tolerance {tol}")
+    verdict_text = {
+        "regression": f"regression: {j.why} than the tolerance, {'higher' if better == 'lower' else 'lower'} is worse",
+        "improvement": f"improvement: {j.why} than the tolerance",
+        "no_change": f"no change: {j.why} the tolerance",
+        "inconclusive": f"inconclusive: {j.why}"
+        + (" the tolerance (more measurements would decide)" if j.why.endswith("than") else ""),
+    }[j.verdict]
+    parts.append(verdict_text)
+    if single:
+        within = " (its interval is the noise within one run, not between runs)" if "bootstrap" in method else ""
+        parts.append("this rests on one measurement each" + within)
+    if caveat:
+        parts.append(caveat)
+    return MetricDiff(
+        metric=metric,
+        point=point,
+        verdict=j.verdict,
+        unit=unit,
+        better=better,
+        base=base,
+        new=new,
+        change=None if j.change is None else round(j.change, 6),
+        gap=None if j.gap is None else round(j.gap, 6),
+        tolerance=tolerance,
+        absolute=absolute,
+        single=single,
+        method=method,
+        text="; ".join(parts),
+    )
+
+
+def make_doc(
+    compared: str,
+    base: dict[str, Any],
+    new: dict[str, Any],
+    tolerance: float,
+    error_tolerance: float,
+    metrics: list[MetricDiff],
+    notes: list[str],
+    tool_version: str,
+) -> DiffDoc:
+    order: tuple[Outcome, ...] = ("regression", "inconclusive", "improvement", "no_change")
+    counts: dict[str, int] = {v: sum(m.verdict == v for m in metrics) for v in order}
+    overall: Outcome = next((v for v in order if counts[v]), "no_change")
+    if not metrics:
+        overall = "inconclusive"
+        notes = [*notes, "nothing could be compared"]
+    return DiffDoc(
+        schema_version=DIFF_SCHEMA_VERSION,
+        tool_version=tool_version,
+        kind="diff",
+        compared=compared,
+        base=base,
+        new=new,
+        tolerance=tolerance,
+        error_tolerance=error_tolerance,
+        verdict=overall,
+        counts=counts,
+        metrics=metrics,
+        notes=notes,
+    )

@@ -1,0 +1,61 @@
+"""``satpoint diff``'s inputs and outputs: the two folders loaded, ``diff.json``, the Markdown summary (also
+appended to ``$GITHUB_STEP_SUMMARY`` when it is set) and the JUnit file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
+from satpoint.analysis.diff_verdict import DIFF_FILE, DiffDoc
+from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary_model import parse_summary
+from satpoint.metrics.results import RESULTS_FILE, load_results
+from satpoint.reports.diff_junit import write_junit
+from satpoint.reports.diff_markdown import diff_markdown
+
+
+def load_folder(path: Path) -> Folder:
+    """A results folder of ``run``, ``find`` (its summary recomputed from its rows) or ``sweep``."""
+    if (path / SWEEP_FILE).is_file():
+        return Folder(str(path), "sweep", json.loads((path / SWEEP_FILE).read_text()), {})
+    if not (path / RESULTS_FILE).is_file():
+        raise FileNotFoundError(f"{path} is not a results folder (no {RESULTS_FILE} or {SWEEP_FILE})")
+    results = load_results(path)
+    doc = parse_summary(build_summary(results)).model_dump()
+    return Folder(str(path), str(doc.get("kind")), doc, {seg.index: seg.records for seg in results.segments})
+
+
+def compare(
+    base: Path, new: str, point_b: str | None, sweep: bool, tolerance: float, error_tolerance: float, version: str
+) -> tuple[DiffDoc, Path]:
+    """``diff BASE NEW`` (two folders) or ``diff --sweep DIR A B`` (two points of one sweep); the diff and
+    where its ``diff.json`` goes by default (the new folder, or the sweep's)."""
+    if sweep:
+        if point_b is None:
+            raise ValueError("--sweep needs the sweep folder and two points: diff --sweep DIR POINT_A POINT_B")
+        if not (base / SWEEP_FILE).is_file():
+            raise FileNotFoundError(f"{base} is not a sweep folder (no {SWEEP_FILE})")
+        doc = json.loads((base / SWEEP_FILE).read_text())
+        return sweep_points_diff(doc, str(base), new, point_b, tolerance, version), base / DIFF_FILE
+    if point_b is not None:
+        raise ValueError("two folders are compared (diff BASE NEW); three arguments need --sweep")
+    b, n = load_folder(base), load_folder(Path(new))
+    return diff_folders(b, n, tolerance, error_tolerance, version), Path(new) / DIFF_FILE
+
+
+def publish(doc: DiffDoc, json_out: Path, markdown: Path | None, junit: Path | None, fail_incl: bool) -> None:
+    """diff.json, and the Markdown and JUnit files asked for; the Markdown also to $GITHUB_STEP_SUMMARY."""
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n")
+    md = diff_markdown(doc)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(md)
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        with open(step, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    if junit is not None:
+        write_junit(doc, junit, fail_incl)
