@@ -136,6 +136,8 @@ class VerdictRules:
     waited_frac: float = 0.01
     #: p99 send lag of requests that had a free slot: above this the generator fell behind
     generator_lag_p99_ms: float = 10.0
+    #: ... or this fraction of the stage's p50 latency when that is more (a slow server)
+    generator_lag_latency_frac: float = 0.05
     #: latency objectives, e.g. {"p99": 50.0} (ms)
     slo_ms: dict[str, float] = field(default_factory=dict)
     #: p50 latency at low load (``find`` measures it in its first stage); when set, a stage whose p50
@@ -144,8 +146,9 @@ class VerdictRules:
     baseline_p50_ms: float | None = None
     knee_factor: float = 4.0
     knee_floor_ms: float = 2.0
-    #: the server's own answer time (service p50, done - sent) at low load; ``find`` takes it from its first
-    #: stable stage, a ``run`` from its lowest stage whose requests did not wait for a connection.  When
+    #: the server's own answer time (service p50, done - sent) at low load; ``find`` takes it from its probe
+    #: (the median of sequential requests over one kept-alive connection, as warm as the load's), a ``run``
+    #: from its lowest stage whose requests did not wait for a connection.  When
     #: requests wait for a connection while the service time stays within ``client_service_factor`` x
     #: this + ``client_service_floor_ms``, the generator's in-flight cap is the limit, not the server
     baseline_service_ms: float | None = None
@@ -156,6 +159,17 @@ class VerdictRules:
     #: a slow server filling its pipeline after a ramp grows the count, not the latency
     queue_trend_frac: float = 0.1
     queue_trend_floor_ms: float = 2.0
+    #: the requests due in the window were answered more slowly than they came: their latency rises with
+    #: their due time by more than this many seconds per second (the server finishes them at less than
+    #: 1 / (1 + this) of the rate they were due) and by more than ``trend_sigmas`` standard errors of
+    #: that slope; this sees a slow server just past its capacity, whose queue grows by too few requests
+    #: within a window for the outstanding-count rule
+    trend_frac: float = 0.015
+    #: the latency rise the outstanding-count rule asks for must also exceed this many standard errors
+    queue_trend_sigmas: float = 2.0
+    trend_sigmas: float = 3.0
+    #: ... over at least this many answered requests
+    trend_min_requests: int = 12
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,6 +18,21 @@ from typing import Any
 
 import numpy as np
 
+from satpoint.analysis.holds import (
+    FLAMEGRAPH_FRACTION,
+    FLAMEGRAPH_OVERHEAD_S,
+    Budget,
+    cooldown_max_s,
+    flamegraph_reserve,
+    flamegraph_stage,
+    profile_reserve,
+    profile_stages,
+    segment_overhead_s,
+    slow_budget_line,
+    slow_drain_s,
+    stage_hold,
+    start_rate_from_probe,
+)
 from satpoint.analysis.search import (
     LIMITED,
     Measured,
@@ -26,10 +41,9 @@ from satpoint.analysis.search import (
     bracket,
     budget_stop_line,
     confirm_rate,
-    hold_for,
     next_step,
 )
-from satpoint.analysis.search_summary import PROFILE_FRACTIONS
+from satpoint.analysis.search_summary import PROFILE_FRACTIONS, RECHECK_PURPOSE
 from satpoint.analysis.summary import segment_stage_metrics
 from satpoint.analysis.target_lost import HEADER_KEY, stopped_answering_at
 from satpoint.analysis.verdicts import Verdict
@@ -48,14 +62,6 @@ from satpoint.session import LOST_ERRORS, Fleet, Session, announce_target
 #: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
 OVERLOAD_INFLIGHT_FACTOR = 20.0
 OVERLOAD_INFLIGHT_FLOOR = 200
-#: a hold lasts at least this many probe latencies (slow servers: fill-up, then a window to judge)
-SLOW_HOLD_LATENCIES = 4.0
-
-#: the flame graph's stage holds this fraction of the saturation point: the server as busy as it gets
-#: while still stable (at 100 % a queue may build and the profile would show a server that waits)
-FLAMEGRAPH_FRACTION = 0.95
-#: what a flame graph stage costs beyond its ramp and hold: py-spy writing its file, the SVG
-FLAMEGRAPH_OVERHEAD_S = 3.0
 FLAMEGRAPH_PURPOSE = "flamegraph"
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
@@ -97,71 +103,9 @@ def overload_rule(baseline_p50_ms: float | None) -> Callable[[LiveSnapshot], boo
     return rule
 
 
-def start_rate_from_probe(service_s: float) -> float:
-    """A quarter of what one worker serving one request at a time would sustain, at least 5 rps."""
-    return max(5.0, round(0.25 / max(service_s, 1e-4), 1))
-
-
 def _sleep(min_s: float, max_s: float) -> None:
     """The cool-down without a target to probe: sleep ``min_s`` (at most ``max_s``)."""
     time.sleep(max(0.0, min(min_s, max_s)))
-
-
-@dataclass(frozen=True)
-class Budget:
-    """``--budget-s`` for the whole of ``find``: every stage's ramp, hold and drain, the cool-downs and
-    the profile.  ``overhead_s`` is what a segment costs beyond its ramps and holds (the generator's
-    start, the drain after the last due time, writing the segment)."""
-
-    budget_s: float
-    start: float  # clock() when find began
-    clock: Callable[[], float] = time.monotonic
-    overhead_s: float = 0.0
-
-    def left(self) -> float:
-        return self.budget_s - (self.clock() - self.start)
-
-    def stage_cost(self, stages: list[Stage]) -> float:
-        return sum(s.duration_s for s in stages) + self.overhead_s
-
-
-def profile_stages(opts: FindOptions, saturation_rps: float) -> list[Stage]:
-    """The profile sequence: 50/80/90/100 % of the saturation point."""
-    out = []
-    for frac in PROFILE_FRACTIONS:
-        rate = saturation_rps * frac
-        out.append(Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s)))
-    return out
-
-
-def flamegraph_stage(opts: FindOptions, saturation_rps: float) -> Stage:
-    """The stage py-spy records: ``FLAMEGRAPH_FRACTION`` of the saturation point, held as a search stage."""
-    rate = saturation_rps * FLAMEGRAPH_FRACTION
-    return Stage(rate, opts.ramp_s, hold_for(rate, opts.min_requests, opts.min_hold_s, opts.max_hold_s))
-
-
-def _flamegraph_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
-    if not opts.flamegraph:
-        return 0.0
-    if best_stable_rps is None:
-        stage = Stage(1.0, opts.ramp_s, opts.max_hold_s)
-    else:
-        stage = flamegraph_stage(opts, best_stable_rps)
-    return opts.cooldown_s + budget.stage_cost([stage]) + FLAMEGRAPH_OVERHEAD_S
-
-
-def _profile_reserve(opts: FindOptions, budget: Budget, best_stable_rps: float | None) -> float:
-    """What the profile (and the flame graph's stage) will cost at most, given the best stable rate so
-    far (the saturation point can only be at or above it, and higher rates hold shorter): reserved
-    while the search runs."""
-    flame = _flamegraph_reserve(opts, budget, best_stable_rps)
-    if not opts.profile:
-        return flame
-    if best_stable_rps is None:  # nothing stable yet: the longest holds
-        stages = [Stage(1.0, opts.ramp_s, opts.max_hold_s) for _ in PROFILE_FRACTIONS]
-    else:
-        stages = profile_stages(opts, best_stable_rps)
-    return opts.cooldown_s + budget.stage_cost(stages) + flame
 
 
 def _quiet(_: str) -> None:
@@ -230,17 +174,15 @@ def run_search(
         step = next_step(history, params)
         if step is None:
             break
-        hold = hold_for(step.rate_rps, opts.min_requests, opts.min_hold_s, opts.max_hold_s)
-        if run.latency_hint_s:
-            hold = max(hold, SLOW_HOLD_LATENCIES * run.latency_hint_s)
-        if step.phase == "confirm":  # the answer is checked from idle, for longer
-            hold = min(2 * hold, 2 * opts.max_hold_s)
+        hold = stage_hold(opts, step.rate_rps, run.latency_hint_s)
+        if step.phase == "confirm":  # the answer is checked from idle, for longer (never shorter)
+            hold = max(hold, min(2 * hold, 2 * opts.max_hold_s))
         stage = Stage(step.rate_rps, opts.ramp_s, hold)
         cools = step.fresh and bool(history)
         best = bracket(history).stable_rps
         # a stage that turns out stable may raise the saturation point: reserve the profile at the lower
         # of the two, which is the longer profile
-        reserve = _profile_reserve(opts, budget, best)
+        reserve = profile_reserve(opts, budget, best, run.latency_hint_s)
         spare = budget.left() - budget.stage_cost([stage]) - reserve
         if spare < (opts.cooldown_s if cools else 0.0):
             need, profile_next = budget.stage_cost([stage]) + reserve, bool(opts.profile and best)
@@ -291,8 +233,10 @@ def run_profile(run: SearchRun, saturation_rps: float, repeat: int = 0) -> Segme
     if run.stop.is_set():
         return None
     opts, budget = run.opts, run.spend
-    stages = profile_stages(opts, saturation_rps)
-    spare = budget.left() - budget.stage_cost(stages) - _flamegraph_reserve(opts, budget, saturation_rps)
+    stages = profile_stages(opts, saturation_rps, run.latency_hint_s)
+    spare = (
+        budget.left() - budget.stage_cost(stages) - flamegraph_reserve(opts, budget, saturation_rps, run.latency_hint_s)
+    )
     if spare < opts.cooldown_s:
         need = opts.cooldown_s + budget.stage_cost(stages)
         run.log(f"no profile: it needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
@@ -316,9 +260,11 @@ def run_find(
     """``opts.repeats`` searches, then the latency profile of the answer (the lowest of them), all within
     the budget; returns each search's measurements.
 
-    When the search confirms its answers, profile stages at or below the per-replica target that are not
-    stable count against the search that gave the answer: it continues below them, and the profile is
-    measured again for the new answer.  ``profile_rps`` profiles that rate instead (and only once)."""
+    When the search confirms its answers, a profile stage (at most the answer) that is not stable is
+    measured again, alone from idle and held as a confirmation (one stage of a sequence is one marginal
+    measurement); when that is not stable either, it counts against the search that gave the answer: it
+    continues below it, and the profile is measured again for the new answer.  ``profile_rps`` profiles
+    that rate instead (and only once)."""
     opts = run.opts
     params = search_params(opts, start_rps)
     histories: dict[int, list[Measured]] = {}
@@ -353,10 +299,47 @@ def run_find(
         evidence = _profile_evidence(segment_stage_metrics(seg, run.results.config.rules), sat, params)
         if all(m.verdict == Verdict.STABLE for m in evidence):
             break
-        run.log("a profile stage at or below the per-replica target was not stable: the search continues below it")
-        histories[k] = histories[k] + evidence
+        # one profile stage is a single measurement within a sequence: it overturns a bracketed answer
+        # only when the same rate, measured again from idle and held as a confirmation, is not stable either
+        checked = [m if m.verdict == Verdict.STABLE else _recheck(run, m, k) for m in evidence]
+        kept = [m for m in checked if m is not None]
+        if all(m.verdict == Verdict.STABLE for m in kept):
+            break
+        run.log("a profile stage was not stable, twice: the search continues below it")
+        histories[k] = histories[k] + kept
         search(k)
     return histories
+
+
+def _recheck(run: SearchRun, m: Measured, repeat: int) -> Measured | None:
+    """Measure a profile stage's rate again, alone, from idle and held as a confirmation (purpose
+    ``RECHECK_PURPOSE``); its verdict is what the search counts (None: not measured, for want of budget,
+    or the run stopped)."""
+    if run.stop.is_set() or run.target_gone():
+        return None
+    opts, budget = run.opts, run.spend
+    hold = stage_hold(opts, m.rate_rps, run.latency_hint_s)
+    stage = Stage(m.rate_rps, opts.ramp_s, max(hold, min(2 * hold, 2 * opts.max_hold_s)))
+    spare = budget.left() - budget.stage_cost([stage])
+    if spare < opts.cooldown_s:
+        run.log(
+            f"the profile stage at {m.rate_rps:.1f} rps was {m.verdict}, and the {budget.stage_cost([stage]):.0f} s "
+            "to measure it again are not left in the budget: the answer stands, unconfirmed by its profile"
+        )
+        return None
+    run.log(f"the profile stage at {m.rate_rps:.1f} rps was {m.verdict}: measuring it again from idle")
+    try:
+        run.cooldown(opts.cooldown_s, spare)
+        seg = run.measure([stage], 0.0, len(run.results.segments), RECHECK_PURPOSE)
+    except LOST_ERRORS as e:
+        run.lost("before measuring a profile stage again", e)
+        return None
+    run.append(seg, repeat)
+    judged = segment_stage_metrics(seg, run.results.config.rules)
+    if seg.interrupted or not judged or stopped_answering_at(seg.records) is not None:
+        return None
+    run.log(f"recheck   {m.rate_rps:9.1f} rps → {judged[0].verdict}")
+    return Measured(m.rate_rps, judged[0].verdict, "profile")
 
 
 def run_flamegraph(
@@ -376,7 +359,7 @@ def run_flamegraph(
         not_recorded("no saturation point was found: there is no stage near it to record")
         return None
     opts, budget = run.opts, run.spend
-    stage = flamegraph_stage(opts, min(answers))
+    stage = flamegraph_stage(opts, min(answers), run.latency_hint_s)
     need = opts.cooldown_s + budget.stage_cost([stage]) + FLAMEGRAPH_OVERHEAD_S
     if budget.left() < need:
         not_recorded(f"its stage needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")
@@ -401,11 +384,11 @@ def _limited_end(history: list[Measured]) -> bool:
 
 
 def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params: SearchParams) -> list[Measured]:
-    """Profile stages the confirming search counts (those at or below the per-replica target)."""
-    target = confirm_rate(saturation_rps, params)
-    if target is None:
+    """Profile stages the confirming search counts: all of them, up to the saturation point itself (a
+    stage there that is not stable, twice, contradicts the answer as a refinement stage would)."""
+    if confirm_rate(saturation_rps, params) is None:
         return []
-    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= target * (1 + 1e-9)]
+    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= saturation_rps * (1 + 1e-9)]
 
 
 def search_target(
@@ -437,7 +420,15 @@ def search_target(
         first = start_rate_from_probe(svc) if svc else 10.0
         said = f"probe: one request takes {svc * 1000:.2f} ms → first stage {first:g} rps" if svc else None
         say(on_event, said or "probe unavailable: first stage 10 rps")
-    budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=segment_overhead_s(load))
+    drain = slow_drain_s(load, svc)
+    if drain > load.drain_s:
+        say(on_event, f"a slow server: each segment drains for up to {drain:.0f} s so its last requests finish")
+        load = replace(load, drain_s=drain)
+    scrapes = observer is not None and bool(observer.options.metrics_urls)
+    budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=segment_overhead_s(load, scrapes))
+    slow = slow_budget_line(fopts, budget, first, svc)
+    if slow:
+        say(on_event, slow)
     if svc:  # the server's answer time at low load: tells a client-side cap from a saturated server
         rules = replace(rules, baseline_service_ms=round(svc * 1000, 4))
         prepared.latency_hint_s = svc
@@ -450,7 +441,7 @@ def search_target(
     say(on_event, f"searching (precision {fopts.precision:.0%}, budget {fopts.budget_s:g} s); results in {out_dir}")
 
     def cooldown(min_s: float, max_s: float) -> None:
-        waited = wait_until_idle(prepared, min_s, svc, max_wait_s=max(min_s, min(60.0, max_s)))
+        waited = wait_until_idle(prepared, min_s, svc, max_wait_s=cooldown_max_s(min_s, max_s, svc), stop=stop)
         say(on_event, f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
 
     def log(text: str) -> None:
@@ -463,18 +454,12 @@ def search_target(
     return session
 
 
-def segment_overhead_s(load: LoadOptions) -> float:
-    """A segment's cost beyond its ramps and holds: the generator's start (spawned processes take a
-    couple of seconds; with Ray, the clock round trips and the start lead), the drain, writing the rows."""
-    return (load.ray.lead_s + 1.0 if load.ray else 2.0 if load.procs > 1 else 0.2) + load.drain_s + 0.5
-
-
 def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> None:
     """Add a profile sequence at 50/80/90/100 % of ``rate_rps`` to a search's results."""
     svc = probe_service_s(session.prepared)
 
     def cooldown(min_s: float, max_s: float) -> None:
-        wait_until_idle(session.prepared, min_s, svc, max_wait_s=max(min_s, min(60.0, max_s)))
+        wait_until_idle(session.prepared, min_s, svc, max_wait_s=cooldown_max_s(min_s, max_s, svc), stop=session.stop)
 
     def log(text: str) -> None:
         say(session.on_event, text)

@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 
+from satpoint.analysis.holds import profile_stages
 from satpoint.analysis.verdicts import apply
-from satpoint.config import VerdictRules
+from satpoint.config import FindOptions, VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stats import stage_metrics
 from satpoint.plan import Stage, spans
 from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim_model import LOGNORMAL_SIGMA, SimConfig
 
 RULES = VerdictRules()
 
@@ -161,3 +162,95 @@ def test_slow_servers_above_capacity_are_still_saturated(latency_ms: float) -> N
     stages = [Stage(60, 2, max(12.0, 3 * latency_ms / 1000))]
     m = apply(stage_metrics(simulate(due_times(stages), cfg), spans(stages)[0]), VerdictRules())
     assert m.verdict == "saturated", m
+
+
+# slow servers: the requests due in a window, followed until they finish -------------------------------------
+def profile_like(capacity_rps: float, slots: int, service_ms: float, dist: str, seed: int) -> list:  # type: ignore[type-arg]
+    """The profile sequence ``find`` holds at 50/80/90/100 % of ``capacity_rps`` for a server whose probe
+    saw its median latency, each stage judged."""
+    median_s = service_ms / 1000 * (np.exp(-(LOGNORMAL_SIGMA**2) / 2) if dist == "lognormal" else 1.0)
+    stages = profile_stages(FindOptions(), capacity_rps, median_s)
+    cfg = SimConfig(slots=slots, service_ms=service_ms, dist=dist, seed=seed)  # type: ignore[arg-type]
+    rec = simulate(due_times(stages, "constant", seed=seed), cfg)
+    return [apply(stage_metrics(rec, sp), RULES) for sp in spans(stages)]
+
+
+def test_a_slow_heavy_tailed_server_well_below_capacity_is_stable() -> None:
+    # 40 slots x lognormal 2.5 s (16 rps): a profile at 50 % and 80 % of 16.8 rps.  Completions counted inside
+    # a window a few latencies long lag the requests due in it by chance and by the tail (a 50 % stage was
+    # judged saturated by "completions 7.8/s lag due requests 8.4/s"); the requests due in it all finish
+    for seed in range(40):
+        low, mid = profile_like(16.8, 40, 2500.0, "lognormal", seed)[:2]
+        assert low.verdict == "stable" and mid.verdict == "stable", (seed, low.reasons, mid.reasons)
+        assert low.due_finished_rps == pytest.approx(low.offered_rps)
+
+
+def test_requests_the_run_gave_up_on_make_a_stage_saturated() -> None:
+    # a 2.5 s server whose last requests were cut by a 1 s drain: the requests due in the window did not
+    # all finish (those due in its last seconds were still unanswered when the run gave up on them)
+    stages = [Stage(8.0, 2.0, 15.0)]
+    rec = simulate(due_times(stages), SimConfig(slots=40, service_ms=2500.0))
+    gave_up = rec.done > stages[0].duration_s + 1.0
+    rec.outcome[gave_up] = Outcome.UNFINISHED
+    rec.done[gave_up] = stages[0].duration_s + 1.0
+    m = judged(rec, stages)
+    assert m.verdict == "saturated" and any("still unanswered" in r for r in m.reasons), m.reasons
+    assert m.due_finished_rps == pytest.approx(
+        m.offered_rps * (1 - 1.5 / (m.window_end_s - m.window_start_s)), rel=0.05
+    )
+
+
+@pytest.mark.parametrize("load", [1.02, 1.05, 1.1])
+def test_a_slow_server_just_past_capacity_is_saturated_by_its_latency_trend(load: float) -> None:
+    # 8 slots x 8 s (1 rps): 2-10 % past capacity the queue grows by one or two requests in the window, too
+    # few for the outstanding-count rule; the latency of the requests due in it rises steadily
+    stages = [Stage(load, 2.0, 48.0)]
+    m = judged(simulate(due_times(stages), SimConfig(slots=8, service_ms=8000.0)), stages)
+    assert m.verdict == "saturated", m.reasons
+    assert any("slower than" in r for r in m.reasons)
+    assert m.latency_trend_ms_per_s == pytest.approx((load - 1) * 1000, rel=0.1)  # r/C - 1 s per s
+
+
+@pytest.mark.parametrize("load", [0.5, 0.9, 0.95, 1.0])
+def test_a_slow_server_at_or_below_capacity_has_no_latency_trend(load: float) -> None:
+    stages = [Stage(load, 2.0, 48.0)]
+    m = judged(simulate(due_times(stages), SimConfig(slots=8, service_ms=8000.0)), stages)
+    assert m.verdict == "stable", m.reasons
+
+
+def test_a_latency_trend_within_its_noise_is_not_a_queue() -> None:
+    # the same rise, once steady and once as noise about a flat latency: only the first is a queue
+    stages = [Stage(20.0, 0.0, 20.0)]
+    due = due_times(stages)
+    steady = Records.empty(due)
+    steady.sent[:] = due
+    steady.outcome[:] = Outcome.OK
+    steady.status[:] = 200
+    noisy = Records.empty(due)
+    noisy.sent[:] = due
+    noisy.outcome[:] = Outcome.OK
+    noisy.status[:] = 200
+    rng = np.random.default_rng(1)
+    steady.done[:] = due + 1.0 + 0.05 * due
+    noisy.done[:] = due + rng.lognormal(0.0, 1.5, len(due))
+    s = stage_metrics(steady, spans(stages)[0])
+    n = stage_metrics(noisy, spans(stages)[0])
+    assert s.latency_trend_se_ms_per_s < 1.0 and n.latency_trend_se_ms_per_s > 5.0
+    no_queue = VerdictRules(queue_growth_frac=1e9)  # judge the trend alone
+    assert apply(s, no_queue).verdict == "saturated"
+    n.latency_trend_ms_per_s = s.latency_trend_ms_per_s
+    assert apply(n, no_queue).verdict == "stable", n.reasons
+
+
+def test_a_send_a_few_tens_of_ms_late_is_nothing_to_a_slow_server() -> None:
+    # a descheduled generator (80 ms late once in a while) made a 2.5 s server's stage generator_limited
+    stages = [Stage(8.0, 2.0, 26.0)]
+    slow = judged(simulate(due_times(stages), SimConfig(slots=40, service_ms=2500.0)), stages)
+    fast_stages = [Stage(100.0, 2.0, 10.0)]
+    fast = judged(simulate(due_times(fast_stages), SimConfig(slots=4, service_ms=10.0)), fast_stages)
+    for m in (slow, fast):
+        m.generator_lag_ms = {"p50": 0.1, "p99": 80.0, "max": 200.0}
+    assert apply(slow, RULES).verdict == "stable", slow.reasons
+    assert apply(fast, RULES).verdict == "generator_limited"
+    slow.generator_lag_ms = {"p50": 0.1, "p99": 200.0, "max": 400.0}  # 8 % of its 2.5 s: too late
+    assert apply(slow, RULES).verdict == "generator_limited"

@@ -12,6 +12,9 @@ from satpoint.metrics.results import Results
 from satpoint.metrics.stats import StageMetrics
 
 SEARCH_PURPOSES = ("staircase", "refine", "confirm")
+#: a profile stage that was not stable, measured again alone from idle:
+#: the search counts this measurement's verdict in place of the profile stage's
+RECHECK_PURPOSE = "recheck"
 PROFILE_FRACTIONS = (0.5, 0.8, 0.9, 1.0)
 
 
@@ -31,12 +34,14 @@ def search_history(
     results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams | None = None, repeat: int = 0
 ) -> list[Measured]:
     """The measurements one search (``repeat``) decides on, in order: its own stages, and (when it
-    confirms its answer) the profile stages at or below the per-replica target of the saturation point
-    they profiled."""
+    confirms its answer) the stages of the profile of its answer, up to the answer itself; such a stage that
+    was not stable counts with the verdict of its recheck (the same rate measured again alone), and not at
+    all when it was not measured again."""
     params = params or search_params(results)
     purpose = {s.index: s.purpose for s in results.segments}
     top = {s.index: max(st.target_rps for st in s.stages) for s in results.segments if s.stages}
     mine = {s.index for s in results.segments if s.repeat == repeat}
+    rechecks = [(i, m) for i, m in stages if i in mine and purpose.get(i) == RECHECK_PURPOSE]
     out = []
     for i, m in stages:
         if i not in mine:
@@ -48,8 +53,14 @@ def search_history(
             p == "profile"
             and params.confirm_margin is not None
             # the profile's last stage holds 100 % of the saturation point it was run for
-            and m.target_rps <= top[i] * (1 - params.confirm_margin) * (1 + 1e-9)
+            and m.target_rps <= top[i] * (1 + 1e-9)
         ):
+            if m.verdict != Verdict.STABLE:
+                same = (r for j, r in rechecks if j > i and abs(r.target_rps - m.target_rps) <= 1e-9 * m.target_rps)
+                again = next(same, None)
+                if again is None:
+                    continue  # never measured again: one stage of a sequence does not overturn the answer
+                m = again
             out.append(Measured(m.target_rps, m.verdict, "profile"))
     return out
 

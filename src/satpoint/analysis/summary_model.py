@@ -190,6 +190,10 @@ class StageResult(BaseModel):
     verdict: str
     reasons: list[str]
     retries: int = 0  # requests sent twice (the first attempt failed before any answer); 0 in older folders
+    #: requests due in the window that finished, followed past its end, per second of window (0 in older folders)
+    due_finished_rps: float = 0.0
+    #: standard error of ``latency_trend_ms_per_s`` (0 in older folders)
+    latency_trend_se_ms_per_s: float = 0.0
     #: the server's process tree in the steady window (None: not sampled, or no sample covers it)
     server: ServerResources | None = None
     #: per Prometheus endpoint scraped: what the server's own metrics say of the steady window

@@ -35,10 +35,13 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
         top = ", ".join(f"{k}={v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:3])
         return Verdict.FAILING, [f"error rate {m.error_rate:.1%} > {rules.max_error_rate:.1%} ({top})"]
     glag = m.generator_lag_ms.get("p99")
-    if glag is not None and glag > rules.generator_lag_p99_ms:
+    # a slow server's answers take seconds: a send a few tens of ms late (a descheduled generator) changes
+    # nothing of what is measured, so the limit grows with the latency
+    lag_limit = max(rules.generator_lag_p99_ms, rules.generator_lag_latency_frac * (m.latency_ms.get("p50") or 0.0))
+    if glag is not None and glag > lag_limit:
         return Verdict.GENERATOR_LIMITED, [
             f"the generator fell behind its schedule: p99 send lag {glag:.1f} ms with free connections "
-            f"(limit {rules.generator_lag_p99_ms:g} ms); these numbers are not the server's"
+            f"(limit {lag_limit:g} ms); these numbers are not the server's"
         ]
     if m.waited_fraction > rules.waited_frac:
         limited = _client_limited(m, rules)
@@ -48,13 +51,34 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
     p50_now = m.latency_ms.get("p50") or 0.0
     latency_rise_ms = m.latency_trend_ms_per_s * window
     rise_floor_ms = max(rules.queue_trend_frac * p50_now, rules.queue_trend_floor_ms)
-    if m.queue_growth_rps > growth_limit and latency_rise_ms >= rise_floor_ms:
+    # the latency must rise by more than its own noise (a slow server's window holds few requests, and a
+    # heavy tail makes a rise of a tenth of the p50 as likely as not)
+    trend_sure = m.latency_trend_ms_per_s > rules.queue_trend_sigmas * m.latency_trend_se_ms_per_s
+    if m.queue_growth_rps > growth_limit and latency_rise_ms >= rise_floor_ms and trend_sure:
         reasons.append(
             f"queue growing by {m.queue_growth_rps:.1f} req/s (limit {growth_limit:.1f}); "
             f"latency trend {m.latency_trend_ms_per_s:+.1f} ms/s"
         )
-    if m.completed_rps < rules.completion_frac * m.offered_rps:
-        reasons.append(f"completions {m.completed_rps:.1f}/s lag due requests {m.offered_rps:.1f}/s")
+    trend_s = m.latency_trend_ms_per_s / 1000  # seconds of latency per second of due time
+    if (
+        m.requests >= rules.trend_min_requests
+        and trend_s > rules.trend_frac
+        and m.latency_trend_ms_per_s > rules.trend_sigmas * m.latency_trend_se_ms_per_s
+        and m.queue_growth_rps > 0
+    ):
+        reasons.append(
+            f"the requests due in the window were answered at {m.offered_rps / (1 + trend_s):.2f}/s, slower than "
+            f"the {m.offered_rps:.2f}/s they were due: their latency rose {m.latency_trend_ms_per_s:+.1f} ms "
+            f"per second (± {m.latency_trend_se_ms_per_s:.1f})"
+        )
+    if m.due_finished_rps < rules.completion_frac * m.offered_rps:
+        # like with like: the requests due in the window, followed past its end until they finished (the
+        # completions counted inside a window a few latencies long lag the requests due in it even when the
+        # server keeps up)
+        reasons.append(
+            f"requests due in the window finished at {m.due_finished_rps:.1f}/s of {m.offered_rps:.1f}/s due: "
+            "the rest were still unanswered when the run gave up on them"
+        )
     if m.waited_fraction > rules.waited_frac:
         reasons.append(
             f"{m.waited_fraction:.1%} of requests waited for a free connection: the in-flight cap is full "

@@ -46,17 +46,9 @@ class GrpcFactoryBuilder:
         )
 
     def probe_service_s(self, count: int) -> float | None:
-        """Median of ``count`` sequential ModelInfer calls over one channel."""
-        times = []
-        for _ in range(count):
-            t = time.perf_counter()
-            code, _, _ = grpc_control.infer_once(self.target, self.messages[0], self.metadata)
-            if code == 0:
-                times.append(time.perf_counter() - t)
-        if not times:
-            return None
-        times.sort()
-        return times[len(times) // 2]
+        """Median of ``count`` sequential ModelInfer calls over one channel, after one that opens it."""
+        times = sorted(grpc_control.timed_infers(self.target, self.messages[0], count, self.metadata))
+        return times[len(times) // 2] if times else None
 
 
 def prepare_grpc(

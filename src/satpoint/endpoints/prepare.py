@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
+import ssl
+import threading
 import time
+from urllib.parse import urlsplit
 
 from satpoint.endpoints.grpc import prepare_grpc
 from satpoint.endpoints.rest import prepare_rest
@@ -11,6 +15,7 @@ from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.redact import redact_text
 from satpoint.transports import rest_control
 from satpoint.transports.rest import encode_json_body
+from satpoint.transports.tls import TlsOptions
 
 
 def prepare(
@@ -42,43 +47,84 @@ def prepare(
 DEFAULT_INFLIGHT = 1024
 
 
-def probe_service_s(target: PreparedTarget, count: int = 20) -> float | None:
-    """Median time of ``count`` sequential requests (a rough single-request service time)."""
+#: a probe stops sending after this long once it has three answers (a slow server: 20 requests at 8 s
+#: each would take minutes)
+PROBE_TIME_S = 15.0
+
+
+def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 30.0) -> float | None:
+    """Median time of ``count`` sequential requests over one kept-alive connection, after one request that
+    opens it and is not counted: the server's answer time at low load, as the load's warm connections see
+    it (a new connection per request would add its set-up, a TLS handshake for ``https``, to every one; a
+    server that closes every connection is timed with the set-up, as the load then pays it too).
+    Requests slower than ``timeout_s`` count as failed; after ``PROBE_TIME_S``, three answers are enough."""
     probe = getattr(target.builder, "probe_service_s", None)
     if callable(probe):
         result: float | None = probe(count)
         return result
     if target.spec.protocol != "rest":
         return None
+    spec = target.spec
+    url = rest_control.endpoint_url(spec.url, rest_control.model_path(spec.model, spec.version) + "/infer")
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    headers = {k: v for k, v in spec.wire_headers}
+    headers["Content-Type"] = "application/json"
     body = encode_json_body(target.payload_docs[0])
-    times = []
-    for _ in range(count):
-        t = time.perf_counter()
-        spec = target.spec
-        status, _ = rest_control.infer_once(
-            spec.url, spec.model, body, spec.version, spec.wire_headers, tls=spec.tls_options()
-        )
-        if status == 200:
-            times.append(time.perf_counter() - t)
-    if not times:
+    conn: http.client.HTTPConnection
+    try:
+        if parts.scheme == "https":
+            context = (spec.tls_options() or TlsOptions()).context()
+            conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout_s, context=context)
+        else:
+            conn = http.client.HTTPConnection(parts.netloc, timeout=timeout_s)
+    except (OSError, ssl.SSLError):
         return None
-    times.sort()
-    return times[len(times) // 2]
+    warm: list[float] = []  # answers on a connection already open: what the load sees
+    cold: list[float] = []  # answers that opened their connection (only these when the server closes each one)
+    t0 = time.perf_counter()
+    try:
+        for _ in range(count + 1):
+            t = time.perf_counter()
+            if len(warm) + len(cold) > 3 and t - t0 > PROBE_TIME_S:
+                break
+            reused = conn.sock is not None
+            try:
+                conn.request("POST", path, body, headers)
+                resp = conn.getresponse()
+                resp.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()  # reopened by the next request; this one is not counted
+                continue
+            if resp.status == 200:
+                (warm if reused else cold).append(time.perf_counter() - t)
+            if resp.will_close:
+                conn.close()
+    finally:
+        conn.close()
+    times = sorted(warm or cold)
+    return times[len(times) // 2] if times else None
 
 
 def wait_until_idle(
-    target: PreparedTarget, min_wait_s: float, baseline_s: float | None, max_wait_s: float = 60.0
+    target: PreparedTarget,
+    min_wait_s: float,
+    baseline_s: float | None,
+    max_wait_s: float = 60.0,
+    stop: threading.Event | None = None,
 ) -> float:
-    """Sleep ``min_wait_s``, then probe until a request is about as fast as at low load (the server has
-    drained the queue an overloaded stage left), for at most ``max_wait_s``.  Returns the time waited."""
+    """Wait ``min_wait_s``, then probe until a request is about as fast as at low load (the server has
+    drained the queue an overloaded stage left), for at most ``max_wait_s``; returns at once when ``stop``
+    is set (each probe gives up as soon as it is slower than "about as fast").  Returns the time waited."""
+    stop = stop or threading.Event()
     t0 = time.monotonic()
-    time.sleep(min_wait_s)
-    if baseline_s is None:
+    if stop.wait(min_wait_s) or baseline_s is None:
         return time.monotonic() - t0
     limit = max(2 * baseline_s, baseline_s + 0.002)
-    while time.monotonic() - t0 < max_wait_s:
-        probe = probe_service_s(target, count=3)
+    while time.monotonic() - t0 < max_wait_s and not stop.is_set():
+        probe = probe_service_s(target, count=3, timeout_s=limit + 0.5)
         if probe is not None and probe <= limit:
             break
-        time.sleep(0.5)
+        if stop.wait(0.5):
+            break
     return time.monotonic() - t0

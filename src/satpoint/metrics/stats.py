@@ -84,6 +84,14 @@ class StageMetrics:
     #: requests due in the window that the transport sent a second time after their first attempt failed
     #: before any answer (``Records.retried``); their outcome and latency are those of the retry
     retries: int = 0
+    #: requests due in the window that finished (any outcome, timeouts included), followed past the window's
+    #: end until they finished, timed out or the run gave up on them, per second of window: the fate of the
+    #: same requests ``offered_rps`` counts (``completed_rps`` counts completions *inside* the window, which
+    #: a server whose latency is a sizeable part of the window does not match even when it keeps up)
+    due_finished_rps: float = 0.0
+    #: standard error of ``latency_trend_ms_per_s`` (from the scatter of the latencies about their trend):
+    #: a trend of a few standard errors is the server answering slower than requests come, not noise
+    latency_trend_se_ms_per_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +102,17 @@ def _slope(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
         return 0.0
     xc = x - x.mean()
     return float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
+
+
+def _slope_se(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> float:
+    """Standard error of the least-squares slope of ``y`` against ``x`` (0 with fewer than 3 points)."""
+    if len(x) < 3 or float(np.ptp(x)) == 0.0:
+        return 0.0
+    xc = x - x.mean()
+    sxx = float(np.dot(xc, xc))
+    b = float(np.dot(xc, y - y.mean())) / sxx
+    resid = y - y.mean() - b * xc
+    return math.sqrt(float(np.dot(resid, resid)) / (len(x) - 2) / sxx)
 
 
 def queue_growth_rps(rec: Records, t_start: float, t_end: float, points: int = 24) -> float:
@@ -150,6 +169,7 @@ def stage_metrics(
     late = int(np.count_nonzero(lag[sent] > LATE_S)) + int(np.count_nonzero(oc == Outcome.NOT_SENT))
     x = part.intended[ok]
     trend = _slope(x, lat[ok]) * 1000 if len(x) > 2 else 0.0
+    trend_se = _slope_se(x, lat[ok]) * 1000
     return StageMetrics(
         index=span.index,
         target_rps=st.target_rps,
@@ -173,6 +193,8 @@ def stage_metrics(
         queue_growth_rps=queue_growth_rps(rec, w0, w1),
         latency_trend_ms_per_s=trend,
         retries=int(np.count_nonzero(part.retried)),
+        latency_trend_se_ms_per_s=trend_se,
+        due_finished_rps=int(np.count_nonzero(part.finished_mask())) / win if win > 0 else 0.0,
     )
 
 

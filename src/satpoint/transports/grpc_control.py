@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +233,35 @@ def server_metadata(target: GrpcTarget, headers: Sequence[tuple[str, str]] = ())
     except grpc.RpcError as e:
         raise _unreachable(target, "ServerMetadata", e) from None
     return {"name": resp.name, "version": resp.version, "extensions": list(resp.extensions)}
+
+
+def timed_infers(
+    target: GrpcTarget, request: bytes, count: int, headers: Sequence[tuple[str, str]] = (), timeout_s: float = 30.0
+) -> list[float]:
+    """Seconds each of ``count`` sequential successful ``ModelInfer`` calls took over one channel, after a
+    first call that opens it and is not counted (the load's connections are warm).  Over TLS each call
+    opens its own connection (the control path's TLS client is one call per connection), so the first is
+    not discarded there: the times include the handshake."""
+    meta = normalize_metadata(headers)
+    times: list[float] = []
+    if target.tls:
+        for _ in range(count):
+            t = time.perf_counter()
+            code, _, _ = infer_once(target, request, headers, timeout_s)
+            if code == 0:
+                times.append(time.perf_counter() - t)
+        return times
+    with open_channel(target) as channel:
+        call = channel.unary_unary(method_path("ModelInfer"))  # bytes in, bytes out
+        for i in range(count + 1):
+            t = time.perf_counter()
+            try:
+                call(request, metadata=meta or None, timeout=timeout_s)
+            except grpc.RpcError:
+                continue
+            if i > 0:
+                times.append(time.perf_counter() - t)
+    return times
 
 
 def infer_once(
