@@ -12,6 +12,7 @@ from satpoint.endpoints.grpc import prepare_grpc
 from satpoint.endpoints.rest import prepare_rest
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import SatpointError, TargetUnreachable
+from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.redact import redact_text
 from satpoint.transports import rest_control
 from satpoint.transports.rest import encode_json_body
@@ -71,6 +72,9 @@ def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 
     headers = {k: v for k, v in spec.wire_headers}
     headers["Content-Type"] = "application/json"
     body = encode_json_body(target.payload_docs[0])
+    if spec.binary_data:  # the load's encoding (Triton's binary tensors): the same work for the server
+        body, json_len = encode_binary_body(target.payload_docs[0])
+        headers[BINARY_HEADER] = str(json_len)
     conn: http.client.HTTPConnection
     try:
         if parts.scheme == "https":
