@@ -22,19 +22,21 @@ def satpoint(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     return subprocess.run([sys.executable, "-m", "satpoint", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def run_against(service_ms: float, out: Path) -> None:
+def run_against(service_ms: float, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     gen = ["--generator-cpus", "1"] if TWO_CPUS else []
     with SimServer(slots=4, service_ms=service_ms, cpus=[0] if TWO_CPUS else None) as sim:
-        r = satpoint("run", "--url", sim.url, "--model", "sim", "--stage", STAGE, "--arrival", "poisson",
-                     "--out", str(out), "--no-html", *gen)  # fmt: skip
-    assert r.returncode == 0, r.stderr + r.stdout
+        return satpoint("run", "--url", sim.url, "--model", "sim", "--stage", STAGE, "--arrival", "poisson",
+                        "--out", str(out), "--no-html", *gen, *extra)  # fmt: skip
 
 
 def test_a_slower_service_at_equal_load_is_a_latency_regression(tmp_path: Path) -> None:
     base, slower, again = tmp_path / "base", tmp_path / "slower", tmp_path / "again"
-    run_against(10.0, base)
-    run_against(12.0, slower)
-    run_against(10.0, again)
+    assert run_against(10.0, base).returncode == 0
+    # run --baseline: measure, then the diff against the baseline folder; exit 3 on the regression
+    r = run_against(12.0, slower, "--baseline", str(base))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "verdict: regression" in r.stdout
+    assert run_against(10.0, again).returncode == 0
     r = satpoint("diff", str(base), str(slower), "--junit", str(tmp_path / "j.xml"))
     assert r.returncode == 3, r.stdout + r.stderr
     doc = DiffDoc.model_validate(json.loads((slower / "diff.json").read_text()))

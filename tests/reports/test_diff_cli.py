@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from satpoint import SCHEMA_VERSION, __version__
 from satpoint.analysis.diff_verdict import DiffDoc
+from satpoint.cli.diff_cmd import baseline_gate
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
@@ -120,3 +121,14 @@ def test_usage_errors_exit_2(folders: tuple[Path, Path, Path], tmp_path: Path) -
     assert CliRunner().invoke(app, ["diff", str(base), str(tmp_path / "nothing")]).exit_code == 2
     assert CliRunner().invoke(app, ["diff", str(base), str(slower), "--tolerance", "lots"]).exit_code == 2
     assert CliRunner().invoke(app, ["diff", str(base), str(slower), "p02"]).exit_code == 2
+
+
+def test_baseline_gate_after_a_measurement(folders: tuple[Path, Path, Path]) -> None:
+    """``run``/``find --baseline DIR``: the folder just measured is diffed against the baseline."""
+    base, slower, same = folders
+    assert baseline_gate(None, slower, 0) == 0
+    assert baseline_gate(base, slower, 0) == 3
+    assert DiffDoc.model_validate(json.loads((slower / "diff.json").read_text())).regressed
+    assert baseline_gate(base, same, 0) == 0
+    assert baseline_gate(base, slower, 1) == 1  # a failed run is not diffed: its own exit code stands
+    assert baseline_gate(base, same, 130) == 130

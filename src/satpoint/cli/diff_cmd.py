@@ -10,10 +10,18 @@ import typer
 from satpoint._version import __version__
 from satpoint.analysis.diff import parse_fraction
 from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
-from satpoint.reports.diff_files import compare, publish
-from satpoint.reports.diff_terminal import print_diff
+from satpoint.reports.diff_files import compare, gate
 
 Opt = typer.Option
+BaselineOpt = Annotated[Path | None, Opt(help="then satpoint diff against this baseline: exit 3 on a regression")]
+
+
+def baseline_gate(baseline: Path | None, out_dir: Path, code: int) -> int:
+    """After ``run``/``find --baseline``: the diff (``diff.json`` in the new folder), exit 3 on a regression."""
+    if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD):
+        return code
+    doc, json_out = compare(baseline, str(out_dir))
+    return EXIT_THRESHOLD if gate(doc, console, json_out) else code
 
 
 def diff(
@@ -35,9 +43,7 @@ def diff(
     def body() -> int:
         tol, err_tol = parse_fraction(tolerance, "--tolerance"), parse_fraction(error_tolerance, "--error-tolerance")
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__)
-        print_diff(console, doc)
-        publish(doc, json_out or default_json, markdown, junit, fail_on_inconclusive)
-        console.print(f"diff: {json_out or default_json}")
-        return EXIT_THRESHOLD if doc.regressed or (fail_on_inconclusive and doc.inconclusive) else EXIT_OK
+        failed = gate(doc, console, json_out or default_json, markdown, junit, fail_on_inconclusive)
+        return EXIT_THRESHOLD if failed else EXIT_OK
 
     guarded(body)

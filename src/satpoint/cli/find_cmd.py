@@ -49,6 +49,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
@@ -136,6 +137,7 @@ def find(
     ray: RayOpt = None,
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
@@ -197,6 +199,6 @@ def find(
         print_find(console, summary)
         if result.k8s_files:
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
-        return exit_code(result.summary)
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary))
 
     guarded(body, secrets)

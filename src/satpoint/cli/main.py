@@ -54,7 +54,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
-from satpoint.cli.diff_cmd import diff
+from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
@@ -122,6 +122,7 @@ def run(
     ray: RayOpt = None,
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
+    baseline: BaselineOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
@@ -160,7 +161,7 @@ def run(
                     grpc_connections=grpc_connections, on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
-        return exit_code(result.summary)
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary))
 
     guarded(body, secrets)
 

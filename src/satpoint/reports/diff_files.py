@@ -7,13 +7,17 @@ import json
 import os
 from pathlib import Path
 
+from rich.console import Console
+
+from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
-from satpoint.analysis.diff_verdict import DIFF_FILE, DiffDoc
+from satpoint.analysis.diff_verdict import DEFAULT_ERROR_TOLERANCE, DEFAULT_TOLERANCE, DIFF_FILE, DiffDoc
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import parse_summary
 from satpoint.metrics.results import RESULTS_FILE, load_results
 from satpoint.reports.diff_junit import write_junit
 from satpoint.reports.diff_markdown import diff_markdown
+from satpoint.reports.diff_terminal import print_diff
 
 
 def load_folder(path: Path) -> Folder:
@@ -28,7 +32,13 @@ def load_folder(path: Path) -> Folder:
 
 
 def compare(
-    base: Path, new: str, point_b: str | None, sweep: bool, tolerance: float, error_tolerance: float, version: str
+    base: Path,
+    new: str,
+    point_b: str | None = None,
+    sweep: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    error_tolerance: float = DEFAULT_ERROR_TOLERANCE,
+    version: str = __version__,
 ) -> tuple[DiffDoc, Path]:
     """``diff BASE NEW`` (two folders) or ``diff --sweep DIR A B`` (two points of one sweep); the diff and
     where its ``diff.json`` goes by default (the new folder, or the sweep's)."""
@@ -59,3 +69,19 @@ def publish(doc: DiffDoc, json_out: Path, markdown: Path | None, junit: Path | N
             f.write(md + "\n")
     if junit is not None:
         write_junit(doc, junit, fail_incl)
+
+
+def gate(
+    doc: DiffDoc,
+    console: Console,
+    json_out: Path,
+    markdown: Path | None = None,
+    junit: Path | None = None,
+    fail_on_inconclusive: bool = False,
+) -> bool:
+    """Print the diff, write its files; True when the gate fails (a regression, or an inconclusive verdict
+    with ``fail_on_inconclusive``)."""
+    print_diff(console, doc)
+    publish(doc, json_out, markdown, junit, fail_on_inconclusive)
+    console.print(f"diff: {json_out}")
+    return doc.regressed or (fail_on_inconclusive and doc.inconclusive)
