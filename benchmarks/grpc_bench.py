@@ -7,7 +7,7 @@ drives satpoint's real open-loop dispatcher (``engine.dispatcher.OpenLoopDispatc
 rate for ``--duration`` seconds through one transport:
 
 * ``wire``: ``satpoint.transports.grpc_wire.GrpcPool`` (raw HTTP/2 on uvloop, pre-encoded frames);
-* ``aio``: ``satpoint.transports.grpc_aio.GrpcAioPool`` (grpc.aio unary calls, pre-serialized bytes).
+* ``aio``: ``benchmarks/grpc_aio.py``'s ``GrpcAioPool`` (grpc.aio unary calls, pre-serialized bytes).
 
 Reported per run, over the window from 0.5 s after the start to the last due time: client CPU
 (user+sys, ``resource.getrusage``) per request sent, send lag p50/p99/max (sent - intended), completion
@@ -211,8 +211,10 @@ async def _client(
     # below the API on purpose: two transports compared under the same dispatcher (satpoint.run picks one)
     from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
     from satpoint.metrics.records import Outcome, Records
-    from satpoint.transports.grpc_aio import GrpcAioPool
     from satpoint.transports.grpc_wire import GrpcPool
+
+    sys.path.insert(0, str(HERE))
+    from grpc_aio import GrpcAioPool  # benchmarks/grpc_aio.py, beside this script (not in the package)
 
     req, _ = _messages()
     pools: list[Any] = []

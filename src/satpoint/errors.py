@@ -11,6 +11,11 @@ class TargetUnreachable(SatpointError):
     """The target did not answer, or answered that it is not ready."""
 
 
+class TargetConnectFailed(TargetUnreachable, ConnectionError):
+    """None of a segment's first connections to the target could be opened (refused, reset, unreachable):
+    the target is not there (any more).  A ``ConnectionError`` too, for callers that catch those."""
+
+
 class ModelNotFound(SatpointError):
     """The server does not serve the model (the message names the models it has)."""
 

@@ -31,7 +31,7 @@ from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, clo
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.live import LiveSnapshot
-from satpoint.engine.runner import RunOutput, run_schedule, split_max_inflight
+from satpoint.engine.runner import RunOutput, ShardStats, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.checkpoint import CheckpointSpec
@@ -169,6 +169,18 @@ def run_segment(
     }
     if out.t0_monotonic is not None:  # maps the server-side samples (CLOCK_MONOTONIC) onto the run clock
         generator["t0_monotonic"] = round(out.t0_monotonic, 6)
+    notes = list(out.notes)
+    fd_limited = _fd_limited(out.shards)
+    if fd_limited is not None:
+        generator["fd_limit"] = fd_limited["fd_limit"]
+        if fd_limited["kept_per_proc"] < fd_limited["asked_per_proc"]:
+            generator["max_inflight_per_proc"] = fd_limited["kept_per_proc"]
+            generator["max_inflight_fd_limited"] = fd_limited
+            notes.append(
+                f"the in-flight cap of a generator process was lowered from {fd_limited['asked_per_proc']} to "
+                f"{fd_limited['kept_per_proc']}: its open-files limit is {fd_limited['fd_limit']} (raise the hard "
+                "limit, `ulimit -Hn`, or use more generator processes)"
+            )
     if fleet_block is not None:
         generator["ray"] = fleet_block
     return Segment(
@@ -182,9 +194,22 @@ def run_segment(
         generator=generator,
         interrupted=out.interrupted,
         stopped="interrupted" if out.interrupted else "overload" if out.overloaded else None,
-        notes=out.notes,
+        notes=notes,
         start_rps=start_rps,
     )
+
+
+def _fd_limited(shards: list[ShardStats]) -> dict[str, int] | None:
+    """The generator processes' lowest open-files limit and in-flight cap, kept and asked (None: unknown)."""
+    known = [s for s in shards if s.fd_limit is not None and s.max_inflight is not None and s.max_inflight_asked]
+    if not known:
+        return None
+    low = min(known, key=lambda s: (s.max_inflight or 0) - (s.max_inflight_asked or 0))
+    return {
+        "fd_limit": min(int(s.fd_limit or 0) for s in known),
+        "asked_per_proc": int(low.max_inflight_asked or 0),
+        "kept_per_proc": int(low.max_inflight or 0),
+    }
 
 
 def _run_on_fleet(
@@ -470,8 +495,10 @@ class Session:
 
 
 #: what a target that went away raises once measuring has started: a probe (REST control calls), or a
-#: segment's first connections (either protocol); callers record it as the target lost, not bad input
-LOST_ERRORS: tuple[type[Exception], ...] = (TargetUnreachable, ConnectionError)
+#: segment's first connections (either protocol: ``TargetConnectFailed``, a ``TargetUnreachable``);
+#: callers record it as the target lost, not bad input.  Not any ``ConnectionError``: a broken pipe to
+#: one of satpoint's own processes is not the target going away
+LOST_ERRORS: tuple[type[Exception], ...] = (TargetUnreachable,)
 
 #: memory one scheduled request needs at the peak of a segment (due times, record columns, the
 #: dispatcher's copy of the due times, checkpoint flags, merging the shards, writing the segment and its

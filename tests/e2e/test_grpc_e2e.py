@@ -69,7 +69,8 @@ def test_grpc_run_verdicts_against_sim(tmp_path: Path) -> None:
     (a,) = summary(tmp_path / "a")["stages"]
     assert a["verdict"] == "stable", a["reasons"]
     assert a["throughput_rps"] == pytest.approx(300, rel=0.02)
-    assert a["latency_ms"]["p50"] == pytest.approx(10, abs=2)
+    # the sim's 10 ms, never less, plus the gRPC round trip (about 1 ms: grpc.aio in the sim's process)
+    assert 10.0 <= a["latency_ms"]["p50"] <= 12.0
     assert summary(tmp_path / "a")["target"]["protocol"] == "grpc"
     assert over.returncode == 0, over.stderr
     (b,) = summary(tmp_path / "b")["stages"]
@@ -123,9 +124,9 @@ def test_grpc_errors_are_classified(tmp_path: Path) -> None:
             str(tmp_path),
             "--no-html",
         )
-    if r.returncode == 2:  # the pre-run test request drew an error: a clear message, no traceback
-        assert "failed before the run" in r.stderr and "Traceback" not in r.stderr
-        return
+    # seed 1: the pre-flight's test request draws no error (the draws are seeded, in arrival order), so the
+    # run must start; a pre-flight that fails here is a regression, not luck
+    assert r.returncode == 0, r.stdout + r.stderr
     (st,) = summary(tmp_path)["stages"]
     assert st["verdict"] == "failing"
     assert st["errors"].get("grpc_13", 0) > 0  # INTERNAL

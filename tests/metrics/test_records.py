@@ -56,6 +56,7 @@ EVERY_OUTCOME = make(
         (0.7, NAN, 2.000, Outcome.NOT_SENT, 0, True),  # done: the end of the run
         (0.8, 0.800, 0.840, Outcome.GRPC_ERROR, 14, False),
         (0.9, 0.900, 0.905, Outcome.CONN_ERROR, 0, False),
+        (0.95, 0.950, 0.950, Outcome.GENERATOR_RESOURCES, 0, False),
     ]
 )
 
@@ -122,7 +123,7 @@ def test_from_columns_needs_every_column() -> None:
 
 
 def test_select_by_mask_index_and_slice() -> None:
-    mask = EVERY_OUTCOME.intended >= 0.75
+    mask = (EVERY_OUTCOME.intended >= 0.75) & (EVERY_OUTCOME.intended < 0.95)
     by_mask = EVERY_OUTCOME.select(mask)
     assert by_mask.outcome.tolist() == [Outcome.GRPC_ERROR, Outcome.CONN_ERROR]
     assert by_mask.status.tolist() == [14, 0]
@@ -246,6 +247,7 @@ MASK_TABLE = {
     Outcome.NOT_SENT: (False, True, False, True, False),
     Outcome.GRPC_ERROR: (False, False, True, False, True),
     Outcome.CONN_ERROR: (False, False, True, False, True),
+    Outcome.GENERATOR_RESOURCES: (False, False, True, False, True),
 }
 
 
@@ -283,6 +285,7 @@ def test_masks_on_every_outcome() -> None:
         Outcome.MALFORMED,
         Outcome.GRPC_ERROR,
         Outcome.CONN_ERROR,
+        Outcome.GENERATOR_RESOURCES,
     }
     assert outcomes(rec.ok_mask()) == {Outcome.OK}
     assert outcomes(rec.censored_mask()) == {Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.NOT_SENT}

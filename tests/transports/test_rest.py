@@ -28,7 +28,7 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_shard
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports import rest
-from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url, split_url
+from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
 
 perf = time.perf_counter
 HOST = "127.0.0.1"
@@ -318,13 +318,13 @@ def test_encoded_request_is_valid_http() -> None:
 def test_paths_and_urls() -> None:
     assert infer_path("iris") == "/v2/models/iris/infer"
     assert infer_path("iris", "2") == "/v2/models/iris/versions/2/infer"
-    assert split_url("http://127.0.0.1:8080") == ("127.0.0.1", 8080)
-    assert split_url("127.0.0.1:8080/v2") == ("127.0.0.1", 8080)
-    assert split_url("http://localhost") == ("localhost", 80)
-    assert split_url("https://127.0.0.1:8443") == ("127.0.0.1", 8443)
-    assert split_url("https://example.com") == ("example.com", 443)
+    assert (parse_url("http://127.0.0.1:8080").host, parse_url("http://127.0.0.1:8080").port) == ("127.0.0.1", 8080)
+    assert (parse_url("127.0.0.1:8080/v2").host, parse_url("127.0.0.1:8080/v2").port) == ("127.0.0.1", 8080)
+    assert (parse_url("http://localhost").host, parse_url("http://localhost").port) == ("localhost", 80)
+    assert (parse_url("https://127.0.0.1:8443").host, parse_url("https://127.0.0.1:8443").port) == ("127.0.0.1", 8443)
+    assert (parse_url("https://example.com").host, parse_url("https://example.com").port) == ("example.com", 443)
     with pytest.raises(ValueError, match="scheme"):
-        split_url("ftp://127.0.0.1:21")
+        parse_url("ftp://127.0.0.1:21")
     a = parse_url("https://u:p@gw.example.com/seldon/ns/?token=t&x=1")
     assert (a.host, a.port, a.tls) == ("gw.example.com", 443, True)
     assert a.path(infer_path("iris")) == "/seldon/ns/v2/models/iris/infer?token=t&x=1"
@@ -338,7 +338,8 @@ def test_a_user_host_header_replaces_the_default() -> None:
 
 
 def test_ipv6_host_header_is_bracketed() -> None:
-    host, port = split_url("http://[::1]:8080")
+    a = parse_url("http://[::1]:8080")
+    host, port = a.host, a.port
     req, _ = parse_request(encode_request(host, port, PATH, b"{}"))
     assert dict(req.headers)[b"host"] == b"[::1]:8080"
 

@@ -13,7 +13,7 @@ from satpoint.analysis.flamegraph import flamegraph_block
 from satpoint.analysis.hosts import hosts_summary, judge_hosts
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.target_lost import target_lost
-from satpoint.analysis.verdicts import Verdict, apply
+from satpoint.analysis.verdicts import Verdict, apply, judge_fd_limit
 from satpoint.config import VerdictRules
 from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.results import Results, Segment
@@ -30,7 +30,12 @@ def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> li
     rules = rules or rules_from(results)
     raw = [(seg, m) for seg in results.segments for m in raw_stage_metrics(seg)]
     rules = with_service_baseline(rules, [m for _, m in raw])
-    return [(seg.index, judge_hosts(apply(m, rules), _hosts(seg), rules)) for seg, m in raw]
+    return [(seg.index, judge_hosts(_judged(m, seg, rules), _hosts(seg), rules)) for seg, m in raw]
+
+
+def _judged(m: StageMetrics, seg: Segment, rules: VerdictRules) -> StageMetrics:
+    """The stage judged on its own figures, then on its generator processes' open-files limit."""
+    return judge_fd_limit(apply(m, rules), seg.generator, rules)
 
 
 def _hosts(seg: Segment) -> dict[str, Any] | None:
@@ -69,7 +74,7 @@ def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetric
     """Judged metrics of each stage of a segment that has a steady window to judge."""
     raw = raw_stage_metrics(seg)
     rules = with_service_baseline(rules, raw)
-    return [judge_hosts(apply(m, rules), _hosts(seg), rules) for m in raw]
+    return [judge_hosts(_judged(m, seg, rules), _hosts(seg), rules) for m in raw]
 
 
 def _last_due(seg: Segment) -> float:

@@ -1,7 +1,9 @@
 """Stage verdicts: a pure function of a stage's steady-window metrics.
 
-Order matters: errors first (``failing``), then the generator's own health (``generator_limited``:
-a generator that fell behind produces numbers that are not the server's; ``client_limited``: requests
+Order matters: requests the generator could not send for want of its own descriptors or buffers
+first (``generator_limited``, whatever the error rate: these failures are not the server's), then
+errors (``failing``), then the generator's own health (``generator_limited``: a generator that fell
+behind produces numbers that are not the server's; ``client_limited``: requests
 waited for one of the generator's connections while the server kept answering as fast as at low load,
 so the in-flight cap, not the server, set the pace), then the server's queue (``saturated``), then the
 optional latency objective (``slo_violated``), else ``stable``.
@@ -10,9 +12,14 @@ optional latency objective (``slo_violated``), else ``stable``.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from satpoint.config import VerdictRules
+from satpoint.metrics.records import ERROR_NAMES, Outcome
 from satpoint.metrics.stats import StageMetrics
+
+#: the error class of requests the generator could not send for want of its own resources
+GENERATOR_RESOURCES_CLASS = ERROR_NAMES[Outcome.GENERATOR_RESOURCES]
 
 
 class Verdict(StrEnum):
@@ -31,6 +38,13 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
     window = m.window_end_s - m.window_start_s
     if m.requests == 0:
         return Verdict.FAILING, ["no requests fell in the steady window"]
+    starved = m.errors.get(GENERATOR_RESOURCES_CLASS, 0)
+    if starved:  # before the error rate: these failures are the generator's, not the server's
+        return Verdict.GENERATOR_LIMITED, [
+            f"{starved} of {m.requests} requests could not open a connection: the generator ran out of file "
+            "descriptors or socket buffers (EMFILE, ENFILE or ENOBUFS); these numbers are not the server's. "
+            "Raise the open-files limit (`ulimit -n`), or lower --max-inflight"
+        ]
     if m.error_rate > rules.max_error_rate:
         top = ", ".join(f"{k}={v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:3])
         return Verdict.FAILING, [f"error rate {m.error_rate:.1%} > {rules.max_error_rate:.1%} ({top})"]
@@ -119,6 +133,25 @@ def _client_limited(m: StageMetrics, rules: VerdictRules) -> str | None:
         f"{svc:.1f} ms (low-load {base:.1f} ms): the generator's in-flight cap, not the server, was the limit; "
         f"raise --max-inflight (this rate needs about {needed:.0f} requests in flight)"
     )
+
+
+def judge_fd_limit(m: StageMetrics, generator: dict[str, Any], rules: VerdictRules) -> StageMetrics:
+    """Amend a judged stage whose requests waited for a connection under an in-flight cap that a generator
+    process's open-files limit lowered (``generator.max_inflight_fd_limited``): the generator's limit set
+    the pace, not the server (``generator_limited``), unless the stage is failing anyway."""
+    limited = generator.get("max_inflight_fd_limited")
+    if not isinstance(limited, dict) or m.waited_fraction <= rules.waited_frac:
+        return m
+    if m.verdict not in (Verdict.CLIENT_LIMITED, Verdict.SATURATED, Verdict.SLO_VIOLATED, Verdict.STABLE):
+        return m  # failing anyway, already the generator's, or not judged (interrupted too early)
+    m.verdict = Verdict.GENERATOR_LIMITED
+    m.reasons = [
+        f"{m.waited_fraction:.1%} of requests waited for a free connection under an in-flight cap of "
+        f"{limited.get('kept_per_proc')} per generator process, lowered from {limited.get('asked_per_proc')} by "
+        f"its open-files limit ({limited.get('fd_limit')}): these numbers are not the server's; raise the hard "
+        "limit (`ulimit -Hn`) or use more generator processes"
+    ]
+    return m
 
 
 def apply(m: StageMetrics, rules: VerdictRules) -> StageMetrics:

@@ -32,8 +32,9 @@ import numpy as np
 import uvloop
 
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher, Progress
+from satpoint.engine.inflight import fit_to_fd_limit, raise_fd_limit
 from satpoint.engine.live import ErrorCount, LiveSnapshot, merge, snapshot
-from satpoint.errors import RunFailed
+from satpoint.errors import RunFailed, TargetConnectFailed
 from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint, read_shard_file
 from satpoint.metrics.records import Records
 from satpoint.plan import FloatArray
@@ -58,6 +59,9 @@ class ShardStats:
     stopped_early: bool
     checkpoint_error: str | None = None
     transport: dict[str, Any] = field(default_factory=dict)  # the transport's report (``stats()``)
+    fd_limit: int | None = None  # the process's open-files limit (soft, after raising it to the hard one)
+    max_inflight: int | None = None  # the in-flight cap it ran with (its share, within its open-files limit)
+    max_inflight_asked: int | None = None  # its share of the cap before that limit was applied
 
 
 @dataclass
@@ -112,7 +116,12 @@ def run_shard(
     checkpoint file about once a second and once more, complete, when it ends."""
     if cpus:
         os.sched_setaffinity(0, cpus)
+    # whatever the cap (--max-inflight, automatic, a Ray host's share): this process's own limit, raised,
+    # and no more connections than it leaves room for
+    fd_limit = raise_fd_limit()
+    build, asked, kept = _fit_to_fds(build, fd_limit)
     loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
     asyncio.set_event_loop(loop)
     ckpt: RowCheckpoint | None = None
     ckpt_error: str | None = None
@@ -149,11 +158,29 @@ def run_shard(
             disp.stopped_early,
             ckpt_error,
             disp.transport_stats,
+            fd_limit,
+            kept,
+            asked,
         )
         return rec, stats
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def _fit_to_fds(build: FactoryBuilder, fd_limit: int) -> tuple[FactoryBuilder, int | None, int | None]:
+    """(the builder, its cap, the cap kept): a REST pool holds one connection per request in flight, so its
+    cap is lowered to what this process's open-files limit leaves room for; gRPC multiplexes its streams
+    over a few connections and keeps its cap."""
+    cap = getattr(build, "max_inflight", None)
+    resize = getattr(build, "with_max_inflight", None)
+    if not isinstance(cap, int) or not callable(resize):
+        return build, None, None
+    if hasattr(build, "connections"):  # gRPC: streams share connections
+        return build, cap, cap
+    kept = fit_to_fd_limit(cap, fd_limit)
+    resized: FactoryBuilder = resize(kept) if kept < cap else build
+    return resized, cap, kept
 
 
 def _die_with_parent(parent_pid: int) -> bool:
@@ -375,8 +402,8 @@ def run_schedule(
             empty = Records.empty(np.empty(0))
             return RunOutput(empty, stats_list, started_unix, True, notes, overload.is_set(), per_proc)
         errors = [err for (_, _, _, err) in results.values() if err]
-        if errors and all(e.startswith(("ConnectionError", "ConnectionRefusedError")) for e in errors):
-            raise ConnectionError("every generator process failed to connect: " + "; ".join(notes))
+        if errors and all(e.startswith(("TargetConnectFailed", "ConnectionRefusedError")) for e in errors):
+            raise TargetConnectFailed("every generator process failed to connect: " + "; ".join(notes))
         raise RunFailed("every generator process failed: " + "; ".join(notes))
     if signalled_any and not user_stop.is_set():
         notes.append("a generator process was stopped by a signal: the run was cut short")

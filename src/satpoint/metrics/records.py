@@ -7,6 +7,7 @@ exactly from these rows (no binning), so shards merge exactly by concatenation.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -26,10 +27,26 @@ class Outcome(IntEnum):
     NOT_SENT = 7  # never left: still waiting for a free slot when the run ended
     GRPC_ERROR = 8  # a gRPC status other than OK (status column holds the code)
     CONN_ERROR = 9  # any other transport error
+    #: the generator could not open a connection for want of its own resources (EMFILE, ENFILE, ENOBUFS:
+    #: out of file descriptors or socket buffers): the generator's limit, never the server's
+    GENERATOR_RESOURCES = 10
 
 
 #: outcomes whose latency is only known to be at least (end - intended): censored observations
 CENSORED = (Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.NOT_SENT)
+#: errno values of a connect that failed on the generator's side (``GENERATOR_RESOURCES``)
+GENERATOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS})
+
+
+def connect_failure(exc: BaseException) -> Outcome:
+    """The outcome of a request whose connection could not be opened because of ``exc``."""
+    if isinstance(exc, ConnectionRefusedError):
+        return Outcome.CONN_REFUSED
+    if isinstance(exc, OSError) and exc.errno in GENERATOR_ERRNOS:
+        return Outcome.GENERATOR_RESOURCES
+    return Outcome.CONN_ERROR
+
+
 #: outcomes of requests that never got an answer or a failure before the run ended: neither finished nor errors
 _UNANSWERED = (Outcome.UNFINISHED, Outcome.NOT_SENT)
 ERROR_NAMES = {o: o.name.lower() for o in Outcome}

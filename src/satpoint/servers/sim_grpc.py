@@ -14,7 +14,8 @@ Service ``inference.GRPCInferenceService``: ``ServerLive``, ``ServerReady`` (tru
 ``ModelInfer`` follows the REST sim's service rule exactly (``sim_model.SlotScheduler``): a request
 *arrives* when grpc hands it to the handler; ``slots`` slots fed by one FIFO queue in arrival order;
 ``finish = max(arrival, slot free_at) + draw`` (deferred past pauses); the slot's ``free_at`` is that
-ideal finish; the response is sent at the first timer tick at or after ``finish``.  A fraction
+ideal finish; the response is sent as soon as ``finish`` has passed (``_Wake``: one timer, then a
+re-check per loop iteration, so never early and late only by loop latency).  A fraction
 ``error_rate`` fails with gRPC ``INTERNAL`` (13) at the time the answer would have come, after a full
 service time.  A request for another model fails at once with ``NOT_FOUND`` and takes no slot.  The
 answer is ``{"model_name", "id" (echoed), "outputs": [{"output-0", FP32, [1, 1], [0.5]}]}``, as raw
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import math
 import signal
 import struct
@@ -50,10 +52,58 @@ __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
 perf = time.perf_counter
 
 
+#: below this, wait for a finish time by re-checking each loop iteration rather than by a (ms) timer
+_SPIN_S = 0.0005
+
+
+class _Wake:
+    """Wakes each waiting call at its virtual finish time, with a single loop timer (as the REST sim's
+    ``_Release`` does).  The timer is armed for the earliest finish time itself; libuv counts whole
+    milliseconds, so it may fire up to about 1 ms early: due-ness is re-checked on ``perf_counter`` and,
+    within ``_SPIN_S`` of it, re-checked on the next loop iteration (the loop serves I/O meanwhile).  A call
+    is never answered before its finish time and is late only by loop latency, not by up to 2 ms of timer
+    rounding (a sleep of whole milliseconds rounded up, then libuv's own rounding)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._armed_for_s = math.inf
+
+    def at(self, finish_s: float) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._heap, (finish_s, self._seq, fut))
+        if finish_s < self._armed_for_s:
+            self._arm(finish_s)
+        return fut
+
+    def _arm(self, at_s: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_for_s = at_s
+        loop = asyncio.get_running_loop()
+        delay_s = at_s - perf()
+        self._timer = loop.call_soon(self._fire) if delay_s <= _SPIN_S else loop.call_later(delay_s, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._armed_for_s = math.inf
+        heap = self._heap
+        now_s = perf()
+        while heap and heap[0][0] <= now_s:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():  # a call cancelled meanwhile (the client gave up) has nothing to wake
+                fut.set_result(None)
+        if heap:
+            self._arm(heap[0][0])
+
+
 class _SimServicer:
     def __init__(self, config: SimConfig, origin_s: float) -> None:
         self.config = config
         self.scheduler = SlotScheduler.from_config(config, origin_s)
+        self.wake = _Wake()
         self.answered = 0
         self.next_id = 0
         self._req = message("ModelInferRequest")
@@ -90,13 +140,8 @@ class _SimServicer:
         if req.model_name != self.config.model:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Model {req.model_name} not found")
         admission = self.scheduler.admit(arrival_s)
-        finish_s = admission.finish_s
-        while True:
-            now_s = perf()
-            if now_s >= finish_s:
-                break
-            # whole milliseconds rounded up: libuv/asyncio timers must not fire before finish_s
-            await asyncio.sleep(math.ceil((finish_s - now_s) * 1000.0) / 1000.0)
+        if perf() < admission.finish_s:
+            await self.wake.at(admission.finish_s)
         self.answered += 1
         if admission.error:
             await context.abort(grpc.StatusCode.INTERNAL, "simulated error (satpoint sim error_rate)")

@@ -30,9 +30,12 @@ unary gRPC call is a small, fixed exchange of HTTP/2 frames, so this module spea
 * TLS: ``ssl=`` an ``ssl.SSLContext`` (ALPN ``h2`` is set), on the same fast path.
 
 Outcomes: grpc-status 0 -> OK; another grpc-status -> GRPC_ERROR (status = the gRPC code); a
-non-200 ``:status`` without grpc-status -> HTTP_ERROR (status = HTTP code); RST_STREAM -> GRPC_ERROR
-with the code gRPC maps it to; refused connect -> CONN_REFUSED; a lost connection -> CONN_RESET;
-unparseable frames or header blocks -> MALFORMED; ``expire`` -> TIMEOUT and RST_STREAM(CANCEL).
+non-200 ``:status`` without grpc-status -> HTTP_ERROR (status = HTTP code), whether the stream ends in
+trailers-only HEADERS or in DATA with END_STREAM (a proxy's error page); RST_STREAM -> GRPC_ERROR
+with the code gRPC maps it to; refused connect -> CONN_REFUSED; a connect that fails for want of the
+generator's own descriptors or buffers (EMFILE, ENFILE, ENOBUFS) -> GENERATOR_RESOURCES; a lost
+connection -> CONN_RESET; unparseable frames or header blocks, or a 200 ended without a grpc-status ->
+MALFORMED; ``expire`` -> TIMEOUT and RST_STREAM(CANCEL).
 
 Why this module is long: it is one HTTP/2 connection state machine (frames, flow control, settings,
 GOAWAY, TLS) whose receive path is the hot path; splitting it would spread one protocol's state over
@@ -54,9 +57,11 @@ from typing import Any
 
 from hpack import Decoder, HPACKError
 
-from satpoint.metrics.records import Outcome, Records
+from satpoint.errors import RunFailed, TargetConnectFailed
+from satpoint.metrics.records import Outcome, Records, connect_failure
 from satpoint.transports.grpc_codec import grpc_frame
 from satpoint.transports.grpc_proto import method_path
+from satpoint.transports.rest import generator_resources_message
 from satpoint.transports.tls import TlsOptions
 
 perf = time.perf_counter
@@ -349,7 +354,7 @@ class _Conn(asyncio.Protocol):
                 if ftype == DATA:
                     self.recv_unacked += end - pos - 9
                     if flags & END_STREAM:  # a response without trailers: no grpc-status
-                        finished += self._finish(sid & _MAX_SID, Outcome.MALFORMED, 0)
+                        finished += self._ended_without_trailers(sid & _MAX_SID)
                 elif ftype == HEADERS:
                     finished += self._on_headers(data, pos + 9, end, flags, sid & _MAX_SID)
                 elif ftype == CONTINUATION:
@@ -431,6 +436,12 @@ class _Conn(asyncio.Protocol):
         if http_status != 200:
             return self._finish(sid, Outcome.HTTP_ERROR, http_status)
         return self._finish(sid, Outcome.MALFORMED, 0)
+
+    def _ended_without_trailers(self, sid: int) -> int:
+        """A stream ended by DATA without trailers: a proxy's error page (nginx ``grpc_pass`` answers 502 or
+        504 so) is its HTTP status; a 200 without a grpc-status is not gRPC."""
+        status = self.http_status.pop(sid, 0)
+        return self._finish(sid, Outcome.HTTP_ERROR if status else Outcome.MALFORMED, status)
 
     def _finish(self, sid: int, outcome: int, status: int) -> int:
         idx = self.streams.pop(sid, None)
@@ -605,10 +616,8 @@ class GrpcPool:
                 )
             else:
                 await self._loop.create_connection(lambda: conn, self.host, self.port)
-        except ConnectionRefusedError as e:
-            self._connect_failed(conn, Outcome.CONN_REFUSED, e)
-        except (OSError, _ssl.SSLError) as e:
-            self._connect_failed(conn, Outcome.CONN_ERROR, e)
+        except OSError as e:  # ssl.SSLError included; refused, out of descriptors (the generator's), other
+            self._connect_failed(conn, connect_failure(e), e)
 
     def _connect_failed(self, conn: _Conn, outcome: Outcome, exc: BaseException) -> None:
         self.connect_errors += 1
@@ -678,7 +687,9 @@ class GrpcPool:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors and len(errors) == len(results):
             err = errors[0]
-            raise ConnectionError(f"cannot open a gRPC (HTTP/2) connection to {self.host}:{self.port}: {err!r}")
+            if connect_failure(err) is Outcome.GENERATOR_RESOURCES:
+                raise RunFailed(generator_resources_message(self.host, self.port, err))
+            raise TargetConnectFailed(f"cannot open a gRPC (HTTP/2) connection to {self.host}:{self.port}: {err!r}")
 
     # HotTransport ------------------------------------------------------------------------------------------
     def try_send(self, idx: int, payload_idx: int) -> bool:

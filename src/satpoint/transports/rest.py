@@ -23,7 +23,9 @@ server read it: the client's fault, not the server's):
 What remains is classed: a connection lost mid-answer -> CONN_RESET; an answer that cannot be parsed
 -> MALFORMED; an answer the server delimits by closing the connection (no Content-Length, not
 chunked: an HTTP/1.0 proxy's 503 page) -> its status; interim 1xx answers are skipped; an answer
-nobody asked for drops its connection.  Connects are bounded: ``prepare`` by ``PREPARE_CONNECT_S``, a
+nobody asked for drops its connection; a refused connect -> CONN_REFUSED, one that fails for want of
+the generator's own descriptors or buffers (EMFILE, ENFILE, ENOBUFS) -> GENERATOR_RESOURCES, any
+other -> CONN_ERROR.  Connects are bounded: ``prepare`` by ``PREPARE_CONNECT_S``, a
 connect on demand by the request's timeout (``expire`` cancels it, so a late connect never sends a
 request that has already timed out).
 
@@ -44,7 +46,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from satpoint.metrics.records import Outcome, Records
+from satpoint.errors import RunFailed, TargetConnectFailed
+from satpoint.metrics.records import Outcome, Records, connect_failure
 from satpoint.transports.http_answer import AnswerHead, keep_alive_idle_s
 
 perf = time.perf_counter
@@ -116,10 +119,13 @@ def parse_url(url: str) -> RestAddress:
     return RestAddress(parts.hostname or "127.0.0.1", port, tls, parts.path.rstrip("/"), parts.query)
 
 
-def split_url(url: str) -> tuple[str, int]:
-    """(host, port) of a REST base URL."""
-    address = parse_url(url)
-    return address.host, address.port
+def generator_resources_message(host: str, port: int, exc: BaseException) -> str:
+    """Why none of the first connections could be opened when the generator ran out of its own resources."""
+    what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"the generator cannot open a connection to {host}:{port}: {what} (a limit of the generator's "
+        "process, not the server's: raise the open-files limit, `ulimit -n`, or lower --max-inflight)"
+    )
 
 
 class _Conn(asyncio.Protocol):
@@ -318,8 +324,10 @@ class RestPool:
                 self._all.discard(c)
         if errors and len(errors) == len(results):
             err = errors[0]
+            if connect_failure(err) is Outcome.GENERATOR_RESOURCES:
+                raise RunFailed(generator_resources_message(self.host, self.port, err))
             reason = f"no connection within {PREPARE_CONNECT_S:g} s" if isinstance(err, TimeoutError) else err
-            raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {reason}")
+            raise TargetConnectFailed(f"cannot connect to {self.host}:{self.port}: {reason}")
 
     def try_send(self, idx: int, payload_idx: int) -> bool:
         free = self._free
@@ -366,10 +374,8 @@ class RestPool:
     async def _open(self, conn: _Conn) -> None:
         try:
             await self._connect(conn)
-        except ConnectionRefusedError:
-            self._fail_open(conn, Outcome.CONN_REFUSED)
-        except OSError:
-            self._fail_open(conn, Outcome.CONN_ERROR)
+        except OSError as e:  # refused: CONN_REFUSED; out of descriptors: GENERATOR_RESOURCES; else CONN_ERROR
+            self._fail_open(conn, connect_failure(e))
 
     def _fail_open(self, conn: _Conn, outcome: Outcome) -> None:
         conn.opener = None

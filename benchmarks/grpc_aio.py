@@ -1,9 +1,10 @@
-"""OIP gRPC through ``grpc.aio``: the reference client, kept for comparison and as a fallback.
+"""OIP gRPC through ``grpc.aio``: the reference client the benchmarks compare satpoint's own with.
 
 It costs several times more CPU per call than :class:`~satpoint.transports.grpc_wire.GrpcPool`
-(see ``benchmarks/GRPC_NOTES.md``) and falls behind at a few thousand calls per second on one core;
-use it to cross-check the raw HTTP/2 client or when a server needs something that client does not
-speak.  Messages are pre-serialized bytes (no per-call serialization); one task per call.
+(see ``benchmarks/GRPC_NOTES.md``) and falls behind at a few thousand calls per second on one core,
+which is why satpoint does not use it; ``grpc_bench.py`` runs it under the same dispatcher to
+cross-check the raw HTTP/2 client.  Messages are pre-serialized bytes (no per-call serialization); one
+task per call.
 """
 
 from __future__ import annotations
