@@ -165,7 +165,7 @@ def metric_diff(
     single = base.n == 1 and new.n == 1
     tol = f"{tolerance * 100:.2g} percentage points" if absolute else f"{tolerance * 100:.2g} %"
     parts = [
-        f"{metric} at {point}: base {_num(base.value, unit)} (range {_range(base, unit)}, {base.detail or base.n}), "
+        f"{metric} @ {point}: base {_num(base.value, unit)} (range {_range(base, unit)}, {base.detail or base.n}), "
         f"new {_num(new.value, unit)} (range {_range(new, unit)}, {new.detail or new.n})"
     ]
     if j.change is not None:

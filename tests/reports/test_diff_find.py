@@ -1,0 +1,51 @@
+"""``satpoint diff`` of two ``find`` folders recorded offline (the queue twin of the simulator, no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from satpoint.analysis.diff_verdict import DiffDoc
+from satpoint.cli.main import app
+from satpoint.servers.sim_model import SimConfig
+from tests.reports.test_html import make_find
+
+
+@pytest.fixture(scope="module")
+def finds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("diff-find")
+    capacities = {"base": (3, 10.0, 1), "again": (3, 10.0, 2), "slower": (3, 3000 / 255, 3)}  # 300, 300, 255 rps
+    out = {}
+    for name, (slots, service_ms, seed) in capacities.items():
+        out[name] = root / name
+        make_find(out[name], SimConfig(slots=slots, service_ms=service_ms, dist="const", seed=seed), 100.0)
+    return out
+
+
+def diff_doc(base: Path, new: Path) -> tuple[int, DiffDoc]:
+    r = CliRunner().invoke(app, ["diff", str(base), str(new)])
+    return r.exit_code, DiffDoc.model_validate(json.loads((new / "diff.json").read_text()))
+
+
+def test_a_lower_capacity_is_a_saturation_regression(finds: dict[str, Path]) -> None:
+    code, doc = diff_doc(finds["base"], finds["slower"])
+    assert code == 3
+    assert doc.compared == "find"
+    sat = next(m for m in doc.metrics if m.metric == "saturation_rps")
+    assert sat.verdict == "regression" and sat.point == "search"
+    assert sat.base.value is not None and sat.new.value is not None
+    assert sat.new.value < sat.base.value
+    assert sat.single and "rests on one measurement each" in sat.text
+    # the staircase from the same start rate: the stages at 100 and 200 rps are compared at equal load
+    assert {m.point for m in doc.metrics if m.metric == "latency_p50_ms"} >= {"100 rps", "200 rps"}
+
+
+def test_the_same_capacity_twice_is_not_a_regression(finds: dict[str, Path]) -> None:
+    code, doc = diff_doc(finds["base"], finds["again"])
+    assert code == 0
+    sat = next(m for m in doc.metrics if m.metric == "saturation_rps")
+    assert sat.verdict == "no_change"
+    assert not doc.regressed
