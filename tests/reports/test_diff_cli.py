@@ -132,3 +132,23 @@ def test_baseline_gate_after_a_measurement(folders: tuple[Path, Path, Path]) -> 
     assert baseline_gate(base, same, 0) == 0
     assert baseline_gate(base, slower, 1) == 1  # a failed run is not diffed: its own exit code stands
     assert baseline_gate(base, same, 130) == 130
+
+
+def test_calibrate_counts_false_alarms_of_an_a_a_pair(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    base, slower, same = folders
+    out = tmp_path / "cal.json"
+    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--calibrate", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    cal = DiffDoc.model_validate(json.loads(out.read_text())).calibration
+    assert cal is not None and cal["false_alarms"] == [] and cal["false_alarm_rate"] == 0
+    # a pair that differs, given as A/A: its regressions are counted as false alarms, and exit 0 all the same
+    r = CliRunner().invoke(app, ["diff", str(base), str(slower), "--calibrate", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = DiffDoc.model_validate(json.loads(out.read_text()))
+    cal = doc.calibration
+    assert cal is not None
+    assert len(cal["false_alarms"]) == sum(m.verdict == "regression" for m in doc.metrics) > 0
+    p50 = next(m for m in doc.metrics if m.metric == "latency_p50_ms")
+    assert cal["quiet_tolerance_by_metric"]["latency_p50_ms"] == pytest.approx(p50.gap, abs=1e-4)
+    assert cal["quiet_tolerance"] >= p50.gap - 1e-4
+    assert any("false alarm" in n for n in doc.notes)

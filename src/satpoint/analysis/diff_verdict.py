@@ -79,6 +79,8 @@ class DiffDoc(BaseModel):
     counts: dict[str, int]
     metrics: list[MetricDiff]
     notes: list[str]
+    #: ``--calibrate``: the two folders are an A/A pair (one configuration twice), see ``calibrated``
+    calibration: dict[str, Any] | None = None
 
     @property
     def regressed(self) -> bool:
@@ -233,3 +235,29 @@ def make_doc(
         metrics=metrics,
         notes=notes,
     )
+
+
+def calibrated(doc: DiffDoc) -> DiffDoc:
+    """The diff of an A/A pair (the same configuration measured twice): every ``regression`` or
+    ``improvement`` is a false alarm.  Adds the false-alarm rate at this tolerance, and the smallest
+    tolerance that would have called none of them (the widest gap between two ranges), per metric too."""
+    alarms = [m for m in doc.metrics if m.verdict in ("regression", "improvement")]
+    relative = [m for m in doc.metrics if not m.absolute and m.gap is not None]
+    n = len(doc.metrics)
+    cal = {
+        "metrics": n,
+        "false_alarms": [f"{m.metric} @ {m.point}: {m.verdict}" for m in alarms],
+        "false_alarm_rate": round(len(alarms) / n, 4) if n else None,
+        "inconclusive": sum(m.verdict == "inconclusive" for m in doc.metrics),
+        # a tolerance above the widest gap would have called no false alarm on this pair (relative metrics)
+        "quiet_tolerance": round(max((m.gap or 0.0 for m in relative), default=0.0), 4),
+        "quiet_tolerance_by_metric": {
+            name: round(max(m.gap or 0.0 for m in relative if m.metric == name), 4)
+            for name in dict.fromkeys(m.metric for m in relative)
+        },
+    }
+    note = (
+        f"calibration (an A/A pair): {len(alarms)} false alarm(s) in {n} verdicts at a tolerance of "
+        f"{doc.tolerance:.1%}; any tolerance above {cal['quiet_tolerance']:.1%} would have called none here"
+    )
+    return doc.model_copy(update={"calibration": cal, "notes": [*doc.notes, note]})

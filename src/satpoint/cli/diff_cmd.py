@@ -9,6 +9,7 @@ import typer
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import parse_fraction
+from satpoint.analysis.diff_verdict import calibrated
 from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
 from satpoint.reports.diff_files import compare, gate
 
@@ -34,6 +35,7 @@ def diff(
     tolerance: Annotated[str, Opt(help="the change that matters, relative: 5% or 0.05 (default 5%)")] = "5%",
     error_tolerance: Annotated[str, Opt(help="the error-rate change that matters, absolute (default 0.5%)")] = "0.5%",
     fail_on_inconclusive: Annotated[bool, Opt(help="exit 3 on an inconclusive verdict too")] = False,
+    calibrate: Annotated[bool, Opt(help="BASE and NEW are an A/A pair: the false-alarm rate, exit 0")] = False,
     json_out: Annotated[Path | None, Opt("--json", help="diff.json path (default: in the new or sweep folder)")] = None,
     markdown: Annotated[Path | None, Opt(help="Markdown summary (also to $GITHUB_STEP_SUMMARY when set)")] = None,
     junit: Annotated[Path | None, Opt(help="JUnit XML: one test case per metric and point")] = None,
@@ -43,7 +45,8 @@ def diff(
     def body() -> int:
         tol, err_tol = parse_fraction(tolerance, "--tolerance"), parse_fraction(error_tolerance, "--error-tolerance")
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__)
+        doc = calibrated(doc) if calibrate else doc
         failed = gate(doc, console, json_out or default_json, markdown, junit, fail_on_inconclusive)
-        return EXIT_THRESHOLD if failed else EXIT_OK
+        return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK
 
     guarded(body)
