@@ -131,7 +131,7 @@ def _check_flamegraph(observe: ObserveOptions) -> None:
 
 def _finish_run(session: Session, html: bool) -> RunResult:
     summary = write_all(session.out_dir, session.results, html=html)
-    return RunResult(parse_summary(summary), session.out_dir)
+    return RunResult(parse_summary(summary), session.folder)  # the rescue folder if --out refused a write
 
 
 def _measure_kept(session: Session, measure: Callable[[], object]) -> None:
@@ -334,7 +334,7 @@ def find(
             rec = Recommendation(**summary.recommendation.model_dump())
             files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
             say(on_event, max_replicas_choice(rec)[1])
-    return FindResult(summary, out_dir, files)
+    return FindResult(summary, session.folder, files)
 
 
 def _start_embedded(

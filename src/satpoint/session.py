@@ -7,6 +7,11 @@ ends, so an error or an interruption later keeps everything measured before it. 
 runs, its rows are checkpointed to the folder about once a second (``metrics.checkpoint``): a crash,
 ``kill -9`` or a full disk keeps everything up to the last checkpoint, and a segment that fails with an
 exception is kept with the rows it checkpointed before the exception is passed on.
+
+Why this module is long: everything that must happen around one segment, in order and on the same
+folder, is here — the header, the checkpoints' folder, the observer's marks, the flame graph's start and
+stop, the salvage of a failed segment and the move to a rescue folder when the results folder refuses a
+write — so that no caller can run a segment without them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import numpy as np
 import psutil
 
 from satpoint.analysis.flamegraph import profiles_seen, py_spy_counts, sample_count, top_functions
-from satpoint.config import LoadOptions, RunConfig, VerdictRules
+from satpoint.config import LoadOptions, RunConfig
 from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
@@ -38,12 +43,14 @@ from satpoint.metrics.checkpoint import CheckpointSpec
 from satpoint.metrics.observed import read_observations
 from satpoint.metrics.records import Records
 from satpoint.metrics.results import (
+    RELOCATED_KEY,
     Results,
     Segment,
     abandon_segment,
     append_segment,
     new_header,
     recover_running,
+    relocation_warning,
     start_segment,
     write_header,
 )
@@ -183,6 +190,8 @@ def run_segment(
             )
     if fleet_block is not None:
         generator["ray"] = fleet_block
+    elif out.shard_rows:  # planned and recorded rows per process: a dead one's missing share is judged
+        generator["shards"] = out.shard_rows
     return Segment(
         index=index,
         purpose=purpose,
@@ -255,6 +264,8 @@ class Session:
         self.on_event = on_event
         self.stop = stop or threading.Event()
         self.observer = observer
+        self._relocation_said = False
+        self._checkpoints = self.out_dir  # the folder the running segment checkpoints to
         self.results = Results(new_header(config, prepared.spec.describe(), time.time()))
         self.results.header["target"]["metadata"] = prepared.metadata
         if prepared.triton is not None:
@@ -264,16 +275,11 @@ class Session:
             self.results.header["server"] = server_info
         if observer is not None:
             self.results.header["observe"] = observer.describe()
-        write_header(self.out_dir, self.results)
+        write_header(self.out_dir, self.results, rescue_ok=False)  # an unwritable --out fails before any load
 
     @property
     def config(self) -> RunConfig:
         return self.results.config
-
-    def set_rules(self, rules: VerdictRules) -> None:
-        """Record rules learnt during the run (``find``'s low-load baseline) in the header."""
-        self.results.config = self.config.with_rules(rules)
-        write_header(self.out_dir, self.results)
 
     def _snap(self) -> Callable[[LiveSnapshot], None] | None:
         on_event = self.on_event
@@ -295,9 +301,23 @@ class Session:
             self.results.header["observe"] = self.observer.describe()
             write_header(self.out_dir, self.results)
 
+    @property
+    def folder(self) -> Path:
+        """Where the results are written: ``out_dir``, or the rescue folder in ``$TMPDIR`` once ``out_dir``
+        refused a write (a full disk, no permission; see ``metrics.results.rescue``)."""
+        return self.results.rescue_dir or self.out_dir
+
+    def _announce_relocation(self) -> None:
+        """Say once, as a warning, that the results moved to a rescue folder (and why)."""
+        moved = self.results.header.get(RELOCATED_KEY)
+        if moved and not self._relocation_said:
+            self._relocation_said = True
+            say(self.on_event, relocation_warning(moved), "warning")
+
     def _finish(self, seg: Segment, append: bool = True) -> Segment:
         if append:
             append_segment(self.out_dir, self.results, seg)
+        self._announce_relocation()
         if self.on_event is not None:
             self.on_event(SegmentFinished(seg.index, seg.purpose, seg.interrupted, len(seg.records)))
         return seg
@@ -325,7 +345,9 @@ class Session:
             start_rps=start_rps,
         )
         start_segment(self.out_dir, self.results, shell)
-        return CheckpointSpec(self.out_dir, index)
+        self._announce_relocation()  # a segment the previous one's caller appended, or this header
+        self._checkpoints = self.folder
+        return CheckpointSpec(self.folder, index)
 
     def _salvage(self, error: BaseException) -> None:
         """A segment failed with an exception: keep the rows it checkpointed (as an interrupted segment)."""
@@ -333,11 +355,13 @@ class Session:
         if running is None:
             return
         what = "aborted" if isinstance(error, KeyboardInterrupt) else f"failed: {type(error).__name__}: {error}"
-        seg = recover_running(self.out_dir, running, f"the segment {what}; rows kept up to its last checkpoint")
+        seg = recover_running(self._checkpoints, running, f"the segment {what}; rows kept up to its last checkpoint")
         if seg is None:
-            abandon_segment(self.out_dir, self.results)
+            abandon_segment(self._checkpoints, self.results)
+            write_header(self.out_dir, self.results)
         else:
             append_segment(self.out_dir, self.results, seg)
+        self._announce_relocation()
 
     def measure(
         self,

@@ -7,6 +7,7 @@ process a test started and that is still alive at its end is killed by pid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 
@@ -253,3 +255,239 @@ def test_sighup_ignored_by_nohup_is_left_ignored(tmp_path: Path) -> None:
                 run.wait()
     assert run.returncode == 0, err
     assert summary_of(out)["interrupted"] is False
+
+
+# interrupted stages, a dead generator process, a full disk: every due request accounted for --------------------
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer(slots=50, service_ms=2) as server:  # capacity 25 000 rps: every rate here is stable
+        yield server
+
+
+def last_checkpoint_s(out: Path, segment: int = 0) -> float:
+    """The run clock of the latest checkpoint frame of any shard of ``segment`` (-1 if none yet)."""
+    times = [got.now_s for p in out.glob(f"segment-{segment:03d}.shard-*.rows") if (got := read_shard_file(p))]
+    return max(times, default=-1.0)
+
+
+def planned_rows(seg: Any) -> int:
+    """How many requests the segment's plan made due (regenerated from its plan and seed)."""
+    from satpoint.engine.schedule import due_times
+
+    return len(due_times(seg.stages, seg.arrival, seg.seed, seg.start_rps))
+
+
+def signal_group_when(proc: subprocess.Popen[str], ready: Callable[[], bool], sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to the process group (as GNU ``timeout`` and container runtimes do) once ``ready``."""
+    try:
+        wait_for(ready, 60, "the moment to signal")
+        os.killpg(proc.pid, sig)
+    except BaseException:
+        proc.kill()
+        raise
+
+
+def test_sigterm_mid_stage_on_run_summarises_the_stage_it_cut(tmp_path: Path, sim: SimServer) -> None:
+    out = tmp_path / "r"
+    run = subprocess.Popen(
+        run_args(sim, out, "--procs", "2", "--stage", "400:1:30"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    signal_group_when(run, lambda: last_checkpoint_s(out) >= 5.0)  # 4 s into the hold
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr
+    (st,) = summary_of(out)["stages"]
+    assert st["interrupted"] is True and st["verdict"] == "stable", st
+    assert st["hold_s"] == 30 and 4.0 <= st["window_end_s"] < 15 and st["requests"] >= 800
+    assert "stable (interrupted)" in stdout  # the terminal table shows it
+    seg = satpoint.load(out).segments[0]
+    assert len(seg.records) == sum(s["rows"] for s in seg.generator["shards"])  # every shard reported
+    assert all(s["lost"] is None for s in seg.generator["shards"])
+    # every request due until the stop (where the first process stopped) has its row: sent, or never sent
+    stop_s = min(s["last_due_s"] for s in seg.generator["shards"])
+    assert st["window_end_s"] == pytest.approx(stop_s, abs=1e-4)
+    due_until = np.searchsorted(due_times_of(seg), stop_s, side="right")
+    assert np.searchsorted(seg.records.intended, stop_s, side="right") == due_until
+    r = report(out)
+    assert r.returncode == 0 and (out / "report.html").exists(), r.stdout + r.stderr
+    assert "interrupted: figures over what was measured" in (out / "report.html").read_text()
+
+
+def due_times_of(seg: Any) -> Any:
+    from satpoint.engine.schedule import due_times
+
+    return due_times(seg.stages, seg.arrival, seg.seed, seg.start_rps)
+
+
+def test_sigterm_mid_stage_on_find_keeps_the_cut_stage_out_of_the_search(tmp_path: Path, sim: SimServer) -> None:
+    out = tmp_path / "f"
+    fast = ["--ramp", "0.5", "--min-hold", "8", "--max-hold", "8", "--min-requests", "100", "--no-html"]
+    find = subprocess.Popen(
+        [*SATPOINT, "find", "--url", sim.url, "--model", "sim", "--start-rps", "200", "--out", str(out), *fast],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    signal_group_when(find, lambda: last_checkpoint_s(out, segment=1) >= 4.5)  # the second stage, 4 s held
+    stdout, stderr = find.communicate(timeout=60)
+    assert find.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr
+    s = summary_of(out)
+    first, cut = s["stages"]
+    assert (first["interrupted"], first["verdict"], first["target_rps"]) == (False, "stable", 200)
+    assert (cut["interrupted"], cut["verdict"], cut["target_rps"], cut["segment"]) == (True, "stable", 400, 1)
+    assert [st["rate_rps"] for st in s["search"]["steps"]] == [200]  # the search never decided on it
+    assert s["saturation_rps"] == 200
+    loaded = satpoint.load(out)
+    assert len(loaded.segments[0].records) == planned_rows(loaded.segments[0])  # the finished stage: all of it
+    r = report(out)
+    assert r.returncode == 0 and (out / "report.html").exists(), r.stdout + r.stderr
+
+
+def test_sigterm_mid_stage_on_sweep_keeps_the_cut_measurement_summarised(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    fast = ["--ramp", "0.5", "--min-hold", "8", "--max-hold", "8", "--min-requests", "100", "--no-profile"]
+    sweep = subprocess.Popen(
+        [*SATPOINT, "sweep", "--server", "sim", "--set", "workers=4", "--service-ms", "10", "--out", str(out), *fast],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+    def into_a_hold() -> bool:
+        return any(last_checkpoint_s(d) >= 4.5 for d in (out / "points").glob("*/m*") if d.is_dir())
+
+    signal_group_when(sweep, into_a_hold)
+    stdout, stderr = sweep.communicate(timeout=90)
+    assert sweep.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr
+    doc = json.loads((out / "sweep.json").read_text())
+    (m,) = doc["measurements"]
+    assert m["status"] == "interrupted"
+    point = out / m["dir"]
+    (st,) = summary_of(point)["stages"]
+    assert st["interrupted"] is True and st["verdict"] == "stable"
+    seg = satpoint.load(point).segments[0]
+    stop_s = min(s["last_due_s"] for s in seg.generator["shards"])
+    assert np.searchsorted(seg.records.intended, stop_s, side="right") == np.searchsorted(
+        due_times_of(seg), stop_s, side="right"
+    )
+    r = report(point)
+    assert r.returncode == 0 and (point / "report.html").exists(), r.stdout + r.stderr
+
+
+def shard_processes(parent: psutil.Process) -> list[psutil.Process]:
+    """The generator processes of a ``--procs`` run (not multiprocessing's resource tracker)."""
+    return [c for c in parent.children() if "resource_tracker" not in " ".join(c.cmdline())]
+
+
+def test_a_procs_shard_killed_mid_stage_is_generator_limited_and_the_live_view_goes_on(
+    tmp_path: Path, sim: SimServer, started: list[psutil.Process]
+) -> None:
+    out = tmp_path / "r"
+    run = subprocess.Popen(
+        run_args(sim, out, "--procs", "2", "--stage", "300:1:9"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    parent = psutil.Process(run.pid)
+    started.append(parent)
+    wait_for(checkpointed(out, shards=2), 40, "both shards' first checkpoints")
+    victim = shard_processes(parent)[0]
+    killed_at = last_checkpoint_s(out)
+    victim.kill()
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 0, stdout + stderr
+    assert "Traceback" not in stderr
+    s = summary_of(out)
+    (st,) = s["stages"]
+    assert st["verdict"] == "generator_limited", st
+    assert "died" in st["reasons"][0] and "never sent" in st["reasons"][0]
+    assert st["offered_rps"] < 0.8 * 300  # what the server got, not the plan
+    seg = satpoint.load(out).segments[0]
+    shards = seg.generator["shards"]
+    dead = [sh for sh in shards if sh["lost"]]
+    assert len(dead) == 1 and "died" in dead[0]["lost"] and dead[0]["rows"] < dead[0]["planned"]
+    # every due request is a row, or one the dead shard never got to (its planned rows it did not record)
+    assert sum(sh["planned"] for sh in shards) == planned_rows(seg)
+    assert len(seg.records) == sum(sh["rows"] for sh in shards)
+    # the live view went on after the kill: the surviving shard's snapshots are still merged
+    times = [float(line.split("t=")[1].split("s")[0]) for line in stdout.splitlines() if line.startswith("run t=")]
+    assert max(times) > killed_at + 2.0, (killed_at, times)
+    r = report(out)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str, *options: str) -> Iterator[Path]:
+    """A real file system of ``size`` (tmpfs) mounted at ``where`` for the block (root only: skips otherwise)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small file system needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    opts = ",".join([f"size={size}", *options])
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def test_a_full_disk_at_segment_save_moves_the_rows_to_tmpdir_and_says_where(tmp_path: Path, sim: SimServer) -> None:
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    with small_disk(tmp_path / "disk", "32k") as disk:  # room for the header, not for the rows
+        out = disk / "r"
+        r = subprocess.run(
+            run_args(sim, out, "--stage", "300:0:4"),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            env={**os.environ, "TMPDIR": str(tmpdir)},
+        )
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        (rescued,) = tmpdir.glob("satpoint-r-*")
+        err = " ".join(r.stderr.split())
+        assert "could not be written to" in err and "No space left on device" in err
+        assert rescued.name in "".join(r.stderr.split())  # (the terminal may wrap the path)
+    s = summary_of(rescued)
+    assert s["relocated"]["rescue_dir"] == str(rescued) and s["relocated"]["segments"] == [0]
+    assert any(str(rescued) in w for w in s["warnings"])
+    (st,) = s["stages"]
+    assert st["requests"] > 0 and not s["interrupted"]
+    seg = satpoint.load(rescued).segments[0]
+    assert len(seg.records) == planned_rows(seg)  # every due request has its row: nothing was lost
+    assert (seg.records.outcome == 0).sum() == len(seg.records)
+    assert "checkpoint" in " ".join(seg.notes)  # the checkpoints failed first, and said so
+    rr = report(rescued)
+    assert rr.returncode == 0 and (rescued / "report.html").exists(), rr.stdout + rr.stderr
+
+
+def test_an_unwritable_out_is_one_line_and_exit_1_before_any_load(tmp_path: Path, sim: SimServer) -> None:
+    with small_disk(tmp_path / "ro", "64k", "ro") as ro:
+        r = subprocess.run(run_args(sim, ro / "r", "--stage", "100:0:2"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    err = " ".join(r.stderr.split())
+    assert "cannot write or read the results" in err and "Read-only file system" in err
+    assert "stages" not in r.stdout  # nothing was measured
+
+
+def test_report_of_a_folder_with_a_damaged_rows_file_is_one_line_and_exit_1(tmp_path: Path, sim: SimServer) -> None:
+    out = tmp_path / "r"
+    r = subprocess.run(run_args(sim, out, "--stage", "100:0:1"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = out / "segment-000.npz"
+    rows.write_bytes(rows.read_bytes()[:100])  # cut short, as by a disk that filled up
+    rr = report(out)
+    assert rr.returncode == 1, rr.stdout + rr.stderr
+    assert "Traceback" not in rr.stderr and "segment-000.npz is damaged" in " ".join(rr.stderr.split())

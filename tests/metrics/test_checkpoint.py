@@ -132,12 +132,18 @@ def test_a_row_sent_after_waiting_is_rewritten_with_its_send_time(tmp_path: Path
 
 
 class FullDisk:
-    """A file whose writes fail as on a full disk (the rest, e.g. truncate, goes to the real file)."""
+    """The checkpoint's file on a disk that fills up and frees again: while ``full``, a write puts half its
+    bytes on the disk (a torn frame) and then fails with ENOSPC, as a real unbuffered write does."""
 
     def __init__(self, real: object) -> None:
         self.real = real
+        self.full = True
+        self.attempts = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: memoryview) -> int:
+        self.attempts += 1
+        if not self.full:
+            return self.real.write(data)  # type: ignore[attr-defined,no-any-return]
         self.real.write(data[: len(data) // 2])  # type: ignore[attr-defined]  # a torn frame...
         raise OSError(errno.ENOSPC, "No space left on device")  # ...then the error
 
@@ -145,25 +151,64 @@ class FullDisk:
         return getattr(self.real, name)
 
 
-def test_a_full_disk_stops_checkpointing_without_failing_the_run(
+def written(ck: RowCheckpoint) -> None:
+    """Wait until the frames handed to the background writer so far have been dealt with."""
+    ck._pool.submit(lambda: None).result()
+
+
+def test_a_full_disk_keeps_the_frames_and_writes_them_when_it_has_room_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    now = [0.0]
     rec = live_rows(100)
-    errors: list[str] = []
-    ck = RowCheckpoint(tmp_path / "s.rows", on_error=errors.append)
+    ck = RowCheckpoint(tmp_path / "s.rows", retry_s=3.0, clock=lambda: now[0])
     send(rec, range(50))
     answer(rec, range(50))
     ck.write(rec, 50, T0, T0 + 1.0)
-    ck.flush()  # the first frame is on disk
+    written(ck)  # the first frame is on disk
+    disk = FullDisk(ck._file)
+    monkeypatch.setattr(ck, "_file", disk)
+    send(rec, range(50, 80))
+    ck.write(rec, 80, T0, T0 + 2.0)  # fails: no exception, the run goes on
+    written(ck)
+    assert ck.error is not None and "No space left" in ck.error
+    got = read_shard_file(tmp_path / "s.rows")
+    assert got is not None and len(got.records) == 50  # cut back to the last whole frame: no torn one
+    now[0] = 1.0
+    answer(rec, range(50, 80))
+    ck.write(rec, 80, T0, T0 + 3.0)  # within the retry interval: kept, not tried
+    written(ck)
+    assert disk.attempts == 1
+    now[0] = 3.5
+    disk.full = False  # room again (another file was removed)
+    send(rec, range(80, 100))
+    answer(rec, range(80, 100))
+    ck.write(rec, 100, T0, T0 + 4.0, final=True)
+    ck.close()
+    assert "written again" in ck.error
+    got = read_shard_file(tmp_path / "s.rows")
+    assert got is not None and got.final and len(got.records) == 100  # nothing lost
+    assert (got.records.outcome == Outcome.OK).all()
+
+
+def test_a_disk_full_until_the_end_leaves_the_rows_up_to_it_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = live_rows(100)
+    ck = RowCheckpoint(tmp_path / "s.rows", retry_s=0.0)
+    send(rec, range(50))
+    answer(rec, range(50))
+    ck.write(rec, 50, T0, T0 + 1.0)
+    written(ck)
     monkeypatch.setattr(ck, "_file", FullDisk(ck._file))
     send(rec, range(50, 100))
     answer(rec, range(50, 100))
-    ck.write(rec, 100, T0, T0 + 2.0)  # no exception: the run goes on
+    ck.write(rec, 100, T0, T0 + 2.0)
     ck.write(rec, 100, T0, T0 + 3.0, final=True)
     ck.close()
-    assert ck.error is not None and "No space left" in ck.error and errors == [ck.error]
+    assert ck.error is not None and "could not be written" in ck.error
     got = read_shard_file(tmp_path / "s.rows")
-    assert got is not None and len(got.records) == 50  # everything up to the disk filling up, no torn frame
+    assert got is not None and len(got.records) == 50 and not got.final
     assert (got.records.outcome == Outcome.OK).all()
 
 

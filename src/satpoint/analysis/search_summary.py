@@ -41,10 +41,10 @@ def search_history(
     purpose = {s.index: s.purpose for s in results.segments}
     top = {s.index: max(st.target_rps for st in s.stages) for s in results.segments if s.stages}
     mine = {s.index for s in results.segments if s.repeat == repeat}
-    rechecks = [(i, m) for i, m in stages if i in mine and purpose.get(i) == RECHECK_PURPOSE]
+    rechecks = [(i, m) for i, m in stages if i in mine and purpose.get(i) == RECHECK_PURPOSE and not m.interrupted]
     out = []
     for i, m in stages:
-        if i not in mine:
+        if i not in mine or m.interrupted:  # cut short by the user: the search never decided on it
             continue
         p = purpose.get(i)
         if p in SEARCH_PURPOSES:
@@ -143,7 +143,9 @@ def find_fields(
     gen_limited = last is not None and last.verdict == Verdict.GENERATOR_LIMITED and decisions[-1] is None
     client_limited = last is not None and last.verdict == Verdict.CLIENT_LIMITED and decisions[-1] is None
     sat = b.stable_rps
-    overloaded = [m for _, m in stages if m.verdict not in (Verdict.STABLE, *LIMITED, Verdict.FAILING)]
+    overloaded = [
+        m for _, m in stages if m.verdict not in (Verdict.STABLE, *LIMITED, Verdict.FAILING, Verdict.INCOMPLETE)
+    ]
     max_tp = max((m.throughput_rps for m in overloaded), default=None)
     purpose = {s.index: s.purpose for s in results.segments}
     last_profile = max((i for i, p in purpose.items() if p == "profile"), default=None)
@@ -198,7 +200,7 @@ def find_fields(
         notes.append("no unstable stage was reached: the saturation point is above the highest rate tried")
     for m in profile:
         frac = m.target_rps / sat if sat else None
-        if m.verdict != Verdict.STABLE and frac is not None and frac <= 1.0 + 1e-9:
+        if m.verdict != Verdict.STABLE and not m.interrupted and frac is not None and frac <= 1.0 + 1e-9:
             notes.append(
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"

@@ -12,12 +12,15 @@ from satpoint.analysis.diagnosis import diagnose
 from satpoint.analysis.flamegraph import flamegraph_block
 from satpoint.analysis.hosts import hosts_summary, judge_hosts
 from satpoint.analysis.server_side import add_server_fields, observed_block
+from satpoint.analysis.shards import shard_judge
 from satpoint.analysis.target_lost import target_lost
 from satpoint.analysis.verdicts import Verdict, apply, judge_fd_limit
 from satpoint.config import VerdictRules
 from satpoint.endpoints.spec import INSECURE_WARNING
-from satpoint.metrics.results import Results, Segment
+from satpoint.metrics.records import Records
+from satpoint.metrics.results import RELOCATED_KEY, Results, Segment, relocation_warning
 from satpoint.metrics.stats import StageMetrics, intervals, stage_metrics
+from satpoint.plan import Stage, StageSpan
 from satpoint.redact import redact_url
 
 
@@ -30,7 +33,8 @@ def all_stage_metrics(results: Results, rules: VerdictRules | None = None) -> li
     rules = rules or rules_from(results)
     raw = [(seg, m) for seg in results.segments for m in raw_stage_metrics(seg)]
     rules = with_service_baseline(rules, [m for _, m in raw])
-    return [(seg.index, judge_hosts(_judged(m, seg, rules), _hosts(seg), rules)) for seg, m in raw]
+    shards = {seg.index: shard_judge(seg) for seg in results.segments}
+    return [(seg.index, shards[seg.index](judge_hosts(_judged(m, seg, rules), _hosts(seg), rules))) for seg, m in raw]
 
 
 def _judged(m: StageMetrics, seg: Segment, rules: VerdictRules) -> StageMetrics:
@@ -57,7 +61,8 @@ def with_service_baseline(rules: VerdictRules, stages: list[StageMetrics]) -> Ve
 
 
 def raw_stage_metrics(seg: Segment) -> list[StageMetrics]:
-    """Metrics (not yet judged) of each stage of a segment that has a steady window to judge."""
+    """Metrics (not yet judged) of each stage of a segment that has begun: a stage an interruption cut
+    short is summarised on what it measured (``cut_stage_metrics``); stages it never reached are left out."""
     last = _last_due(seg)
     out = []
     for sp in seg.spans:
@@ -65,21 +70,65 @@ def raw_stage_metrics(seg: Segment) -> list[StageMetrics]:
             if seg.stopped == "overload" and sp.start_s < last:
                 # stopped early as clearly overloaded: judge what was measured before the stop
                 out.append(stage_metrics(seg.records, sp, until_s=last))
-            continue  # a stage an interruption cut short has no full steady window
+            elif seg.interrupted and sp.start_s < last:
+                out.append(cut_stage_metrics(seg.records, sp, last))
+            continue
         out.append(stage_metrics(seg.records, sp))
     return out
+
+
+#: an interrupted stage gets a verdict when the steady window it measured lasts at least this long ...
+CUT_MIN_WINDOW_S = 2.0
+#: ... and holds at least this many requests; else its verdict is ``incomplete``
+CUT_MIN_REQUESTS = 50
+
+
+def cut_stage_metrics(rec: Records, sp: StageSpan, until_s: float) -> StageMetrics:
+    """A stage an interruption cut short at ``until_s`` (run clock), marked ``interrupted``.
+
+    Cut during its hold, it is measured as if its hold had been planned to end there (the steady window
+    starts after the same settle a hold of that length would have); it is judged when that window lasts
+    ``CUT_MIN_WINDOW_S`` and holds ``CUT_MIN_REQUESTS``, else it is ``incomplete``.  Cut during its ramp,
+    its figures are those of its last seconds and it is ``incomplete``."""
+    st = sp.stage
+    held = until_s - sp.hold_start_s
+    if held > 0:
+        short = StageSpan(sp.index, Stage(st.target_rps, st.ramp_s, held), sp.start_s, sp.hold_start_s, until_s)
+        m = stage_metrics(rec, short)
+        m.hold_s = st.hold_s
+    else:
+        m = stage_metrics(rec, sp, until_s=until_s)
+    m.interrupted = True
+    window = m.window_end_s - m.window_start_s
+    if held <= 0:
+        m.verdict, m.reasons = Verdict.INCOMPLETE, [f"interrupted during its ramp, {until_s - sp.start_s:.1f} s in"]
+    elif window < CUT_MIN_WINDOW_S or m.requests < CUT_MIN_REQUESTS:
+        m.verdict = Verdict.INCOMPLETE
+        m.reasons = [
+            f"interrupted {held:.1f} s into its hold: its steady window held {m.requests} requests over "
+            f"{window:.1f} s (a verdict needs {CUT_MIN_REQUESTS} over {CUT_MIN_WINDOW_S:g} s)"
+        ]
+    return m
 
 
 def segment_stage_metrics(seg: Segment, rules: VerdictRules) -> list[StageMetrics]:
     """Judged metrics of each stage of a segment that has a steady window to judge."""
     raw = raw_stage_metrics(seg)
     rules = with_service_baseline(rules, raw)
-    return [judge_hosts(_judged(m, seg, rules), _hosts(seg), rules) for m in raw]
+    shards = shard_judge(seg)
+    return [shards(judge_hosts(_judged(m, seg, rules), _hosts(seg), rules)) for m in raw]
 
 
 def _last_due(seg: Segment) -> float:
+    """Where the segment's rows end; for an interrupted one, where its first generator process to stop
+    stopped (processes stop a few milliseconds apart: every process has its rows up to there)."""
     rec = seg.records
-    return float(rec.intended[-1]) if len(rec) else 0.0
+    last = float(rec.intended[-1]) if len(rec) else 0.0
+    shards = seg.generator.get("shards")
+    if seg.interrupted and isinstance(shards, list):
+        ends = [s["last_due_s"] for s in shards if not s.get("lost") and isinstance(s.get("last_due_s"), (int, float))]
+        last = min([last, *ends])
+    return last
 
 
 def _round(x: Any) -> Any:
@@ -118,6 +167,9 @@ def build_summary(results: Results) -> dict[str, Any]:
         )
     if any(s.interrupted for s in results.segments):
         warnings.append("the run was interrupted: the results hold what was measured until then")
+    moved = h.get(RELOCATED_KEY)
+    if isinstance(moved, dict):
+        warnings.insert(0, relocation_warning(moved))
     for seg in results.segments:
         warnings.extend(seg.notes)
     lost = target_lost(results, [i for i, _ in stages])
@@ -164,6 +216,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         },
         "stages": stage_docs,
         "interrupted": any(s.interrupted for s in results.segments),
+        "relocated": moved if isinstance(moved, dict) else None,
         "target_lost": lost,
         "warnings": warnings,
         "observed": observed_block(results),

@@ -190,6 +190,9 @@ class StageResult(BaseModel):
     verdict: str
     reasons: list[str]
     retries: int = 0  # requests sent twice (the first attempt failed before any answer); 0 in older folders
+    #: the run was interrupted during this stage: its window ends where its rows end, and its verdict is
+    #: ``incomplete`` when that window was too short to judge
+    interrupted: bool = False
     #: requests due in the window that finished, followed past its end, per second of window (0 in older folders)
     due_finished_rps: float = 0.0
     #: standard error of ``latency_trend_ms_per_s`` (0 in older folders)
@@ -320,6 +323,16 @@ class Flamegraph(BaseModel):
     error: str | None = None  # why there is no flame graph (or what went wrong while recording)
 
 
+class Relocated(BaseModel):
+    """The results folder refused a write (a full disk, no permission): where the results went instead."""
+
+    model_config = _CONFIG
+    asked_dir: str  # the folder asked for (``--out``)
+    rescue_dir: str  # the folder in $TMPDIR the results went to: a complete results folder
+    error: str  # the write that failed and why
+    segments: list[int] = []  # the segments whose rows are in ``rescue_dir`` (the others are in ``asked_dir``)
+
+
 class RunSummary(BaseModel):
     """``summary.json`` of any run (``kind`` ``run``, or ``find`` with the fields of ``FindSummary``)."""
 
@@ -338,6 +351,8 @@ class RunSummary(BaseModel):
     stages: list[StageResult]
     interrupted: bool
     target_lost: TargetLost | None = None
+    #: the results could not be written to the folder asked for: where they are (None: where asked)
+    relocated: Relocated | None = None
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
     closed_loop: dict[str, Any] | None = None

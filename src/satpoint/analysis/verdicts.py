@@ -31,6 +31,8 @@ class Verdict(StrEnum):
     CLIENT_LIMITED = "client_limited"
     FAILING = "failing"
     SLO_VIOLATED = "slo_violated"
+    #: interrupted before its steady window held enough to judge (see ``analysis.summary.cut_stage_metrics``)
+    INCOMPLETE = "incomplete"
 
 
 def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
@@ -155,5 +157,6 @@ def judge_fd_limit(m: StageMetrics, generator: dict[str, Any], rules: VerdictRul
 
 
 def apply(m: StageMetrics, rules: VerdictRules) -> StageMetrics:
-    m.verdict, m.reasons = judge(m, rules)
+    if m.verdict != Verdict.INCOMPLETE:  # an interrupted stage too short to judge stays so
+        m.verdict, m.reasons = judge(m, rules)
     return m

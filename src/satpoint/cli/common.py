@@ -3,7 +3,9 @@
 Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
 started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
 unreadable payload); 3 an SLO threshold failed; 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results
-so far written).
+so far written).  A results folder that cannot be written (a full disk, no permission) or read (a damaged
+rows file) is one line and exit code 1; when it fails during a run, the results are in a rescue folder
+in ``$TMPDIR`` that the line names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -213,18 +216,31 @@ def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
         raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
         raise fail(str(e), secrets=secrets) from None
+    except OSError as e:  # a full disk, an unwritable --out (no permission, a read-only file system)
+        where = f" ({e.filename})" if e.filename else ""
+        raise fail(f"cannot write or read the results{where}: {e.strerror or e}", EXIT_FAILED, secrets) from None
+    except zipfile.BadZipFile as e:  # a rows file cut short (the disk filled up while it was written)
+        raise fail(f"a results file is damaged: {e}", EXIT_FAILED, secrets) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
 
 
 def exit_code(summary: RunSummary) -> int:
-    """Print the threshold lines; 130 if interrupted, 1 if the target stopped answering, 3 if a threshold
-    failed, else 0."""
+    """Print the threshold lines; 130 if interrupted, 1 if the target stopped answering or the results
+    could not be written where asked (they are in a rescue folder), 3 if a threshold failed, else 0."""
     for t in summary.thresholds:
         console.print(format_result(t.model_dump()), style="green" if t.passed else "bold red")
+    moved = summary.relocated
+    if moved is not None:  # measured, but not where asked: a job that collects --out must not pass
+        err_console.print(
+            f"[bold red]error:[/] the results could not be written to {escape(moved.asked_dir)} "
+            f"({escape(moved.error)}): they are in {escape(moved.rescue_dir)}"
+        )
     if summary.interrupted:
         return EXIT_INTERRUPTED
+    if moved is not None:
+        return EXIT_FAILED
     if summary.target_lost is not None:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED

@@ -74,6 +74,9 @@ class RunOutput:
     overloaded: bool = False  # stopped early because ``abort_when`` judged the server clearly overloaded
     max_inflight_per_proc: int | None = None  # the in-flight cap of each generator process
     t0_monotonic: float | None = None  # perf_counter() (CLOCK_MONOTONIC) of the run clock's origin
+    #: per generator process: its planned rows, the rows it reported or its checkpoint recovered, and
+    #: (when it died without reporting) why and until when its checkpoint holds rows (``shard_counts``)
+    shard_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def generator_cpu_s(self) -> float:
@@ -121,7 +124,6 @@ def run_shard(
     fd_limit = raise_fd_limit()
     build, asked, kept = _fit_to_fds(build, fd_limit)
     loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
     asyncio.set_event_loop(loop)
     ckpt: RowCheckpoint | None = None
     ckpt_error: str | None = None
@@ -305,6 +307,7 @@ def run_schedule(
             overloaded=overload.is_set(),
             max_inflight_per_proc=per_proc,
             t0_monotonic=t0,
+            shard_rows=[shard_count(0, len(due_s), rec)],
         )
 
     ctx = mp.get_context("spawn")
@@ -358,7 +361,10 @@ def run_schedule(
                     latest[k] = snap
             except queue.Empty:
                 pass
-            if len(latest) == procs:
+            # merge once every shard still running has reported: a dead one must not freeze the
+            # snapshots (and with them the overload rule)
+            running = {i for i, w in enumerate(workers) if i not in results and w.is_alive()}
+            if latest and running <= latest.keys():
                 snap_cb(merge(list(latest.values())))
                 latest.clear()
             try:
@@ -389,18 +395,25 @@ def run_schedule(
         if st is not None and st.checkpoint_error:
             notes.append(f"shard {k}: {st.checkpoint_error}")
     parts: list[Records] = []
-    for k, (got, _, _, _) in sorted(results.items()):
+    counts: list[dict[str, Any]] = []
+    for k, (got, _, _, err) in sorted(results.items()):
+        until_s: float | None = None
         if got is None and checkpoint is not None:
-            got = _recover(checkpoint, k, notes)
+            got, until_s = _recover(checkpoint, k, notes)
         if got is not None:
             parts.append(got)
+        planned = len(_shard_rows(due_s, k, procs))
+        lost = None if err is None and results[k][1] is not None else err or "no report"
+        counts.append(shard_count(k, planned, got, lost, until_s))
     stats_list = [s for k, (_, s, _, _) in sorted(results.items()) if s is not None]
     signalled_any = any(sig for (_, _, sig, _) in results.values())
     interrupted = user_stop.is_set() or signalled_any
     if not parts:
         if interrupted:  # stopped before any shard had a row to report
             empty = Records.empty(np.empty(0))
-            return RunOutput(empty, stats_list, started_unix, True, notes, overload.is_set(), per_proc)
+            return RunOutput(
+                empty, stats_list, started_unix, True, notes, overload.is_set(), per_proc, shard_rows=counts
+            )
         errors = [err for (_, _, _, err) in results.values() if err]
         if errors and all(e.startswith(("TargetConnectFailed", "ConnectionRefusedError")) for e in errors):
             raise TargetConnectFailed("every generator process failed to connect: " + "; ".join(notes))
@@ -416,20 +429,33 @@ def run_schedule(
         overloaded=overload.is_set(),
         max_inflight_per_proc=per_proc,
         t0_monotonic=t0,
+        shard_rows=counts,
     )
 
 
-def _recover(checkpoint: CheckpointSpec, shard: int, notes: list[str]) -> Records | None:
-    """The rows a dead shard checkpointed before it died."""
+def shard_count(
+    shard: int, planned: int, rows: Records | None, lost: str | None = None, until_s: float | None = None
+) -> dict[str, Any]:
+    """One generator process's rows, as ``generator.shards`` records them: ``planned`` (its share of the
+    schedule), ``rows`` (reported, or recovered from its checkpoint), ``last_due_s`` (the due time of its
+    last row: processes asked to stop stop a few milliseconds apart), ``lost`` (why it did not report,
+    None when it did) and ``until_s`` (run clock of its last checkpoint, when its rows were recovered)."""
+    n = len(rows) if rows is not None else 0
+    last = round(float(rows.intended[-1]), 6) if rows is not None and n else None
+    return {"shard": shard, "planned": planned, "rows": n, "last_due_s": last, "lost": lost, "until_s": until_s}
+
+
+def _recover(checkpoint: CheckpointSpec, shard: int, notes: list[str]) -> tuple[Records | None, float | None]:
+    """The rows a dead shard checkpointed before it died, and the run clock of its last checkpoint."""
     path = checkpoint.path(shard)
     try:
         got = read_shard_file(path) if path.exists() else None
     except OSError:
         got = None
     if got is None:
-        return None
+        return None, None
     notes.append(f"shard {shard}: {len(got.records)} rows recovered from its checkpoint (until {got.now_s:.1f} s)")
-    return got.records
+    return got.records, round(got.now_s, 3)
 
 
 class _Either:

@@ -23,17 +23,24 @@ by the crash is ignored.
 
 Building a frame happens on the event loop (a few vectorised numpy operations over the rows of the
 last interval); the write itself happens on a background thread, so a slow disk never stalls sending.
-A write error (a full disk) stops checkpointing for the rest of the segment and is reported once; the
-rows stay in memory and the run goes on.
+A write error (a full disk) loses nothing: the file is cut back to its last whole frame, the frames
+that could not be written are kept in memory (about 40 bytes per row, as many times as the row changed)
+and written again, all at once, every ``RETRY_S`` seconds until a write succeeds; the run goes on, and
+the error is reported once with when (and whether) the writes resumed.
+
+Durability: frames are written without ``fsync``.  A killed process (``kill -9``, the OOM killer) loses
+nothing the kernel accepted; a power loss may lose the last seconds of frames, or leave a frame cut
+short, which the reader ignores (with every frame after it).
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
 import struct
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +79,8 @@ _LAYOUTS = {_MAGIC: ROW, b"SPCK": ROW_V1}
 _FINAL = 1
 #: seconds between checkpoints while a segment runs
 INTERVAL_S = 1.0
+#: seconds between attempts to write again after a write failed (a full disk)
+RETRY_S = 3.0
 
 
 def shard_file(out_dir: Path, segment: int, shard: int) -> Path:
@@ -108,25 +117,29 @@ class RowCheckpoint:
     ``perf_counter`` values, ``t0`` is the run clock's origin) and ``due``, the number of leading rows
     that are due so far."""
 
-    def __init__(self, path: Path, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: Path, retry_s: float = RETRY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        # unbuffered: a failed write leaves no bytes in a buffer to be flushed later, behind our back
+        self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed in close()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="satpoint-checkpoint")
         self._lock = threading.Lock()
-        self._on_error = on_error
+        self._retry_s = retry_s
+        self._clock = clock
         self.error: str | None = None
+        self._unwritten: list[bytes] = []  # frames a failed write left to write again
+        self._retry_at = 0.0
+        self._failed_at: float | None = None  # clock() of the first failure
         self._good_size = 0
         self._due_written = 0  # rows [0, _due_written) were written at least once
         self._lo = 0  # every row below is written in its final state
         self._final = np.zeros(0, dtype=np.bool_)  # written in its final state (answered or given up)
         self._sent = np.zeros(0, dtype=np.bool_)  # written with its send time
-        self._pending: list[Future[None]] = []
         self.frames = 0
         self.rows_written = 0
 
     def write(self, rec: Records, due: int, t0: float, now: float, final: bool = False) -> None:
-        if self.error is not None or (due <= 0 and not final):
+        if due <= 0 and not final:
             return  # nothing due yet (the generator starts ahead of its clock): nothing to keep
         if len(self._final) < len(rec):
             grow = len(rec) - len(self._final)
@@ -161,33 +174,52 @@ class RowCheckpoint:
         header = _HEADER.pack(_MAGIC, _FINAL if final else 0, len(frame), now - t0, due)
         self.frames += 1
         self.rows_written += len(frame)
-        self._pending = [f for f in self._pending if not f.done()]
-        self._pending.append(self._pool.submit(self._append, header + frame.tobytes()))
+        self._pool.submit(self._append, header + frame.tobytes())
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes, force: bool = False) -> None:
         with self._lock:
-            if self.error is not None:
-                return
+            if data:
+                self._unwritten.append(data)
+            if not self._unwritten or (self._failed_at is not None and not force and self._clock() < self._retry_at):
+                return  # a write failed a moment ago: this frame waits for the next attempt
+            blob = b"".join(self._unwritten)
             try:
-                self._file.write(data)
-                self._file.flush()
-                self._good_size += len(data)
+                view = memoryview(blob)
+                while view:
+                    view = view[self._file.write(view) :]
             except OSError as e:
-                self.error = f"checkpoint {self.path.name}: {e.strerror or e}; rows are kept in memory"
-                with contextlib.suppress(OSError):  # leave no partial frame behind (readers stop there)
-                    self._file.truncate(self._good_size)
-                if self._on_error is not None:
-                    self._on_error(self.error)
+                self._failed(e)
+                return
+            self._good_size += len(blob)
+            self._unwritten.clear()
+            if self._failed_at is not None and self.error is not None:
+                self.error += f"; written again {self._clock() - self._failed_at:.0f} s later"
+                self._failed_at = None
 
-    def flush(self) -> None:
-        """Wait until every frame handed over so far is written (or failed)."""
-        for f in self._pending:
-            f.result()
-        self._pending.clear()
+    def _failed(self, e: OSError) -> None:
+        """A write failed: cut the file back to its last whole frame (readers stop at a torn one) and try
+        again in ``retry_s``; the first failure is the one reported."""
+        now = self._clock()
+        if self._failed_at is None:
+            self._failed_at = now
+            if self.error is None:
+                self.error = (
+                    f"checkpoint {self.path.name}: {e.strerror or e}; its frames are kept in memory and "
+                    f"written again every {self._retry_s:g} s"
+                )
+        self._retry_at = now + self._retry_s
+        try:
+            os.ftruncate(self._file.fileno(), self._good_size)
+            self._file.seek(self._good_size)
+        except OSError:
+            pass
 
     def close(self) -> None:
-        """Wait for pending writes and close the file."""
+        """Wait for pending writes, try once more to write what a failure left, and close the file."""
         self._pool.shutdown(wait=True)
+        self._append(b"", force=True)
+        if self._unwritten and self.error is not None:
+            self.error += "; the last frames could not be written (the rows are in memory)"
         try:
             self._file.close()
         except OSError as e:

@@ -12,15 +12,24 @@ While a segment runs, ``results.json`` describes it under ``running_segment`` an
 process appends its rows to a checkpoint file about once a second; when the segment ends its ``.npz``
 replaces them.  A folder whose run was cut off (``kill -9``, a crash, a full disk) still loads: the
 running segment is rebuilt from its checkpoints and marked interrupted.
+
+When the folder refuses a write (a full disk, no permission), nothing measured is dropped: the write and
+every later one go to a new folder in ``$TMPDIR`` (``Results.rescue_dir``), a complete results folder
+whose ``results.json`` names the segments the first folder kept by their absolute paths; the header's
+``relocated`` block says where and why, and the first folder's ``results.json`` is still updated when it
+can be.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import socket
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -53,6 +62,11 @@ class Segment:
     start_rps: float = 0.0  # the first ramp starts from this rate (a sequence continued from a previous one)
     stopped: str | None = None  # None (ran to the end), "interrupted" (user) or "overload" (clearly saturated)
     repeat: int = 0  # which of ``find --repeats`` searches measured it
+    saved_in: Path | None = None  # the folder of its rows file when not the results folder (see ``rescue``)
+
+    @property
+    def records_name(self) -> str:
+        return f"segment-{self.index:03d}.npz"
 
     @property
     def spans(self) -> list[StageSpan]:
@@ -79,7 +93,7 @@ class Segment:
             "stopped": self.stopped,
             "repeat": self.repeat,
             "notes": self.notes,
-            "records_file": f"segment-{self.index:03d}.npz",
+            "records_file": self.records_name,
             "requests": len(self.records),
         }
 
@@ -92,6 +106,8 @@ class Results:
     running: dict[str, Any] | None = None
     #: what the observer saw of the server (``server-samples.csv``, ``server-metrics.jsonl``), if anything
     observed: Observations | None = None
+    #: where every write goes once the results folder refused one (None: the results folder itself)
+    rescue_dir: Path | None = None
 
     @property
     def kind(self) -> str:
@@ -138,15 +154,74 @@ def new_header(config: RunConfig, target: dict[str, Any], created_unix: float) -
     }
 
 
-def write_header(out_dir: Path, results: Results) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+#: the header key that says the results moved to ``$TMPDIR`` (``asked_dir``, ``rescue_dir``, ``error``, ``segments``)
+RELOCATED_KEY = "relocated"
+
+
+def write_header(out_dir: Path, results: Results, rescue_ok: bool = True) -> None:
+    """Write ``results.json`` (to the rescue folder once there is one, and then to ``out_dir`` too when it
+    can be); a folder that refuses it moves the results to a rescue folder (``rescue``), unless
+    ``rescue_ok`` is False (the first header, before anything is measured: the error is raised)."""
+    if results.rescue_dir is None:
+        try:
+            _write_doc(out_dir, results, out_dir)
+            return
+        except OSError as e:
+            if not rescue_ok:
+                raise
+            rescue(out_dir, results, e, RESULTS_FILE)
+    assert results.rescue_dir is not None
+    _write_doc(results.rescue_dir, results, out_dir)
+    with contextlib.suppress(OSError):  # the first folder still points at everything, when it has room
+        _write_doc(out_dir, results, out_dir)
+
+
+def _write_doc(folder: Path, results: Results, home: Path) -> None:
+    """``results.json`` in ``folder``: rows files elsewhere than ``folder`` by their absolute path
+    (``home`` is the results folder, where segments without ``saved_in`` are)."""
+    folder.mkdir(parents=True, exist_ok=True)
     doc = dict(results.header)
-    doc["segments"] = [s.meta() for s in results.segments]
+    segments = []
+    for seg in results.segments:
+        meta = seg.meta()
+        where = seg.saved_in or home
+        if Path(os.path.abspath(where)) != Path(os.path.abspath(folder)):
+            meta["records_file"] = os.path.abspath(where / seg.records_name)
+        segments.append(meta)
+    doc["segments"] = segments
     if results.running is not None:
         doc["running_segment"] = results.running
-    tmp = out_dir / (RESULTS_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
-    tmp.replace(out_dir / RESULTS_FILE)
+    tmp = folder / (RESULTS_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2, default=str))
+        tmp.replace(folder / RESULTS_FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def rescue(out_dir: Path, results: Results, error: OSError, what: str) -> Path:
+    """Move the results' writes to a new folder in ``$TMPDIR`` (once; later calls return it), recording in
+    the header where and why."""
+    if results.rescue_dir is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"satpoint-{Path(os.path.abspath(out_dir)).name}-"))
+        results.rescue_dir = folder
+        results.header[RELOCATED_KEY] = {
+            "asked_dir": os.path.abspath(out_dir),
+            "rescue_dir": str(folder),
+            "error": f"{what}: {error.strerror or error}",
+            "segments": [],
+        }
+    return results.rescue_dir
+
+
+def relocation_warning(moved: dict[str, Any]) -> str:
+    """The line that says the results moved to a rescue folder (the header's ``relocated`` block)."""
+    return (
+        f"the results could not be written to {moved.get('asked_dir')} ({moved.get('error')}): they are in "
+        f"{moved.get('rescue_dir')}, a complete results folder (satpoint report {moved.get('rescue_dir')})"
+    )
 
 
 def start_segment(out_dir: Path, results: Results, seg: Segment) -> None:
@@ -162,10 +237,32 @@ def append_segment(out_dir: Path, results: Results, seg: Segment) -> None:
     results.segments.append(seg)
     if results.running is not None and results.running.get("index") == seg.index:
         results.running = None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out_dir / f"segment-{seg.index:03d}.npz", **seg.records.columns())  # type: ignore[arg-type,unused-ignore]
+    folder = results.rescue_dir or out_dir
+    try:
+        _save_rows(folder, seg)
+    except OSError as e:  # a full disk, no permission: the rows go to the rescue folder
+        if results.rescue_dir is not None:
+            raise
+        folder = rescue(out_dir, results, e, seg.records_name)
+        _save_rows(folder, seg)
+    if folder != out_dir:
+        seg.saved_in = folder
+        results.header[RELOCATED_KEY]["segments"].append(seg.index)
     write_header(out_dir, results)
-    remove_shard_files(out_dir, seg.index)
+    for where in {out_dir, folder}:  # the checkpoints it replaces (wherever they were written)
+        with contextlib.suppress(OSError):
+            remove_shard_files(where, seg.index)
+
+
+def _save_rows(folder: Path, seg: Segment) -> None:
+    path = folder / seg.records_name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **seg.records.columns())  # type: ignore[arg-type,unused-ignore]
+    except OSError:
+        with contextlib.suppress(OSError):  # no torn file left behind
+            path.unlink(missing_ok=True)
+        raise
 
 
 def abandon_segment(out_dir: Path, results: Results) -> None:
@@ -223,8 +320,12 @@ def load_results(out_dir: Path) -> Results:
     running = doc.pop("running_segment", None)
     results = Results(header=doc)
     for sd in seg_docs:
-        with np.load(out_dir / sd["records_file"]) as cols:
-            rec = Records.from_columns({k: cols[k] for k in cols.files})
+        path = out_dir / sd["records_file"]  # a segment saved elsewhere (``rescue``) is named by its absolute path
+        try:
+            with np.load(path) as cols:
+                rec = Records.from_columns({k: cols[k] for k in cols.files})
+        except (zipfile.BadZipFile, EOFError) as e:
+            raise zipfile.BadZipFile(f"{path} is damaged ({e}): it cannot be read") from None
         results.segments.append(_segment(sd, rec))
     if isinstance(running, dict):
         seg = recover_running(

@@ -84,6 +84,9 @@ class StageMetrics:
     #: requests due in the window that the transport sent a second time after their first attempt failed
     #: before any answer (``Records.retried``); their outcome and latency are those of the retry
     retries: int = 0
+    #: the run was interrupted during this stage: its window ends where the rows end (``incomplete``
+    #: when too little of it was measured to judge)
+    interrupted: bool = False
     #: requests due in the window that finished (any outcome, timeouts included), followed past the window's
     #: end until they finished, timed out or the run gave up on them, per second of window: the fate of the
     #: same requests ``offered_rps`` counts (``completed_rps`` counts completions *inside* the window, which

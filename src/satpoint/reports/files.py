@@ -82,6 +82,8 @@ def write_flamegraph(out_dir: Path, summary: dict[str, Any]) -> Path | None:
 
 
 def write_all(out_dir: Path, results: Results, html: bool = True) -> dict[str, Any]:
+    """Write every file of the folder: ``out_dir``, or the rescue folder once ``out_dir`` refused a write."""
+    out_dir = results.rescue_dir or out_dir
     summary = write_summary(out_dir, results)
     write_intervals(out_dir, results)
     write_flamegraph(out_dir, summary)

@@ -175,6 +175,9 @@ def stage_table(f: FolderData) -> str:
         reasons = s.get("reasons") or []
         errs = s.get("errors") or {}
         extra = [f"errors: {', '.join(f'{k}={v}' for k, v in sorted(errs.items()))}"] if errs else []
+        if s.get("interrupted"):
+            window = f"{s['window_start_s']:.1f}–{s['window_end_s']:.1f} s"
+            extra.append(f"interrupted: figures over what was measured ({window} on the segment's clock)")
         rows.append(
             [
                 str(i),
@@ -196,7 +199,7 @@ def stage_table(f: FolderData) -> str:
             ]
         )
     if not rows:
-        return '<p class="muted">no complete stage was recorded</p>'
+        return '<p class="muted">no stage was recorded</p>'
     return table(head, rows, "stages")
 
 

@@ -23,6 +23,7 @@ VERDICT_STYLE = {
     "generator_limited": "bold red",
     "failing": "red",
     "slo_violated": "magenta",
+    "incomplete": "dim",
 }
 
 
@@ -110,6 +111,7 @@ def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windo
     for i, s in enumerate(stages, start=1):
         lat, svc, lag = s["latency_ms"], s["service_ms"], s["send_lag_ms"]
         v = s["verdict"]
+        shown = f"{v} (interrupted)" if s.get("interrupted") and v != "incomplete" else v
         table.add_row(
             str(i),
             f"{s['target_rps']:g}",
@@ -123,7 +125,7 @@ def stage_table(stages: list[dict[str, Any]], title: str = "stages (steady windo
             _fmt_ms(svc["p99"]),
             _fmt_ms(lag["p99"]),
             f"{100 * s['late_fraction']:.1f}",
-            Text(v, style=VERDICT_STYLE.get(v, "")),
+            Text(shown, style=VERDICT_STYLE.get(v, "")),
         )
     return table
 
