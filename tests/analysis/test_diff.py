@@ -181,3 +181,23 @@ def test_two_points_of_one_sweep() -> None:
 def test_folders_of_different_kinds_are_refused() -> None:
     with pytest.raises(ValueError, match="different kinds"):
         diff_folders(Folder("a", "run", {}, {}), Folder("b", "find", {}, {}))
+
+
+def test_a_generator_limited_find_is_bracketed_where_the_server_itself_failed() -> None:
+    """find calls its answer a lower bound when the generator fell behind in any stage; a rate the server
+    itself could not hold still closes the range (its capacity is below it whatever the generator did)."""
+    notes = ("generator-limited: the generator fell behind before the server saturated",)
+    summary = find_summary([(248.4, 259.4), (248.4, 259.4)], notes=notes)
+    assert find_answers(summary) == [Answer(248.4, None), Answer(248.4, None)]
+    summary["stages"] = [
+        {"target_rps": 259.4, "verdict": "saturated"},
+        {"target_rps": 211.1, "verdict": "generator_limited"},
+    ]
+    assert find_answers(summary) == [Answer(248.4, 259.4), Answer(248.4, 259.4)]
+    # the unstable rate was the generator's own limit: nothing closes the range
+    summary["stages"] = [{"target_rps": 259.4, "verdict": "generator_limited"}]
+    assert find_answers(summary) == [Answer(248.4, None), Answer(248.4, None)]
+    # a search that lost its target stays open
+    summary["stages"] = [{"target_rps": 259.4, "verdict": "saturated"}]
+    summary["target_lost"] = {"message": "gone"}
+    assert all(a.unstable_rps is None for a in find_answers(summary))

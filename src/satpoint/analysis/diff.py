@@ -58,20 +58,42 @@ class Answer:
     unstable_rps: float | None
 
 
+#: stage verdicts that say the server itself could not hold a rate (not the generator or its connection cap)
+SERVER_LIMITS = ("saturated", "failing", "slo_violated")
+#: lower-bound reasons that are about the generator: a rate the server itself failed still closes the range
+_GENERATOR_REASONS = {"generator_limited", "client_limited"}
+
+
+def _server_failed_at(summary: Mapping[str, Any], rate: float) -> bool:
+    return any(
+        abs(float(st["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0) and st.get("verdict") in SERVER_LIMITS
+        for st in summary.get("stages") or []
+    )
+
+
 def find_answers(summary: Mapping[str, Any]) -> list[Answer]:
-    """A ``find`` summary's searches (each ``--repeats`` search, or the one search) that found an answer."""
-    open_ = bool(lower_bound_reasons(summary))
+    """A ``find`` summary's searches (each ``--repeats`` search, or the one search) that found an answer.
+
+    A search's range is open upwards when ``find`` calls its answer a lower bound (``lower_bound_reasons``),
+    except when the reason is the generator (it fell behind, or its connection cap was the limit, in some
+    stage) and the server itself could not hold the search's unstable rate (a stage there judged saturated,
+    failing or over the SLO): the capacity is then below that rate whatever the generator did elsewhere."""
+    reasons = set(lower_bound_reasons(summary))
+
+    def upper(u: Any) -> float | None:
+        if u is None or reasons - _GENERATOR_REASONS:
+            return None
+        if reasons and not _server_failed_at(summary, float(u)):
+            return None
+        return float(u)
+
     reps = [r for r in (summary.get("search") or {}).get("repeats") or [] if r.get("saturation_rps") is not None]
     if reps:
-        return [
-            Answer(float(r["saturation_rps"]), None if open_ or r.get("unstable_rps") is None else r["unstable_rps"])
-            for r in reps
-        ]
+        return [Answer(float(r["saturation_rps"]), upper(r.get("unstable_rps"))) for r in reps]
     sat = summary.get("saturation_rps")
     if sat is None:
         return []
-    unstable = summary.get("unstable_rps")
-    return [Answer(float(sat), None if open_ or unstable is None else float(unstable))]
+    return [Answer(float(sat), upper(summary.get("unstable_rps")))]
 
 
 def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
@@ -96,8 +118,11 @@ def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
 
 def saturation_diff(base: Side, new: Side, point: str, tolerance: float, reasons: Sequence[str] = ()) -> MetricDiff:
     caveat = ""
-    if reasons:
-        caveat = "lower bound: " + "; ".join(LOWER_BOUND_TEXT.get(r, r) for r in reasons)
+    why = "; ".join(LOWER_BOUND_TEXT.get(r, r) for r in reasons)
+    if reasons and (base.high is None or new.high is None):
+        caveat = f"lower bound: {why}"
+    elif reasons:
+        caveat = f"{why} in some stage, but the server itself could not hold the rate each range ends at"
     return metric_diff(
         "saturation_rps",
         point,
@@ -161,7 +186,7 @@ def diff_folders(
             )
         matched = match_rates(base.stages(), new.stages())
         for rate, b, n in matched:
-            metrics.extend(load_diffs(b, n, f"{rate:g} rps", tolerance, error_tolerance))
+            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance))
         if not matched:
             notes.append(
                 "no stage ran at the same offered rate on both sides: latency at equal load was not compared "
