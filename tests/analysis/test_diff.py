@@ -201,3 +201,13 @@ def test_a_generator_limited_find_is_bracketed_where_the_server_itself_failed() 
     summary["stages"] = [{"target_rps": 259.4, "verdict": "saturated"}]
     summary["target_lost"] = {"message": "gone"}
     assert all(a.unstable_rps is None for a in find_answers(summary))
+
+
+def test_a_sweep_written_before_repeats_were_recorded_compares_by_its_spread() -> None:
+    doc_in = sweep_doc([("p01", {"workers": 1}, [(100, 105)]), ("p02", {"workers": 2}, [(200, 210)])])
+    for row in doc_in["points"]:
+        del row["repeats"]
+        row["saturation_rps"] = {**row["saturation_rps"], "n": 2}
+    doc = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05)
+    (m,) = doc.metrics
+    assert m.verdict == "improvement" and m.base.n == 2 and m.base.low == 100 and m.base.high == 105

@@ -215,6 +215,11 @@ def sweep_point_side(row: Mapping[str, Any]) -> Side:
     ]
     side = saturation_side(answers, "measurement")
     b = row.get("bracket_rps")
+    sat = row.get("saturation_rps")
+    if not answers and sat:  # a sweep.json written before it recorded each measurement's answer
+        n = int(sat["n"])
+        detail = f"{n} measurement{'s' if n > 1 else ''}: median {sat['median']:.1f} rps"
+        side = Side(value=sat["median"], low=sat["min"], high=sat["max"], n=n, detail=detail)
     if b and side.value is not None:  # the sweep's own range (open when the point is a lower bound)
         side = side.model_copy(update={"low": b[0], "high": b[1]})
     return side

@@ -13,9 +13,9 @@ _STYLE = {"regression": "bold red", "improvement": "green", "no_change": "green"
 def print_diff(console: Console, doc: DiffDoc) -> None:
     console.print(
         f"[bold]satpoint diff[/] ({doc.compared}): base {escape(str(doc.base.get('dir')))}"
-        + (f" [{escape(str(doc.base['point']))}]" if doc.base.get("point") else "")
+        + (escape(f" [{doc.base['point']}]") if doc.base.get("point") else "")
         + f", new {escape(str(doc.new.get('dir')))}"
-        + (f" [{escape(str(doc.new['point']))}]" if doc.new.get("point") else "")
+        + (escape(f" [{doc.new['point']}]") if doc.new.get("point") else "")
         + f", tolerance {doc.tolerance * 100:.3g} %"
     )
     for m in doc.metrics:
