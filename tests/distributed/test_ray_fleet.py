@@ -177,7 +177,8 @@ def test_a_search_runs_every_segment_on_its_hosts_and_replaces_an_actor_killed_b
     assert any("generator host 1 did not answer before this segment" in n and "a new actor replaced it" in n
                for n in segments[1].notes), segments[1].notes  # fmt: skip
     assert not any(n for seg in segments[2:] for n in seg.notes if "did not answer" in n)
-    assert all(st.verdict != "generator_limited" for st in result.summary.stages), result.summary.stages
+    # no stage is judged on a missing host's share (a loaded machine may still make one fall behind)
+    assert not [r for st in result.summary.stages for r in st.reasons if "lost" in r or "are missing" in r]
     assert result.summary.saturation_rps is not None
     assert result.summary.generator.ray is not None and result.summary.generator.ray.segments == len(segments)
     assert exit_code(result.summary) == 0  # what the CLI exits with

@@ -142,6 +142,7 @@ class HostWorker:
         if self._thread is not None:
             raise RuntimeError("this host is running a shard already")
         self._job, self._rows = job, host_rows(job, index)
+        remove_stale_shard_dirs()  # here, not at the start: it may take a while
         self._stop.clear()
         self._latest, self._out, self._error, self._t0 = None, None, None, None
         rows = self._rows
@@ -161,7 +162,6 @@ class HostWorker:
         margin = start_wall_s - self._wall()
         t0 = time.perf_counter() + margin
         self._t0 = t0
-        remove_stale_shard_dirs()
         self._tmp = tempfile.TemporaryDirectory(prefix=f"{SHARD_DIR_PREFIX}{os.getpid()}-")
         checkpoint = CheckpointSpec(Path(self._tmp.name), 0)
 
