@@ -10,7 +10,7 @@ import pytest
 from junitparser import Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
-from satpoint import SCHEMA_VERSION, __version__
+from satpoint import SCHEMA_VERSION, __version__, api
 from satpoint.analysis.diff_verdict import DiffDoc
 from satpoint.cli.diff_cmd import baseline_gate
 from satpoint.cli.main import app
@@ -152,3 +152,21 @@ def test_calibrate_counts_false_alarms_of_an_a_a_pair(folders: tuple[Path, Path,
     assert cal["quiet_tolerance_by_metric"]["latency_p50_ms"] == pytest.approx(p50.gap, abs=1e-4)
     assert cal["quiet_tolerance"] >= p50.gap - 1e-4
     assert any("false alarm" in n for n in doc.notes)
+
+
+def test_error_rate_matches_the_summary_and_a_rise_is_a_regression(tmp_path: Path) -> None:
+    base = run_folder(tmp_path / "base", 10.0, seed=0)
+    new = run_folder(tmp_path / "errors", 10.0, seed=1)
+    rec = Records.from_columns(dict(np.load(new / "segment-000.npz")))
+    failed = np.arange(0, len(rec), 20)  # every 20th request answered 503: 5 %
+    rec.outcome[failed] = Outcome.HTTP_ERROR
+    rec.status[failed] = 503
+    rec.outcome[np.arange(7, len(rec), 50)] = Outcome.UNFINISHED  # neither an answer nor an error: in the count
+    np.savez(new / "segment-000.npz", **rec.columns())
+    r = CliRunner().invoke(app, ["diff", str(base), str(new)])
+    assert r.exit_code == 3, r.output
+    doc = DiffDoc.model_validate(json.loads((new / "diff.json").read_text()))
+    err = next(m for m in doc.metrics if m.metric == "error_rate")
+    assert err.verdict == "regression" and err.absolute
+    assert err.new.value == pytest.approx(0.05, abs=0.002)
+    assert err.new.value == pytest.approx(api.load(new).summary.stages[0].error_rate, abs=1e-6)
