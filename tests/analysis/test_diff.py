@@ -16,8 +16,9 @@ from satpoint.analysis.diff import (
     saturation_side,
     sweep_points_diff,
 )
-from satpoint.analysis.diff_rows import block_bootstrap
+from satpoint.analysis.diff_rows import StageRows, block_bootstrap, load_diffs, stage_rows
 from satpoint.analysis.diff_verdict import Side, judge
+from satpoint.metrics.records import Outcome, Records
 
 
 def side(value: float, low: float, high: float | None, n: int = 3) -> Side:
@@ -211,3 +212,29 @@ def test_a_sweep_written_before_repeats_were_recorded_compares_by_its_spread() -
     doc = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05)
     (m,) = doc.metrics
     assert m.verdict == "improvement" and m.base.n == 2 and m.base.low == 100 and m.base.high == 105
+
+
+def stage_of(latency_ms: float, seed: int, rate: float = 100.0, seconds: int = 8) -> StageRows:
+    rng = np.random.default_rng(seed)
+    n = int(rate * seconds)
+    rec = Records.empty(np.arange(n) / rate)
+    rec.sent[:] = rec.intended
+    rec.done[:] = rec.sent + latency_ms / 1000 * (1 + 0.01 * rng.standard_normal(n))
+    rec.outcome[:] = Outcome.OK
+    stage = {"target_rps": rate, "verdict": "stable", "throughput_rps": rate, "window_start_s": 0.0,
+             "window_end_s": float(seconds)}  # fmt: skip
+    return stage_rows(rec, stage)
+
+
+def test_several_stages_per_side_span_the_noise_between_them() -> None:
+    """Each stage's interval is the noise within it; stages at the same rate that disagree (a busier machine
+    in one of them) widen the side's range, so the disagreement is not taken for a change."""
+    base = [stage_of(10.0, 1), stage_of(11.0, 2)]
+    new = [stage_of(10.0, 3), stage_of(11.4, 4)]
+    p50 = next(m for m in load_diffs(base, new, "100 rps", 0.05, 0.005) if m.metric == "latency_p50_ms")
+    assert p50.base.low is not None and p50.base.high is not None
+    assert p50.base.low <= 10.0 * 1.002 and p50.base.high >= 11.0 * 0.998
+    assert p50.verdict == "no_change"
+    # one stage each: the interval is the noise within a run only, and a 10 % gap is a change
+    one = next(m for m in load_diffs(base[:1], new[1:], "100 rps", 0.05, 0.005) if m.metric == "latency_p50_ms")
+    assert one.verdict == "regression" and one.single

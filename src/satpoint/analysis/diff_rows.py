@@ -134,6 +134,10 @@ def _rows_side(stages: Sequence[StageRows], field: str, stat: Callable[[F64], fl
     value = stat(values) * scale
     if ci is None:
         return Side(value=round(value, 6), low=None, high=None, n=n, blocks=blocks, detail=detail + ": too few")
+    # several stages (measurements) at this rate: the range also spans each stage's own figure, so the
+    # noise between measurements counts, not only the noise within them
+    own = [stat(v) for st in stages if len(v := getattr(st, field))]
+    ci = (min(ci[0], *own), max(ci[1], *own)) if len(own) > 1 else ci
     return Side(
         value=round(value, 6), low=round(ci[0] * scale, 6), high=round(ci[1] * scale, 6), n=n, blocks=blocks,
         detail=detail,
@@ -150,10 +154,10 @@ def _throughput_side(stages: Sequence[StageRows], seed: int) -> Side:
         return Side(value=round(value, 3), low=None, high=None, n=n, blocks=len(groups), detail=detail + ": too few")
     # the interval of the per-second rate, centred on the stage's own figure (completions in its window)
     mean = statistics.fmean(float(g[0]) for g in groups)
-    return Side(
-        value=round(value, 3), low=round(ci[0] - mean + value, 3), high=round(ci[1] - mean + value, 3), n=n,
-        blocks=len(groups), detail=detail,
-    )  # fmt: skip
+    low, high = ci[0] - mean + value, ci[1] - mean + value
+    if n > 1:  # and each stage's own figure (the noise between measurements)
+        low, high = min(low, *(st.throughput_rps for st in stages)), max(high, *(st.throughput_rps for st in stages))
+    return Side(value=round(value, 3), low=round(low, 3), high=round(high, 3), n=n, blocks=len(groups), detail=detail)
 
 
 def _percentile(q: float) -> Callable[[F64], float]:
