@@ -36,8 +36,11 @@ def side(value: float, low: float, high: float | None, n: int = 3) -> Side:
         (side(300, 200, 400), side(240, 150, 350), "higher", "inconclusive"),
         # apart, but by less than the tolerance, and a small change: not a regression
         (side(300, 298, 302), side(291, 289, 293), "higher", "no_change"),
-        # apart by less than the tolerance, with a change beyond it: inconclusive
-        (side(300, 290, 330), side(270, 250, 288), "higher", "inconclusive"),
+        # apart, however little, with a change beyond the tolerance: the change is real and it matters
+        (side(300, 290, 330), side(270, 250, 288), "higher", "regression"),
+        (side(300, 295, 308), side(329, 322, 336), "higher", "improvement"),
+        # the medians moved beyond the tolerance, but the ranges overlap: more measurements would decide
+        (side(300, 290, 330), side(270, 250, 295), "higher", "inconclusive"),
         # latency: lower is better
         (side(10, 9.8, 10.2), side(12, 11.8, 12.2), "lower", "regression"),
         (side(12, 11.8, 12.2), side(10, 9.8, 10.2), "lower", "improvement"),
@@ -81,8 +84,9 @@ def test_saturation_300_vs_255_with_repeats_is_a_regression() -> None:
     m = sat_verdict(base, new)
     assert m.verdict == "regression"
     assert m.base.n == m.new.n == 3
-    assert m.base.low == 297 and m.base.high == 309 and m.base.value == 300
-    assert m.change == pytest.approx(255 / 300 - 1)
+    # the range: lowest answer to highest unstable rate; the value: the median of the brackets' middles
+    assert m.base.low == 297 and m.base.high == 309 and m.base.value == 303
+    assert m.new.value == 257.5 and m.change == pytest.approx(257.5 / 303 - 1)
     assert "3 searches" in m.text and "tolerance 5 %" in m.text
     assert "one measurement each" not in m.text
     assert sat_verdict(base, find_summary([(330, 336), (327, 333), (333, 339)])).verdict == "improvement"

@@ -97,8 +97,9 @@ def find_answers(summary: Mapping[str, Any]) -> list[Answer]:
 
 
 def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
-    """Each answer with its bracket: median of the answers, range from the lowest answer to the highest
-    unstable rate (open when any search never found one)."""
+    """Each answer with its bracket.  The range runs from the lowest answer to the highest unstable rate
+    (open when any search never found one); the central value is the median of the brackets' middles (a
+    search says the capacity lies between its answer and its unstable rate; an open one: its answer)."""
     if not answers:
         return Side(value=None, low=None, high=None, n=0, detail=f"no {what} found a saturation point")
     sats = [a.saturation_rps for a in answers]
@@ -107,8 +108,9 @@ def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
         f"{a.saturation_rps:.1f}–{'∞' if a.unstable_rps is None else f'{a.unstable_rps:.1f}'}" for a in answers
     )
     n = len(answers)
+    mids = [a.saturation_rps if a.unstable_rps is None else (a.saturation_rps + a.unstable_rps) / 2 for a in answers]
     return Side(
-        value=round(statistics.median(sats), 3),
+        value=round(statistics.median(mids), 3),
         low=round(min(sats), 3),
         high=None if high is None else round(high, 3),
         n=n,

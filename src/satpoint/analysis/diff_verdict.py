@@ -1,13 +1,13 @@
 """``satpoint diff``'s verdict on one metric: two ranges, a tolerance, one rule (``judge``), and the
 typed ``diff.json`` (``DiffDoc``).
 
-- the ranges are apart by more than the tolerance (the gap between them, relative to the base's value;
-  in absolute terms for the error rate): ``regression`` or ``improvement``, whichever way the new side
-  moved;
-- else, when the change of the central values is within the tolerance: ``no_change`` (the ranges overlap,
-  or are apart by less than the tolerance);
+- the ranges do not overlap (the difference is beyond the measured noise, the sweep's tie rule) **and** the
+  change of the central values is larger than the tolerance: ``regression`` or ``improvement``, whichever
+  way the new side moved;
+- else, when the change is within the tolerance: ``no_change`` (the ranges overlap, or they do not and the
+  difference is real but smaller than the change that matters);
 - else: ``inconclusive`` (overlapping ranges with a change larger than the tolerance, or a lower bound
-  whose range is open upwards): never reported as ``no_change``.
+  whose range is open upwards and reaches the other side): never reported as ``no_change``.
 """
 
 from __future__ import annotations
@@ -116,16 +116,18 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
         gap, moved = (new.low - b_hi) / scale, "up"
     else:
         gap, moved = 0.0, ""
-    if gap > tolerance:
-        worse = (moved == "down") == (better == "higher")
-        return Judgement("regression" if worse else "improvement", change, gap, "the ranges are apart by more")
     open_range = base.high is None or new.high is None
+    agrees = (moved == "down" and change < 0) or (moved == "up" and change > 0)
+    if moved and agrees and abs(change) > tolerance:
+        worse = (moved == "down") == (better == "higher")
+        why = "the ranges do not overlap (beyond the noise) and the change is larger"
+        return Judgement("regression" if worse else "improvement", change, gap, why)
     if open_range:
         why = "a lower bound's range is open upwards (its capacity was not reached): no change can be ruled out"
         return Judgement("inconclusive", change, gap, why)
     if abs(change) <= tolerance:
-        how = "overlap" if gap == 0 else "are apart by less than the tolerance"
-        return Judgement("no_change", change, gap, f"the ranges {how} and the change is within")
+        how = "the ranges overlap" if not moved else "the ranges do not overlap (a real difference)"
+        return Judgement("no_change", change, gap, f"{how}, but the change is within")
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
