@@ -13,8 +13,10 @@ the stated precision.  Two phases a person can follow:
 3. **Confirmation** (when ``confirm_margin`` is set): the answer S is checked by holding the per-replica
    target S x (1 - margin) from idle, for longer.  If that stage is not stable, it is the new lowest
    unstable rate and the refinement continues below it: the search never reports a saturation point
-   that its own measurements contradict.  Stable profile stages at or below the target count as
-   measurements too, and unstable ones send the search further down the same way.
+   that its own measurements contradict.  The stages of the answer's profile (up to 100 %) count as
+   measurements too: stable ones as they are, and one that is not stable with the verdict of the same
+   rate measured again alone from idle (``saturation``'s recheck), which, when not stable either, sends
+   the search further down the same way.
 
 A stage whose generator fell behind, or whose requests waited for the generator's own connections
 while the server answered at low-load speed (``client_limited``), says nothing about the server: it is
