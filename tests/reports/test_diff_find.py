@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,17 @@ def test_the_same_capacity_twice_is_not_a_regression(finds: dict[str, Path]) -> 
     sat = next(m for m in doc.metrics if m.metric == "saturation_rps")
     assert sat.verdict == "no_change"
     assert not doc.regressed
+
+
+def test_a_baseline_with_an_older_summary_json_compares_from_its_rows(finds: dict[str, Path], tmp_path: Path) -> None:
+    """The diff recomputes each side's summary from its rows (as ``satpoint report`` does): a baseline whose
+    summary.json has an older layout (fewer fields), or none, is compared all the same."""
+    old = tmp_path / "old-baseline"
+    shutil.copytree(finds["base"], old)
+    (old / "summary.json").write_text(json.dumps({"schema_version": 1, "kind": "find", "saturation_rps": 1.0}))
+    code, doc = diff_doc(old, finds["slower"])
+    assert code == 3
+    sat = next(m for m in doc.metrics if m.metric == "saturation_rps")
+    assert sat.verdict == "regression" and sat.base.value is not None and sat.base.value > 250
+    (old / "summary.json").unlink()
+    assert diff_doc(old, finds["slower"])[0] == 3
