@@ -177,11 +177,10 @@ def run_on_hosts(
                 for st in states:
                     _stop(st, pool)
             if stop_sent_at is not None and wall() > stop_sent_at + RESULT_GRACE_S:
-                for st in states:
-                    if st.lost is None and st.report is None:
+                for st in states:  # a host handing its rows over has its own bound (rows_timeout_s)
+                    if st.lost is None and st.report is None and not st.finished:
                         lose(st, f"no rows {RESULT_GRACE_S:g} s after it was asked to stop")
                         st.handle.abandon()
-                break
             _poll(states, pool, lose, poll_lost_s, rows_timeout_s)
             snaps = [st.snap for st in states if st.snap is not None and st.lost is None]
             if snaps and (on_snapshot is not None or abort_when is not None):
