@@ -1,15 +1,22 @@
-"""End-to-end: a token passed with --header (and credentials in the URL) appear nowhere in the results
-folder or in what satpoint prints, yet reach the server."""
+"""End-to-end: a token passed with --header (and credentials in the URL, a metrics URL's query, a
+--reconfigure command, the embedded server's --env) appear nowhere in the results folder, in what
+satpoint prints or in the argv of any process it starts, yet reach the server."""
 
 from __future__ import annotations
 
 import base64
+import http.server
+import json
 import socket
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from satpoint.endpoints.prepare import prepare
@@ -109,3 +116,163 @@ def test_the_secrets_still_go_on_the_wire(protocol: str) -> None:
         assert ("authorization", f"Basic {basic}") in prepared.builder.metadata
         assert ("x-api-key", API_KEY) in prepared.builder.metadata
         assert ("authorization", f"Bearer {TOKEN}") in with_bearer.builder.metadata
+
+
+# -- every command: no file, no line of output, no child's argv ---------------------------------------------
+METRICS_TOKEN = "mt-TEST-SECRET-321"
+ENV_TOKEN = "hf-TEST-SECRET-654"
+ALL_SECRETS = [*SECRETS, METRICS_TOKEN, ENV_TOKEN]
+#: one short search: a sim of 4 slots x 10 ms (400 rps), stages of about two seconds
+SHORT_FIND = [
+    "--precision", "0.5", "--ramp", "0.5", "--min-hold", "1", "--max-hold", "1.5", "--min-requests", "100",
+]  # fmt: skip
+
+
+@dataclass
+class Ran:
+    name: str
+    returncode: int
+    stdout: str
+    stderr: str
+    argvs: list[list[str]] = field(default_factory=list)  # every descendant's argv seen while it ran
+
+
+def satpoint_watched(name: str, *args: str | Path, timeout: float = 150) -> Ran:
+    """Run satpoint and read the argv of every process it starts, every 20 ms, until it exits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "satpoint", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    seen: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                children = root.children(recursive=True)
+            except psutil.Error:
+                return
+            for child in children:
+                try:
+                    argv = child.cmdline()
+                except psutil.Error:
+                    continue
+                if argv:
+                    seen.setdefault((child.pid, tuple(argv)), argv)
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        watcher.join(5)
+    return Ran(name, proc.returncode, out, err, list(seen.values()))
+
+
+@pytest.fixture(scope="module")
+def metrics_url() -> Iterator[str]:
+    """A Prometheus endpoint behind a query token (it answers only with the token)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = f"token={METRICS_TOKEN}" in self.path
+            body = b"model_infer_request_success_total 1\n" if ok else b"forbidden\n"
+            self.send_response(200 if ok else 403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics?token={METRICS_TOKEN}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _assert_nowhere(runs: list[Ran], folders: list[Path]) -> None:
+    for secret in ALL_SECRETS:
+        for r in runs:
+            assert secret not in r.stdout and secret not in r.stderr, f"{secret} printed by {r.name}"
+            for argv in r.argvs:
+                assert secret not in " ".join(argv), f"{secret} in the argv of a process of {r.name}: {argv}"
+        for folder in folders:
+            for name, data in _contents(folder):
+                assert secret.encode() not in data, f"{secret} written to {name}"
+
+
+def test_find_sweep_and_compare_write_print_and_pass_no_secret(tmp_path: Path, metrics_url: str) -> None:
+    """find (a metrics URL with a token), sweep (remote, a --reconfigure that echoes the token) and compare,
+    against one sim; the embedded MLServer's --env in test_the_embedded_servers_env_values_stay_private."""
+    headers = [a for h in HEADERS for a in ("--header", h)]
+    out = {name: tmp_path / name for name in ("find", "sweep", "compare")}
+    with SimServer(slots=4, service_ms=10) as sim:
+        url = _url("rest", sim.port)
+        found = satpoint_watched(
+            "find", "find", "--url", url, "--model", "sim", *headers, "--metrics-url", metrics_url,
+            "--start-rps", "100", "--max-rps", "250", "--budget-s", "16", "--no-profile", "--no-confirm", *SHORT_FIND,
+            "--out", out["find"],
+        )  # fmt: skip
+        reconfigure = f"echo applying replicas={{replicas}} with --token={TOKEN}; sleep 0.5"
+        swept = satpoint_watched(
+            "sweep", "sweep", "--server", "remote", "--url", url, "--model", "sim", *headers,
+            "--metrics-url", metrics_url, "--set", "replicas=1", "--reconfigure", reconfigure,
+            "--remeasure-top", "0", "--find-budget-s", "12", *SHORT_FIND, "--out", out["sweep"],
+        )  # fmt: skip
+        resumed = satpoint_watched("resume", "sweep", "--resume", out["sweep"], *headers)
+        compared = satpoint_watched(
+            "compare", "compare", "--url", url, "--model", "sim", *headers, "--protocols", "rest",
+            "--budget-s", "12", *SHORT_FIND, "--out", out["compare"],
+        )  # fmt: skip
+        reported = satpoint_watched("report", "report", out["find"])
+    runs = [found, swept, resumed, compared, reported]
+    for r in (found, swept, compared, reported):
+        assert r.returncode == 0, f"{r.name}: {r.stderr[-3000:]}{r.stdout[-3000:]}"
+    # resuming it shows the recorded command redacted, asks for what was not written, and runs nothing
+    assert resumed.returncode == 2 and "give --url again" in resumed.stderr, resumed.stderr + resumed.stdout
+    assert f"as recorded: {reconfigure.replace(TOKEN, '***')}" in resumed.stdout
+    assert not resumed.argvs
+    _assert_nowhere(runs, list(out.values()))
+    # what was watched really ran, and its argv was read: the observer, the reconfigure command's shell
+    assert any("satpoint.observe.agent" in " ".join(a) for a in found.argvs), found.argvs
+    assert any("SATPOINT_RECONFIGURE" in " ".join(a) for a in swept.argvs), swept.argvs
+    assert any(a[:1] == ["sleep"] for a in swept.argvs), swept.argvs
+    # ...and what was kept: the command with its placeholder, its output redacted, the URLs' shapes
+    doc = json.loads((out["sweep"] / "sweep.json").read_text())
+    (m,) = doc["measurements"]
+    assert m["status"] == "done", m
+    assert m["reconfigure"]["command"] == "echo applying replicas=1 with --token=***; sleep 0.5"
+    assert m["reconfigure"]["output"].strip() == "applying replicas=1 with --token=***"
+    server = doc["config"]["server"]
+    assert server["url"].startswith(f"http://{USER}:***@") and server["metrics_urls"] == [
+        metrics_url.replace(METRICS_TOKEN, "***")
+    ]
+    scrapes = (out["find"] / "server-metrics.jsonl").read_text().splitlines()
+    assert scrapes and all(json.loads(line)["error"] is None for line in scrapes)  # the token reached it
+
+
+def test_the_embedded_servers_env_values_stay_private(tmp_path: Path) -> None:
+    """The embedded MLServer gets --env's values in its environment; results, sweep.json, the output and the
+    argv of every process show the secret one's name only."""
+    out = tmp_path / "sweep"
+    swept = satpoint_watched(
+        "sweep", "sweep", "--set", "workers=1", "--env", f"HF_TOKEN={ENV_TOKEN}", "--env", "OMP_NUM_THREADS=1",
+        "--remeasure-top", "0", "--find-budget-s", "15", *SHORT_FIND, "--out", out,
+        timeout=240,
+    )  # fmt: skip
+    assert swept.returncode == 0, swept.stderr[-3000:] + swept.stdout[-3000:]
+    _assert_nowhere([swept], [out])
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["config"]["server"]["env"] == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
+    (m,) = doc["measurements"]
+    assert m["server"]["settings"]["env"] == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
+    assert any("mlserver" in " ".join(a) for a in swept.argvs), swept.argvs
