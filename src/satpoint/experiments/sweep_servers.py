@@ -143,14 +143,14 @@ class BaseServer:
                     raise ValueError(f"--resume: {opt} {redact_url(value)} is not the sweep's ({stored})")
                 given[key] = value
             elif stored is not None and REDACTED in stored:
-                raise ValueError(f"--resume: the sweep's {opt} was recorded with its credentials hidden: give {opt} again")
+                raise ValueError(f"--resume: the sweep's {opt} was recorded with credentials hidden: give {opt} again")
         if metrics_urls:
             shown = [redact_url(u) for u in metrics_urls]
             if shown != list(self.metrics_urls):
                 raise ValueError(f"--resume: --metrics-url {', '.join(shown)} are not the sweep's")
             given["metrics_urls"] = tuple(metrics_urls)
         elif any(REDACTED in u for u in self.metrics_urls):
-            raise ValueError("--resume: the sweep's --metrics-url were recorded with credentials hidden: give them again")
+            raise ValueError("--resume: the sweep's --metrics-url were recorded with credentials hidden: give them")
         new_env = dict(self.env)
         for k, v in env:
             if k not in new_env:
