@@ -26,32 +26,35 @@ def side(value: float, low: float, high: float | None, n: int = 3) -> Side:
 
 
 @pytest.mark.parametrize(
-    ("base", "new", "better", "verdict"),
+    ("base", "new", "better", "strict", "verdict"),
     [
-        # capacity: higher is better
-        (side(300, 295, 310), side(255, 250, 262), "higher", "regression"),
-        (side(300, 295, 310), side(330, 326, 340), "higher", "improvement"),
-        (side(300, 295, 310), side(302, 296, 311), "higher", "no_change"),
+        # capacity (search brackets, strict=False): higher is better
+        (side(300, 295, 310), side(255, 250, 262), "higher", False, "regression"),
+        (side(300, 295, 310), side(330, 326, 340), "higher", False, "improvement"),
+        (side(300, 295, 310), side(302, 296, 311), "higher", False, "no_change"),
         # overlapping ranges with a change beyond the tolerance: never no_change
-        (side(300, 200, 400), side(240, 150, 350), "higher", "inconclusive"),
+        (side(300, 200, 400), side(240, 150, 350), "higher", False, "inconclusive"),
         # apart, but by less than the tolerance, and a small change: not a regression
-        (side(300, 298, 302), side(291, 289, 293), "higher", "no_change"),
-        # apart, however little, with a change beyond the tolerance: the change is real and it matters
-        (side(300, 290, 330), side(270, 250, 288), "higher", "regression"),
-        (side(300, 295, 308), side(329, 322, 336), "higher", "improvement"),
+        (side(300, 298, 302), side(291, 289, 293), "higher", False, "no_change"),
+        # brackets apart, however little, with a change beyond the tolerance: the change is real and it matters
+        (side(300, 290, 330), side(270, 250, 288), "higher", False, "regression"),
+        (side(301.9, 295.4, 308.4), side(329.2, 322.1, 336.4), "higher", False, "improvement"),
+        # sampled figures (strict): the same ranges must be apart by more than the tolerance
+        (side(300, 290, 330), side(270, 250, 288), "higher", True, "inconclusive"),
+        (side(12.8, 11.9, 13.7), side(13.9, 13.9, 15.7), "lower", True, "inconclusive"),
         # the medians moved beyond the tolerance, but the ranges overlap: more measurements would decide
-        (side(300, 290, 330), side(270, 250, 295), "higher", "inconclusive"),
+        (side(300, 290, 330), side(270, 250, 295), "higher", False, "inconclusive"),
         # latency: lower is better
-        (side(10, 9.8, 10.2), side(12, 11.8, 12.2), "lower", "regression"),
-        (side(12, 11.8, 12.2), side(10, 9.8, 10.2), "lower", "improvement"),
+        (side(10, 9.8, 10.2), side(12, 11.8, 12.2), "lower", True, "regression"),
+        (side(12, 11.8, 12.2), side(10, 9.8, 10.2), "lower", True, "improvement"),
         # a lower bound (open upwards) overlapping: nothing ruled out
-        (side(300, 295, None), side(298, 290, 310), "higher", "inconclusive"),
+        (side(300, 295, None), side(298, 290, 310), "higher", False, "inconclusive"),
         # a new lower bound far above the base's range is an improvement all the same
-        (side(300, 295, 310), side(400, 390, None), "higher", "improvement"),
+        (side(300, 295, 310), side(400, 390, None), "higher", False, "improvement"),
     ],
 )
-def test_judge_rule(base: Side, new: Side, better: Any, verdict: str) -> None:
-    assert judge(base, new, 0.05, better).verdict == verdict
+def test_judge_rule(base: Side, new: Side, better: Any, strict: bool, verdict: str) -> None:
+    assert judge(base, new, 0.05, better, strict=strict).verdict == verdict
 
 
 def test_judge_absolute_error_rate() -> None:

@@ -42,6 +42,10 @@ def test_a_lower_capacity_is_a_saturation_regression(finds: dict[str, Path]) -> 
     assert sat.single and "rests on one measurement each" in sat.text
     # the staircase from the same start rate: the stages at 100 and 200 rps are compared at equal load
     assert {m.point for m in doc.metrics if m.metric == "latency_p50_ms"} >= {"100 rps", "200 rps"}
+    # a rate only the base held (the slower server saturated there) is the saturation verdict's business
+    compared = {m.point for m in doc.metrics if m.metric != "saturation_rps"}
+    one_sided = [n for n in doc.notes if "held by the base side only" in n]
+    assert one_sided and all(n.split(" rps")[0] + " rps" not in compared for n in one_sided)
 
 
 def test_the_same_capacity_twice_is_not_a_regression(finds: dict[str, Path]) -> None:

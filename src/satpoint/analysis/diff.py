@@ -135,6 +135,7 @@ def saturation_diff(base: Side, new: Side, point: str, tolerance: float, reasons
         tolerance,
         "search brackets: from each answer up to the next rate found unstable",
         caveat=caveat,
+        strict=False,
     )
 
 
@@ -186,12 +187,14 @@ def diff_folders(
                     reasons,
                 )
             )
-        matched = match_rates(base.stages(), new.stages())
+        matched, rate_notes = match_rates(base.stages(), new.stages(), stable_only=base.kind == "find")
+        notes.extend(rate_notes)
         for rate, b, n in matched:
             metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance))
         if not matched:
             notes.append(
-                "no stage ran at the same offered rate on both sides: latency at equal load was not compared "
+                "no stage ran at the same offered rate on both sides (for find: held stably by both): latency at "
+                "equal load was not compared "
                 "(run both with the same --stage rates, or sweep with --at-rps)"
             )
         notes.extend(_interrupted_notes(base, new))

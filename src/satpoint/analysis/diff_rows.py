@@ -183,11 +183,13 @@ def load_diffs(
     base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, error_tolerance: float
 ) -> list[MetricDiff]:
     """Latency, service time, error rate and throughput of two sets of stages at the same offered rate."""
-    verdicts = f"stage verdicts: base {', '.join(s.verdict for s in base)}; new {', '.join(s.verdict for s in new)}"
-    unstable = any(s.verdict != "stable" for s in (*base, *new))
-    caveat = verdicts + (
-        " (a stage that is not stable is not stationary: its interval is too narrow)" if unstable else ""
-    )
+    unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
+    caveat = ""
+    if unstable:
+        caveat = (
+            f"stage verdicts: base {', '.join(s.verdict for s in base)}; new {', '.join(s.verdict for s in new)} "
+            "(a stage that is not stable is not stationary: its interval is too narrow)"
+        )
     out = []
     for i, (metric, field, stat, scale, unit) in enumerate(_ROW_METRICS):
         is_err = metric == "error_rate"
@@ -202,21 +204,39 @@ def load_diffs(
 
 
 def match_rates(
-    base: Sequence[StageRows], new: Sequence[StageRows]
-) -> list[tuple[float, list[StageRows], list[StageRows]]]:
-    """Groups of stages at the same target rate on both sides (within ``RATE_MATCH``), rising; a rate is
-    kept when at least one side held it stably (latency of two overloaded stages depends on their length)."""
+    base: Sequence[StageRows], new: Sequence[StageRows], stable_only: bool = False
+) -> tuple[list[tuple[float, list[StageRows], list[StageRows]]], list[str]]:
+    """Groups of stages at the same target rate on both sides (within ``RATE_MATCH``), rising, and notes.
+
+    A rate is kept when at least one side held it stably (the latency of two overloaded stages depends on
+    their length): a ``run`` whose new version no longer holds a rate the base held shows it as a latency
+    regression there.  ``stable_only`` (``find``): only stable stages count and a rate must be held by both
+    sides; a rate only one side held is named in the notes, since the saturation point's verdict judges it
+    (a capacity 3 % lower is no regression at a 5 % tolerance, but it fails a rate just above it)."""
     rates: list[float] = []
     for st in sorted(base, key=lambda s: s.target_rps):
         if not any(_same(st.target_rps, r) for r in rates):
             rates.append(st.target_rps)
-    out = []
+    out, notes = [], []
     for r in rates:
         b = [s for s in base if _same(s.target_rps, r)]
         n = [s for s in new if _same(s.target_rps, r)]
-        if b and n and any(s.verdict == "stable" for s in (*b, *n)):
+        if not b or not n or not any(s.verdict == "stable" for s in (*b, *n)):
+            continue
+        if not stable_only:
             out.append((r, b, n))
-    return out
+            continue
+        bs, ns = [s for s in b if s.verdict == "stable"], [s for s in n if s.verdict == "stable"]
+        if bs and ns:
+            out.append((r, bs, ns))
+        else:
+            held, lost = ("base", "new") if bs else ("new", "base")
+            notes.append(
+                f"{r:.4g} rps: held by the {held} side only (the {lost} side's stages there: "
+                f"{', '.join(s.verdict for s in (n if bs else b))}); latency there is not compared, the "
+                "saturation point's verdict judges it"
+            )
+    return out, notes
 
 
 def _same(a: float, b: float) -> bool:

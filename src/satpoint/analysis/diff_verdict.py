@@ -1,9 +1,11 @@
 """``satpoint diff``'s verdict on one metric: two ranges, a tolerance, one rule (``judge``), and the
 typed ``diff.json`` (``DiffDoc``).
 
-- the ranges do not overlap (the difference is beyond the measured noise, the sweep's tie rule) **and** the
-  change of the central values is larger than the tolerance: ``regression`` or ``improvement``, whichever
-  way the new side moved;
+- sampled figures (latency, service time, error rate, throughput: bootstrap intervals, many of them at
+  once): the ranges are apart by more than the tolerance; search brackets (the saturation point, whose range
+  is the search's resolution, not sampling noise): the ranges do not overlap (the sweep's tie rule) and the
+  change of the central values is larger than the tolerance.  Then ``regression`` or ``improvement``,
+  whichever way the new side moved;
 - else, when the change is within the tolerance: ``no_change`` (the ranges overlap, or they do not and the
   difference is real but smaller than the change that matters);
 - else: ``inconclusive`` (overlapping ranges with a change larger than the tolerance, or a lower bound
@@ -58,6 +60,9 @@ class MetricDiff(BaseModel):
     gap: float | None  # how far apart the ranges are (0: they overlap), same scale as ``change``
     tolerance: float
     absolute: bool  # change, gap and tolerance in the metric's units (error_rate), else relative
+    #: the rule: True = the ranges must be apart by more than the tolerance (sampled figures: latency, error
+    #: rate, throughput); False = apart at all, with a change beyond the tolerance (search brackets)
+    strict: bool = True
     single: bool  # one measurement on each side
     method: str
     text: str
@@ -100,8 +105,11 @@ class Judgement:
     why: str
 
 
-def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: bool = False) -> Judgement:
-    """The verdict on two ranges (see the module's docstring)."""
+def judge(
+    base: Side, new: Side, tolerance: float, better: Better, absolute: bool = False, strict: bool = True
+) -> Judgement:
+    """The verdict on two ranges (see the module's docstring); ``strict``: the ranges must be apart by more
+    than the tolerance, else only apart (with a change beyond the tolerance)."""
     if base.value is None or new.value is None or base.low is None or new.low is None:
         return Judgement("inconclusive", None, None, "a side has no figure")
     scale = 1.0 if absolute else base.value
@@ -118,9 +126,9 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
         gap, moved = 0.0, ""
     open_range = base.high is None or new.high is None
     agrees = (moved == "down" and change < 0) or (moved == "up" and change > 0)
-    if moved and agrees and abs(change) > tolerance:
+    if moved and agrees and abs(change) > tolerance and (gap > tolerance or not strict):
         worse = (moved == "down") == (better == "higher")
-        why = "the ranges do not overlap (beyond the noise) and the change is larger"
+        why = "the ranges are apart by more" if strict else "the ranges do not overlap and the change is larger"
         return Judgement("regression" if worse else "improvement", change, gap, why)
     if open_range:
         why = "a lower bound's range is open upwards (its capacity was not reached): no change can be ruled out"
@@ -128,6 +136,8 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
     if abs(change) <= tolerance:
         how = "the ranges overlap" if not moved else "the ranges do not overlap (a real difference)"
         return Judgement("no_change", change, gap, f"{how}, but the change is within")
+    if moved and strict:
+        return Judgement("inconclusive", change, gap, "the ranges are apart, but by less than")
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
@@ -163,9 +173,10 @@ def metric_diff(
     method: str,
     absolute: bool = False,
     caveat: str = "",
+    strict: bool = True,
 ) -> MetricDiff:
     """Judge one metric and say why in plain words."""
-    j = judge(base, new, tolerance, better, absolute)
+    j = judge(base, new, tolerance, better, absolute, strict)
     single = base.n == 1 and new.n == 1
     tol = f"{tolerance * 100:.2g} percentage points" if absolute else f"{tolerance * 100:.2g} %"
     parts = [
@@ -201,6 +212,7 @@ def metric_diff(
         gap=None if j.gap is None else round(j.gap, 6),
         tolerance=tolerance,
         absolute=absolute,
+        strict=strict,
         single=single,
         method=method,
         text="; ".join(parts),
@@ -252,9 +264,9 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
         "false_alarm_rate": round(len(alarms) / n, 4) if n else None,
         "inconclusive": sum(m.verdict == "inconclusive" for m in doc.metrics),
         # a tolerance above the widest gap would have called no false alarm on this pair (relative metrics)
-        "quiet_tolerance": round(max((m.gap or 0.0 for m in relative), default=0.0), 4),
+        "quiet_tolerance": round(max((_alarm_at(m) for m in relative), default=0.0), 4),
         "quiet_tolerance_by_metric": {
-            name: round(max(m.gap or 0.0 for m in relative if m.metric == name), 4)
+            name: round(max(_alarm_at(m) for m in relative if m.metric == name), 4)
             for name in dict.fromkeys(m.metric for m in relative)
         },
     }
@@ -263,3 +275,10 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
         f"{doc.tolerance:.1%}; any tolerance above {cal['quiet_tolerance']:.1%} would have called none here"
     )
     return doc.model_copy(update={"calibration": cal, "notes": [*doc.notes, note]})
+
+
+def _alarm_at(m: MetricDiff) -> float:
+    """The largest tolerance at which ``m`` would still be called a change (0: at none)."""
+    if m.strict:
+        return min(m.gap or 0.0, abs(m.change or 0.0))
+    return abs(m.change or 0.0) if m.gap else 0.0
