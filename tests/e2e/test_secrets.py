@@ -266,7 +266,7 @@ def test_the_embedded_servers_env_values_stay_private(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     swept = satpoint_watched(
         "sweep", "sweep", "--set", "workers=1", "--env", f"HF_TOKEN={ENV_TOKEN}", "--env", "OMP_NUM_THREADS=1",
-        "--remeasure-top", "0", "--find-budget-s", "15", *SHORT_FIND, "--out", out,
+        "--remeasure-top", "0", "--find-budget-s", "25", *SHORT_FIND, "--out", out,
         timeout=240,
     )  # fmt: skip
     assert swept.returncode == 0, swept.stderr[-3000:] + swept.stdout[-3000:]
