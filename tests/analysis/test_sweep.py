@@ -19,7 +19,7 @@ from satpoint.analysis.sweep import (
     remeasure_plan,
 )
 from satpoint.analysis.sweep_space import grid, parse_set, placeholders
-from satpoint.experiments.sweep_servers import render_command
+from satpoint.experiments.reconfigure import render_command
 
 # -- knobs and grid -------------------------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ import pytest
 
 from satpoint.errors import SatpointError
 from satpoint.experiments import sweep as sweep_mod
+from satpoint.experiments.reconfigure import run_reconfigure
 from satpoint.experiments.sweep import SweepConfig, run_sweep
-from satpoint.experiments.sweep_servers import BaseServer, run_reconfigure
+from satpoint.experiments.sweep_servers import BaseServer
 
 
 def test_an_oserror_or_runtimeerror_fails_one_measurement_not_the_sweep(

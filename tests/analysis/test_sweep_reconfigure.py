@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from satpoint.analysis.sweep_space import parse_set, placeholders
-from satpoint.experiments.sweep_servers import BaseServer, render_command, run_reconfigure
+from satpoint.experiments.reconfigure import render_command, run_reconfigure
+from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.redact import REDACTED
 
 README = Path(__file__).resolve().parents[2] / "README.md"
