@@ -1,0 +1,120 @@
+"""A sweep's configuration: the grid, the server it runs on, the search per measurement, repeats and
+objective, validated before anything starts and written to (and read back from) ``sweep.json``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from satpoint.analysis.sweep import OBJECTIVES, Objective
+from satpoint.analysis.sweep_space import SERVER_KINDS, Point, check_triton_point, grid, parse_set
+from satpoint.analysis.thresholds import parse_slo
+from satpoint.config import FindOptions, LoadOptions
+from satpoint.endpoints.spec import Target
+from satpoint.experiments.sweep_servers import BaseServer
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A sweep: the grid (``sets``), the server it runs on, and how each point is measured and judged."""
+
+    sets: tuple[str, ...]
+    server: BaseServer = field(default_factory=BaseServer)
+    repeats: int = 1
+    remeasure_top: int = 3
+    objective: Objective = "saturation"
+    at_rps: float | None = None
+    slo: tuple[str, ...] = ()
+    max_error_rate: float = 0.01
+    budget_s: float | None = None
+    find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.1, profile=False, budget_s=240.0))
+    load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
+
+    def points(self) -> list[Point]:
+        return grid(parse_set(self.sets, self.server.kind, self.server.reconfigure))
+
+    def validate(self) -> SweepConfig:
+        if self.server.kind not in SERVER_KINDS:
+            raise ValueError(f"server kind {self.server.kind!r}: choose one of {', '.join(SERVER_KINDS)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r}: choose one of {', '.join(OBJECTIVES)}")
+        if self.objective == "p99" and self.at_rps is None:
+            raise ValueError("the p99 objective compares points at one rate: give --at-rps")
+        if self.objective == "slo" and not self.slo:
+            raise ValueError("the slo objective needs --slo, e.g. --slo p99<50ms")
+        if self.at_rps is not None and self.at_rps <= 0:
+            raise ValueError("--at-rps must be > 0")
+        if self.repeats < 1 or self.remeasure_top < 0:
+            raise ValueError("repeats must be >= 1 and --remeasure-top >= 0")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ValueError("--budget-s must be > 0")
+        if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
+            raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
+        if self.server.kind == "remote" and self.server.model is None:
+            raise ValueError("a remote sweep needs --model")
+        if self.server.has_tls_options:
+            self._validate_tls()
+        parse_slo(list(self.slo))
+        self.find.validate()
+        self.load.validate()
+        points = self.points()
+        if self.server.kind != "remote":
+            have = len(os.sched_getaffinity(0))
+            too_many = sorted({int(n) for p in points if (n := p.values.get("server_cpus")) and int(n) > have})
+            if too_many:
+                raise ValueError(f"server_cpus={too_many[0]}: satpoint may use {have} CPUs on this machine")
+        if self.server.kind in ("triton", "remote"):
+            for p in points:
+                base_mbs = self.server.max_batch_size if self.server.kind == "triton" else None
+                check_triton_point({"batch": self.server.batch, **p.values}, base_mbs)
+        if self.server.kind == "remote":
+            protos = {p.values.get("protocol", self.server.protocol) for p in points}
+            if "grpc" in protos and self.server.grpc_url is None:
+                raise ValueError("protocol=grpc on a remote server needs --grpc-url")
+            if "rest" in protos and self.server.url is None:
+                raise ValueError("protocol=rest on a remote server needs --url")
+        return self
+
+    def _validate_tls(self) -> None:
+        """TLS options describe a remote server's https:// or grpcs:// URL, and name files that exist."""
+        tls_urls = [u for u in (self.server.url, self.server.grpc_url) if u and self.server.tls_fields(u)]
+        if self.server.kind != "remote" or not tls_urls:
+            raise ValueError("--ca-cert/--insecure/--client-cert/--client-key need an https:// or grpcs:// URL")
+        for u in tls_urls:
+            Target(u, self.server.model or "", **self.server.tls_fields(u)).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.find
+        return {
+            "sets": list(self.sets),
+            "server": self.server.to_dict(),
+            "repeats": self.repeats,
+            "remeasure_top": self.remeasure_top,
+            "objective": self.objective,
+            "at_rps": self.at_rps,
+            "slo": list(self.slo),
+            "max_error_rate": self.max_error_rate,
+            "budget_s": self.budget_s,
+            "find": {k: getattr(f, k) for k in f.__dataclass_fields__},
+            "load": self.load.describe(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> SweepConfig:
+        """The configuration ``sweep.json`` recorded (header values are not recorded: pass them again)."""
+        fkw = {k: v for k, v in (d.get("find") or {}).items() if k in FindOptions.__dataclass_fields__}
+        return cls(
+            sets=tuple(d["sets"]),
+            server=BaseServer.from_dict(d.get("server") or {}, headers),
+            repeats=int(d.get("repeats", 1)),
+            remeasure_top=int(d.get("remeasure_top", 3)),
+            objective=d.get("objective", "saturation"),
+            at_rps=d.get("at_rps"),
+            slo=tuple(d.get("slo") or ()),
+            max_error_rate=float(d.get("max_error_rate", 0.01)),
+            budget_s=d.get("budget_s"),
+            find=FindOptions(**fkw),
+            load=LoadOptions.from_dict(dict(d.get("load") or {})),
+        )
