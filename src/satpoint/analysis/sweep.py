@@ -1,6 +1,7 @@
 """A sweep's figures: pure functions of its measurements (each one a ``find`` summary).
 
-- ``measurement_figures``: what one measurement (one ``find`` on a freshly started server) contributes.
+- ``measurement_figures`` (``analysis.sweep_measurement``): what one measurement (one ``find`` on a
+  freshly started server) contributes.
 - ``aggregate``: per point, every figure as median with its range over the measurements, the
   saturation per server core, and how far n workers get relative to one worker × cores.
 - ``best``: the best point per objective; the winner is named only when its measured range is
@@ -17,6 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from satpoint.analysis.sweep_measurement import LOWER_BOUND_TEXT as LOWER_BOUND_TEXT
+from satpoint.analysis.sweep_measurement import OPERATING_FRACTION as OPERATING_FRACTION
+from satpoint.analysis.sweep_measurement import lower_bound_reasons as lower_bound_reasons
+from satpoint.analysis.sweep_measurement import measurement_figures as measurement_figures
+from satpoint.analysis.sweep_measurement import rounded
+
 Objective = Literal["saturation", "per_core", "p99", "slo"]
 OBJECTIVES: tuple[Objective, ...] = ("saturation", "per_core", "p99", "slo")
 OBJECTIVE_TEXT: dict[Objective, str] = {
@@ -25,147 +32,6 @@ OBJECTIVE_TEXT: dict[Objective, str] = {
     "p99": "lowest p99 latency at the chosen rate (--at-rps)",
     "slo": "highest saturation point meeting the latency objective (--slo)",
 }
-#: the operating point every point's latency is compared at: the per-replica autoscaling target
-OPERATING_FRACTION = 0.85
-#: the lowest stable stage counts as "low load" when it is at most this fraction of the saturation point
-LOW_LOAD_FRACTION = 0.5
-_RATE_TOLERANCE = 0.03  # a latency_at entry within 3 % of the asked rate is that rate's measurement
-
-
-def _round(x: float | None, nd: int = 3) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
-def _latency_point(rps: float | None, latency: Mapping[str, Any] | None, verdict: str | None) -> dict[str, Any]:
-    latency = latency or {}
-    return {"rps": _round(rps), "p50_ms": latency.get("p50"), "p99_ms": latency.get("p99"), "verdict": verdict}
-
-
-def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None) -> dict[str, Any]:
-    """The figures one measurement (a ``find`` summary.json) gives a sweep."""
-    stages: list[Mapping[str, Any]] = list(summary.get("stages") or [])
-    stable = [s for s in stages if s.get("verdict") == "stable"]
-    low = min(stable, key=lambda s: float(s["target_rps"]), default=None)
-    sat = summary.get("saturation_rps")
-    if low is not None and sat and float(low["target_rps"]) > LOW_LOAD_FRACTION * float(sat):
-        low = None  # a search seeded near its answer has no low-load stage
-    conf = (summary.get("search") or {}).get("confirmation") or {}
-    op: dict[str, Any] = _latency_point(None, None, None)
-    held: list[Mapping[str, Any]] = []
-    if conf.get("rate_rps"):
-        rate = float(conf["rate_rps"])
-        held = [s for s in stages if abs(float(s["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0)]
-        if held:
-            st = held[-1]
-            op = _latency_point(st["offered_rps"], st.get("latency_ms"), st.get("verdict"))
-    if op["rps"] is None:  # no confirmation hold: the profile's stage nearest 85 %, if any
-        prof = [x for x in summary.get("latency_at") or [] if x.get("fraction")]
-        near = min(prof, key=lambda x: abs(float(x["fraction"]) - OPERATING_FRACTION), default=None)
-        if near is not None and abs(float(near["fraction"]) - OPERATING_FRACTION) <= 0.06:
-            op = _latency_point(near["offered_rps"], near.get("latency_ms"), near.get("verdict"))
-    at: dict[str, Any] | None = None
-    if at_rps is not None:
-        at = _latency_point(None, None, None)
-        cands = [
-            x
-            for x in summary.get("latency_at") or []
-            if abs(float(x["offered_rps"]) - at_rps) <= _RATE_TOLERANCE * at_rps
-        ]
-        if cands:
-            x = cands[-1]
-            at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"))
-    gen = summary.get("generator") or {}
-    reasons = lower_bound_reasons(summary)
-    at_sat = [s for s in stable if sat is not None and abs(float(s["target_rps"]) - float(sat)) <= 1e-3 * float(sat)]
-    op_stage = held[-1] if conf.get("rate_rps") and held else None
-    return {
-        "saturation_rps": summary.get("saturation_rps"),
-        "unstable_rps": summary.get("unstable_rps"),
-        "max_throughput_rps": summary.get("max_throughput_rps"),
-        "precision_achieved": summary.get("precision_achieved"),
-        "low_load": _latency_point(low["offered_rps"], low.get("latency_ms"), "stable") if low else None,
-        "at_operating_point": op,
-        "at_rps": at,
-        "generator_cpu_us_per_request": gen.get("cpu_us_per_request"),
-        # the capacity is at least the saturation point, and how far above it is unknown (see lower_bound_reasons)
-        "lower_bound": bool(reasons),
-        "lower_bound_reasons": reasons,
-        "server_at_saturation": _server_figures(at_sat[-1] if at_sat else None),
-        "server_at_operating_point": _server_figures(op_stage),
-        # Triton's statistics (when read): at the saturation point, and in the first unstable stage above it
-        "triton_at_saturation": triton_figures(at_sat[-1] if at_sat else None),
-        "triton_above_saturation": triton_figures(_first_above(stages, sat)),
-        "rss_mb_max": max(
-            (float(m) for st in stages if (m := ((st.get("server") or {}).get("rss_mb") or {}).get("max"))),
-            default=None,
-        ),
-        "diagnosis": [d.get("kind") for d in summary.get("diagnosis") or []],
-        "interrupted": bool(summary.get("interrupted")),
-        "target_lost": summary.get("target_lost") is not None,
-        "stages": len(stages),
-    }
-
-
-#: why a measurement's saturation point is only a lower bound of the capacity, in words
-LOWER_BOUND_TEXT: dict[str, str] = {
-    "generator_limited": "the generator fell behind",
-    "client_limited": "the generator's connection cap (--max-inflight) was the limit",
-    "budget": "the search's budget ran out before any rate overloaded the server",
-    "max_rps": "the search reached its highest rate (max_rps) without overloading the server",
-    "target_lost": "the target stopped answering during the search",
-}
-
-
-def lower_bound_reasons(summary: Mapping[str, Any]) -> list[str]:
-    """Why a ``find`` summary's saturation point is only a lower bound (keys of ``LOWER_BOUND_TEXT``):
-    the search stopped on the generator's or its connection cap's limit, lost the target, or never
-    measured a rate the server could not hold (budget, max_rps).  Empty: the capacity was bracketed (or
-    there is no saturation point at all).  A search cut by its budget after it had found an unstable rate
-    is bracketed, only less precisely: its range runs up to that rate like any other."""
-    if summary.get("saturation_rps") is None:
-        return []
-    notes = list(summary.get("find_notes") or [])
-    out = []
-    if any(n.startswith("generator-limited") for n in notes):
-        out.append("generator_limited")
-    if any(n.startswith("client-limited") for n in notes):
-        out.append("client_limited")
-    if summary.get("target_lost") is not None:
-        out.append("target_lost")
-    elif not out and summary.get("unstable_rps") is None:
-        finished = (summary.get("search") or {}).get("finished", True)
-        out.append("max_rps" if finished else "budget")
-    return out
-
-
-def triton_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What Triton's statistics say of a stage: the batch size achieved, queue and compute ms per request."""
-    met = next((m for m in (stage or {}).get("server_metrics") or [] if m.get("source") == "triton_stats"), None)
-    if met is None:
-        return None
-    keys = ("batch_size", "queue_ms", "compute_infer_ms", "compute_ms", "executions", "inferences", "window")
-    return {k: met.get(k) for k in keys}
-
-
-def _server_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What the server's process tree used in a stage (``satpoint.observe``), if it was watched."""
-    srv = (stage or {}).get("server")
-    if not srv:
-        return None
-    return {
-        "rps": stage.get("offered_rps") if stage else None,
-        "cpu_cores": (srv.get("cpu_cores") or {}).get("mean"),
-        "allowed_cores": srv.get("allowed_cores"),
-        "cpu_us_per_request": srv.get("cpu_us_per_request"),
-        "cpu_us_per_inference": srv.get("cpu_us_per_inference"),
-    }
-
-
-def _first_above(stages: Sequence[Mapping[str, Any]], sat: Any) -> Mapping[str, Any] | None:
-    if sat is None:
-        return None
-    above = [s for s in stages if float(s["target_rps"]) > float(sat) * (1 + 1e-3) and s.get("verdict") != "stable"]
-    return min(above, key=lambda s: float(s["target_rps"]), default=None)
 
 
 def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
@@ -173,7 +39,7 @@ def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
     xs = [float(v) for v in values if v is not None]
     if not xs:
         return None
-    return {"median": _round(statistics.median(xs)), "min": _round(min(xs)), "max": _round(max(xs)), "n": len(xs)}
+    return {"median": rounded(statistics.median(xs)), "min": rounded(min(xs)), "max": rounded(max(xs)), "n": len(xs)}
 
 
 @dataclass(frozen=True)
@@ -190,9 +56,9 @@ class PointInput:
 
 def _scaled(s: Mapping[str, Any], factor: float) -> dict[str, Any]:
     return {
-        "median": _round(s["median"] * factor),
-        "min": _round(s["min"] * factor),
-        "max": _round(s["max"] * factor),
+        "median": rounded(s["median"] * factor),
+        "min": rounded(s["min"] * factor),
+        "max": rounded(s["max"] * factor),
         "n": s["n"],
     }
 
@@ -212,7 +78,7 @@ def aggregate(p: PointInput) -> dict[str, Any]:
     highs = [m.get("unstable_rps") for m in answered]
     bracket: list[float | None] | None = None
     if sat and answered:
-        top = None if any(h is None for h in highs) else _round(max(float(h) for h in highs if h is not None))
+        top = None if any(h is None for h in highs) else rounded(max(float(h) for h in highs if h is not None))
         bracket = [sat["min"], top]
     per_core = None
     if sat and p.server_cores:
@@ -327,7 +193,7 @@ def add_scaling(rows: list[dict[str, Any]], workers_use_cores: bool = True) -> N
             "vs_one_worker": round(ratio, 3),
             "ideal": ideal,
             "efficiency": round(ratio / ideal, 3) if ideal else None,
-            "one_worker_x_cores_rps": _round(one["saturation_rps"]["median"] * cores) if cores else None,
+            "one_worker_x_cores_rps": rounded(one["saturation_rps"]["median"] * cores) if cores else None,
             "rule": "min(workers, cores)" if workers_use_cores else "workers",
         }
 
