@@ -35,6 +35,7 @@ from satpoint.endpoints.spec import INSECURE_WARNING, PreparedTarget, Target
 from satpoint.engine.closed_loop import ARRIVAL, PURPOSE, ClosedLoopOptions, closed_loop_segment
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
+from satpoint.engine.lead import start_lead_s
 from satpoint.engine.live import LiveSnapshot
 from satpoint.engine.runner import RunOutput, ShardStats, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
@@ -430,7 +431,7 @@ class Session:
         output = self.out_dir / SPEEDSCOPE_FILE
         output.unlink(missing_ok=True)
         load = self.config.load  # the generator's clock starts this much later (about, with Ray's clock round trips)
-        lead = load.ray.lead_s if load.ray is not None else 2.0 if load.procs > 1 else 0.2
+        lead = load.ray.lead_s if load.ray is not None else start_lead_s(load.procs)
         # py-spy takes whole seconds: the hold's, rounded down (never past it)
         duration = float(max(1, math.floor(span.end_s - span.hold_start_s + 1e-6)))
         cmd = record_command(py_spy, pid, output, duration, fopts.rate_hz, fopts.native, fopts.nonblocking)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from satpoint.analysis.search import hold_for
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS
 from satpoint.config import FindOptions, LoadOptions
+from satpoint.engine.lead import start_lead_s
 from satpoint.observe.agent import SCRAPE_ROUND_S
 from satpoint.plan import Stage
 
@@ -164,5 +165,5 @@ def segment_overhead_s(load: LoadOptions, scrapes: bool = False) -> float:
     couple of seconds; with Ray, the clock round trips and the start lead), the drain, writing the rows,
     and with ``scrapes`` (an observer scraping ``--metrics-url`` endpoints) its two marks, each a scrape
     round of at most ``SCRAPE_ROUND_S``."""
-    start = load.ray.lead_s + 1.0 if load.ray else 2.0 if load.procs > 1 else 0.2
+    start = load.ray.lead_s + 1.0 if load.ray else start_lead_s(load.procs)
     return start + load.drain_s + 0.5 + (2 * SCRAPE_ROUND_S if scrapes else 0.0)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.engine.lead import start_lead_s
 from satpoint.metrics.observed import Observations, PromSample, Scrape
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Results, Segment
@@ -41,7 +42,7 @@ def run_clock(
     t0 = seg.generator.get("t0_monotonic")
     if isinstance(t0, (int, float)):
         return mono_s - float(t0)
-    lead = 2.0 if int(seg.generator.get("procs", 1) or 1) > 1 else 0.2
+    lead = start_lead_s(int(seg.generator.get("procs", 1) or 1))
     return unix_s - seg.started_unix - lead
 
 

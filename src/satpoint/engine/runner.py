@@ -33,6 +33,7 @@ import uvloop
 
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher, Progress
 from satpoint.engine.inflight import fit_to_fd_limit, raise_fd_limit
+from satpoint.engine.lead import LEAD_S, SPAWN_LEAD_S
 from satpoint.engine.live import ErrorCount, LiveSnapshot, merge, snapshot
 from satpoint.errors import RunFailed, TargetConnectFailed
 from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint, read_shard_file
@@ -262,7 +263,7 @@ def run_schedule(
     on_snapshot: Callable[[LiveSnapshot], None] | None = None,
     stop_event: threading.Event | None = None,
     cpus: list[int] | None = None,
-    lead_s: float = 0.2,
+    lead_s: float = LEAD_S,
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
     checkpoint: CheckpointSpec | None = None,
     t0: float | None = None,
@@ -312,7 +313,7 @@ def run_schedule(
 
     ctx = mp.get_context("spawn")
     if t0 is None:
-        t0 = time.perf_counter() + max(lead_s, 2.0)  # spawn start-up happens before the clock starts
+        t0 = time.perf_counter() + max(lead_s, SPAWN_LEAD_S)  # spawn start-up happens before the clock starts
     workers = []
     # Children inherit the signal mask: blocked here, a SIGTERM/SIGHUP/SIGINT sent to the process group
     # while a child is still importing waits until the child has installed its handlers (the parent
