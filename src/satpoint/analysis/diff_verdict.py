@@ -145,7 +145,8 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
-def _num(v: float | None, unit: str) -> str:
+def format_figure(v: float | None, unit: str) -> str:
+    """A figure in its unit, as every diff output shows it (``-`` when there is none)."""
     if v is None:
         return "-"
     if unit == "fraction":
@@ -158,8 +159,8 @@ def _num(v: float | None, unit: str) -> str:
 def _range(s: Side, unit: str) -> str:
     if s.low is None:
         return "-"
-    hi = "∞ (a lower bound)" if s.high is None else _num(s.high, unit)
-    return f"{_num(s.low, unit)}–{hi}"
+    hi = "∞ (a lower bound)" if s.high is None else format_figure(s.high, unit)
+    return f"{format_figure(s.low, unit)}–{hi}"
 
 
 def metric_diff(
@@ -180,8 +181,9 @@ def metric_diff(
     single = base.n == 1 and new.n == 1
     tol = f"{tolerance * 100:.2g} percentage points" if absolute else f"{tolerance * 100:.2g} %"
     parts = [
-        f"{metric} @ {point}: base {_num(base.value, unit)} (range {_range(base, unit)}, {base.detail or base.n}), "
-        f"new {_num(new.value, unit)} (range {_range(new, unit)}, {new.detail or new.n})"
+        f"{metric} @ {point}: base {format_figure(base.value, unit)} "
+        f"(range {_range(base, unit)}, {base.detail or base.n}), "
+        f"new {format_figure(new.value, unit)} (range {_range(new, unit)}, {new.detail or new.n})"
     ]
     if j.change is not None:
         ch = f"{j.change * 100:+.2f} percentage points" if absolute else _pct(j.change)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from satpoint.analysis.diff_verdict import DiffDoc, MetricDiff, Side
+from satpoint.analysis.diff_verdict import DiffDoc, MetricDiff, Side, format_figure
 
 #: GitHub refuses a step summary over 1 MiB: the details are cut before that
 MAX_BYTES = 1_000_000
@@ -10,23 +10,13 @@ _MARK = {"regression": "❌ regression", "improvement": "✅ improvement", "no_c
          "inconclusive": "⚠️ inconclusive"}  # fmt: skip
 
 
-def _num(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    if unit == "fraction":
-        return f"{v * 100:.2f} %"
-    if unit == "ms":
-        return f"{v:.2f} ms"
-    return f"{v:.1f} rps"
-
-
 def _side(s: Side, unit: str) -> str:
     if s.value is None:
         return "-"
     if s.low is None:
-        return f"{_num(s.value, unit)} (n={s.n})"
-    hi = "∞" if s.high is None else _num(s.high, unit)
-    return f"{_num(s.value, unit)} ({_num(s.low, unit)}–{hi}, n={s.n})"
+        return f"{format_figure(s.value, unit)} (n={s.n})"
+    hi = "∞" if s.high is None else format_figure(s.high, unit)
+    return f"{format_figure(s.value, unit)} ({format_figure(s.low, unit)}–{hi}, n={s.n})"
 
 
 def _change(m: MetricDiff) -> str:
