@@ -5,7 +5,6 @@ satpoint prints or in the argv of any process it starts, yet reach the server.""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.servers.sim_process import SimServer
+from tests.http_stub import QuietHandler, serving
 
 pytestmark = pytest.mark.slow
 
@@ -178,25 +178,13 @@ def satpoint_watched(name: str, *args: str | Path, timeout: float = 150) -> Ran:
 def metrics_url() -> Iterator[str]:
     """A Prometheus endpoint behind a query token (it answers only with the token)."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             ok = f"token={METRICS_TOKEN}" in self.path
-            body = b"model_infer_request_success_total 1\n" if ok else b"forbidden\n"
-            self.send_response(200 if ok else 403)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(200 if ok else 403, b"model_infer_request_success_total 1\n" if ok else b"forbidden\n")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics?token={METRICS_TOKEN}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/metrics?token={METRICS_TOKEN}"
 
 
 def _assert_nowhere(runs: list[Ran], folders: list[Path]) -> None:
@@ -238,8 +226,8 @@ def test_find_sweep_and_compare_write_print_and_pass_no_secret(tmp_path: Path, m
     for r in (found, swept, compared, reported):
         assert r.returncode == 0, f"{r.name}: {r.stderr[-3000:]}{r.stdout[-3000:]}"
     # resuming it shows the recorded command redacted, asks for what was not written, and runs nothing
-    assert resumed.returncode == 2 and "give --url again" in resumed.stderr, resumed.stderr + resumed.stdout
-    assert f"as recorded: {reconfigure.replace(TOKEN, '***')}" in resumed.stdout
+    assert resumed.returncode == 2 and "give --url again" in " ".join(resumed.stderr.split()), resumed.stderr
+    assert f"as recorded: {reconfigure.replace(TOKEN, '***')}" in " ".join(resumed.stdout.split())
     assert not resumed.argvs
     _assert_nowhere(runs, list(out.values()))
     # what was watched really ran, and its argv was read: the observer, the reconfigure command's shell

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 from satpoint.endpoints.prepare import probe_service_s
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
+from tests.http_stub import QuietHandler, serving
 
 DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1.0, 2.0, 3.0, 4.0]}]}
 
@@ -23,30 +22,16 @@ def recorder() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
     """A loopback HTTP/1.1 server that answers every POST with an empty OIP answer and records it."""
     seen: list[tuple[dict[str, str], bytes]] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
-            answer = json.dumps({"outputs": []}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.reply(200, json.dumps({"outputs": []}).encode())
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        yield url, seen
 
 
 @pytest.mark.parametrize("binary", [True, False])

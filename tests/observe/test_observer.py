@@ -5,13 +5,11 @@ scraped at once (so several silent endpoints do not make a mark miss its timeout
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import site
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from satpoint.metrics.observed import SCRAPES_FILE
 from satpoint.observe import observer as observer_mod
 from satpoint.observe.observer import Observer
 from satpoint.pythonpath import satpoint_root
+from tests.http_stub import QuietHandler, serving
 
 TOKEN = "tok-OBSERVER-SECRET-42"
 pytestmark = pytest.mark.slow  # starts processes and waits on timeouts
@@ -34,25 +33,13 @@ def endpoint() -> Iterator[str]:
     """A Prometheus endpoint counting its scrapes."""
     count = [0]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             count[0] += 1
-            body = f'model_infer_request_success_total{{model="m"}} {count[0]}\n'.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(200, f'model_infer_request_success_total{{model="m"}} {count[0]}\n'.encode())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics?token={TOKEN}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/metrics?token={TOKEN}"
 
 
 def _agent_pids() -> list[int]:

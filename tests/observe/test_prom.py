@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
 import textwrap
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from satpoint.observe.prom import parse_prometheus_text, scrape
+from tests.http_stub import QuietHandler, serving
 
 MLSERVER_TEXT = textwrap.dedent(
     """
@@ -47,26 +46,12 @@ def test_a_line_the_parser_refuses_does_not_hide_the_others() -> None:
 
 @pytest.fixture
 def endpoint() -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
-            body = MLSERVER_TEXT.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(200, MLSERVER_TEXT.encode(), {"Content-Type": "text/plain; version=0.0.4"})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/metrics"
 
 
 def test_scrape_over_loopback(endpoint: str) -> None:

@@ -3,8 +3,6 @@ naming its Location and is never followed, and proxy variables are ignored, as f
 
 from __future__ import annotations
 
-import http.server
-import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +11,7 @@ import pytest
 
 from satpoint.errors import TargetUnreachable
 from satpoint.transports import rest_control
+from tests.http_stub import QuietHandler, serving
 
 TOKEN = "sk-REDIRECT-SECRET-1"
 
@@ -27,33 +26,19 @@ def _server(status: int, location: str | None = None) -> Iterator[tuple[str, _Re
     """A server answering every request with ``status`` (and ``Location``), recording what it got."""
     rec = _Recorder()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self) -> None:
             n = int(self.headers.get("Content-Length") or 0)
             if n:
                 self.rfile.read(n)
             rec.requests.append((self.command, self.path, dict(self.headers.items())))
             body = b'{"name": "m", "inputs": []}' if status == 200 else b""
-            self.send_response(status)
-            if location is not None:
-                self.send_header("Location", location)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(status, body, {"Location": location} if location is not None else None)
 
         do_GET = do_POST = _answer
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", rec
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, rec
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])

@@ -34,7 +34,8 @@ from satpoint.servers.demo_model import DEMO_MODELS
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 console = Console(width=None if Console().is_terminal else 160)
-err_console = Console(stderr=True)
+#: errors and warnings: as wide as the output when not on a terminal, so a log line is not cut mid-sentence
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 160)
 
 # options several commands share -------------------------------------------------------------------------
 HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
