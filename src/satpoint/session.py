@@ -115,6 +115,12 @@ def announce_target(spec: Target, on_event: OnEvent | None) -> None:
         say(on_event, f"WARNING: {INSECURE_WARNING}", "warning")
 
 
+def planned_inflight(target: PreparedTarget, opts: LoadOptions, stages: list[Stage], start_rps: float) -> int:
+    """The in-flight cap a segment runs with: ``--max-inflight``, else sized from its peak rate."""
+    peak = max([start_rps, *(s.target_rps for s in stages)])
+    return opts.max_inflight or auto_inflight(peak, target.latency_hint_s)
+
+
 def run_segment(
     target: PreparedTarget,
     stages: list[Stage],
@@ -135,8 +141,7 @@ def run_segment(
     under the generator's ``ray`` key."""
     check_plan_fits(stages, start_rps)
     seed = opts.seed + seed_offset
-    peak = max([start_rps, *(s.target_rps for s in stages)])
-    cap = opts.max_inflight or auto_inflight(peak, target.latency_hint_s)
+    cap = planned_inflight(target, opts, stages, start_rps)
     builder = replace(target.builder, max_inflight=cap)
     dopts = DispatchOptions(
         timeout_s=opts.timeout_s,
@@ -331,6 +336,7 @@ class Session:
         start_rps: float = 0.0,
         arrival: str | None = None,
         seed: int | None = None,
+        max_inflight: int | None = None,
     ) -> CheckpointSpec:
         """Record the segment as running in ``results.json``; returns where its rows are checkpointed."""
         load = self.config.load
@@ -342,7 +348,14 @@ class Session:
             seed=load.seed + index if seed is None else seed,
             started_unix=time.time(),
             records=Records.empty(np.empty(0)),
-            generator={"procs": load.procs},
+            generator={"procs": load.procs}
+            if max_inflight is None
+            else {
+                "procs": load.procs,
+                "max_inflight": max_inflight,
+                "max_inflight_auto": load.max_inflight is None,
+                "max_inflight_per_proc": -(-max_inflight // max(1, load.procs)),
+            },
             start_rps=start_rps,
         )
         start_segment(self.out_dir, self.results, shell)
@@ -381,7 +394,10 @@ class Session:
         that stage's hold (the observer's ``flamegraph`` options)."""
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
-        checkpoint = self._begin(index, purpose, stages, start_rps)
+        # the cap is known before the load starts: in the running segment's header, a segment rebuilt from
+        # its checkpoints (the run never returned its own figures) still says what it ran with
+        cap = planned_inflight(self.prepared, self.config.load, stages, start_rps)
+        checkpoint = self._begin(index, purpose, stages, start_rps, max_inflight=cap)
         self._mark(f"start {index}")
         flame = self._flame_begin(index, stages, start_rps, flamegraph_stage)
         try:
