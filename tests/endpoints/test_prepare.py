@@ -5,16 +5,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
 
 from satpoint.endpoints.prepare import probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import PreparedTarget, Target
+from tests.http_stub import QuietHandler, serving
 
 
-class _Infer(BaseHTTPRequestHandler):
+class _Infer(QuietHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     connections: ClassVar[list[int]] = []
     requests: ClassVar[list[str]] = []
@@ -26,28 +26,14 @@ class _Infer(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         type(self).requests.append(self.path)
-        body = b'{"outputs":[]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
+        self.reply(200, b'{"outputs":[]}', {"Content-Type": "application/json"})
 
 
 @pytest.fixture
 def infer_server() -> Iterator[str]:
     _Infer.connections, _Infer.requests = [], []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Infer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Infer) as url:
+        yield url
 
 
 def rest_target(url: str, builder: Any = None) -> PreparedTarget:
