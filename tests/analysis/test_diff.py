@@ -17,7 +17,14 @@ from satpoint.analysis.diff import (
     sweep_points_diff,
 )
 from satpoint.analysis.diff_rows import StageRows, block_bootstrap, load_diffs, stage_rows
-from satpoint.analysis.diff_verdict import Side, judge
+from satpoint.analysis.diff_verdict import (
+    DEFAULT_TAIL_TOLERANCE,
+    TAIL_METRICS,
+    Side,
+    calibrated,
+    judge,
+    make_doc,
+)
 from satpoint.metrics.records import Outcome, Records
 
 
@@ -245,3 +252,51 @@ def test_several_stages_per_side_span_the_noise_between_them() -> None:
     # one stage each: the interval is the noise within a run only, and a 10 % gap is a change
     one = next(m for m in load_diffs(base[:1], new[1:], "100 rps", 0.05, 0.005) if m.metric == "latency_p50_ms")
     assert one.verdict == "regression" and one.single
+
+
+def test_tail_latency_has_its_own_tolerance() -> None:
+    """A/A pairs on a shared machine move p90/p99 by 15-20 % while p50 holds within 5 %: the tails are judged
+    with ``tail_tolerance`` (default 20 %), the rest with ``tolerance``."""
+    base = [stage_of(10.0, 1)]
+    new = [stage_of(11.0, 2)]  # every request 10 % slower: p50 and p99 alike
+    by = {m.metric: m for m in load_diffs(base, new, "100 rps", 0.05, 0.005)}
+    assert DEFAULT_TAIL_TOLERANCE == 0.20
+    assert by["latency_p50_ms"].verdict == "regression" and by["latency_p50_ms"].tolerance == 0.05
+    assert by["service_p50_ms"].verdict == "regression"
+    for metric in TAIL_METRICS:
+        assert by[metric].verdict == "no_change", by[metric].text
+        assert by[metric].tolerance == 0.20 and "tolerance 20 %" in by[metric].text
+    assert by["throughput_rps"].tolerance == 0.05 and by["error_rate"].tolerance == 0.005
+    # a tail tolerance as tight as the rest calls the tails a regression too
+    tight = {m.metric: m.verdict for m in load_diffs(base, new, "100 rps", 0.05, 0.005, tail_tolerance=0.05)}
+    assert all(tight[m] == "regression" for m in TAIL_METRICS)
+
+
+def test_diff_json_records_both_tolerances_and_calibration_reports_each_group() -> None:
+    base, new = [stage_of(10.0, 1)], [stage_of(11.0, 2)]
+    metrics = load_diffs(base, new, "100 rps", 0.05, 0.005, tail_tolerance=0.3)
+    doc = make_doc("run", {"dir": "a"}, {"dir": "b"}, 0.05, 0.005, metrics, [], "0", tail_tolerance=0.3)
+    assert doc.tolerance == 0.05 and doc.tail_tolerance == 0.3
+    assert doc.model_dump()["tail_tolerance"] == 0.3
+    cal = calibrated(doc).calibration
+    assert cal is not None
+    by = {m.metric: m for m in metrics}
+    # each group's quiet tolerance is its own widest gap: p50 (central) and p90/p99 (tail) apart
+    central = max(min(by[m].gap or 0, abs(by[m].change or 0)) for m in ("latency_p50_ms", "service_p50_ms"))
+    tail = max(min(by[m].gap or 0, abs(by[m].change or 0)) for m in TAIL_METRICS)
+    assert cal["quiet_tolerance_central"] == pytest.approx(central, abs=1e-4) and central > 0.05
+    assert cal["quiet_tolerance_tail"] == pytest.approx(tail, abs=1e-4)
+    assert cal["quiet_tolerance"] == pytest.approx(max(central, tail, by["throughput_rps"].gap or 0), abs=1e-4)
+    assert any("--tail-tolerance above" in n for n in calibrated(doc).notes)
+
+
+def test_a_sweeps_p99_at_rps_uses_the_tail_tolerance() -> None:
+    doc_in = sweep_doc([("p01", {"v": 1}, [(100, 105)] * 3), ("p02", {"v": 2}, [(100, 105)] * 3)])
+    for row, (p50, p99) in zip(doc_in["points"], ((10.0, 20.0), (11.0, 22.0)), strict=True):
+        row["at_rps"] = {k: {"median": v, "min": v * 0.99, "max": v * 1.01, "n": 3}
+                         for k, v in (("p50_ms", p50), ("p99_ms", p99))}  # fmt: skip
+    verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
+    assert verdicts == {"saturation_rps": "no_change", "latency_p50_ms": "regression", "latency_p99_ms": "no_change"}
+    tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05)
+    assert {m.metric: m.verdict for m in tight.metrics}["latency_p99_ms"] == "regression"
+    assert tight.tail_tolerance == 0.05

@@ -24,12 +24,14 @@ from typing import Any
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
+    DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TOLERANCE,
     DiffDoc,
     MetricDiff,
     Side,
     make_doc,
     metric_diff,
+    tolerance_for,
 )
 from satpoint.analysis.sweep import LOWER_BOUND_TEXT, lower_bound_reasons
 from satpoint.metrics.records import Records
@@ -167,14 +169,15 @@ def diff_folders(
     tolerance: float = DEFAULT_TOLERANCE,
     error_tolerance: float = DEFAULT_ERROR_TOLERANCE,
     tool_version: str = "",
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> DiffDoc:
-    """Compare two folders of the same kind (find, run or sweep)."""
+    """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99."""
     if base.kind != new.kind:
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
     notes: list[str] = []
     metrics: list[MetricDiff] = []
     if base.kind == "sweep":
-        metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance)
+        metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance)
     else:
         if base.kind == "find":
             reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
@@ -190,7 +193,7 @@ def diff_folders(
         matched, rate_notes = match_rates(base.stages(), new.stages(), stable_only=base.kind == "find")
         notes.extend(rate_notes)
         for rate, b, n in matched:
-            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance))
+            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance))
         if not matched:
             notes.append(
                 "no stage ran at the same offered rate on both sides (for find: held stably by both): latency at "
@@ -199,7 +202,7 @@ def diff_folders(
             )
         notes.extend(_interrupted_notes(base, new))
     return make_doc(base.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
-                    tolerance, error_tolerance, metrics, notes, tool_version)  # fmt: skip
+                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
 
 
 def _interrupted_notes(base: Folder, new: Folder) -> list[str]:
@@ -230,8 +233,15 @@ def sweep_point_side(row: Mapping[str, Any]) -> Side:
     return side
 
 
-def point_diffs(base: Mapping[str, Any], new: Mapping[str, Any], point: str, tolerance: float) -> list[MetricDiff]:
-    """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (the same offered load) when both have it."""
+def point_diffs(
+    base: Mapping[str, Any],
+    new: Mapping[str, Any],
+    point: str,
+    tolerance: float,
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+) -> list[MetricDiff]:
+    """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (the same offered load) when both have it
+    (p99 judged with ``tail_tolerance``)."""
     reasons = sorted(set(base.get("lower_bound_reasons") or []) | set(new.get("lower_bound_reasons") or []))
     out = [saturation_diff(sweep_point_side(base), sweep_point_side(new), point, tolerance, reasons)]
     ba, na = base.get("at_rps") or {}, new.get("at_rps") or {}
@@ -244,12 +254,14 @@ def point_diffs(base: Mapping[str, Any], new: Mapping[str, Any], point: str, tol
             for s in (b, n)
         )
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
-        out.append(metric_diff(f"latency_{key}", f"{point} at --at-rps", "ms", "lower", bs, ns, tolerance, method))
+        metric = f"latency_{key}"
+        tol = tolerance_for(metric, tolerance, tail_tolerance)
+        out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method))
     return out
 
 
 def _sweep_diffs(
-    base: Mapping[str, Any], new: Mapping[str, Any], tolerance: float
+    base: Mapping[str, Any], new: Mapping[str, Any], tolerance: float, tail_tolerance: float
 ) -> tuple[list[MetricDiff], list[str]]:
     notes: list[str] = []
     out: list[MetricDiff] = []
@@ -259,14 +271,20 @@ def _sweep_diffs(
         if match is None:
             notes.append(f"{row.get('label')}: only in the base sweep")
             continue
-        out.extend(point_diffs(row, match, str(row.get("label")), tolerance))
+        out.extend(point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance))
     base_knobs = [r.get("knobs") for r in base.get("points") or []]
     notes.extend(f"{r.get('label')}: only in the new sweep" for r in new_points if r.get("knobs") not in base_knobs)
     return out, notes
 
 
 def sweep_points_diff(
-    doc: Mapping[str, Any], dir_: str, point_a: str, point_b: str, tolerance: float, tool_version: str = ""
+    doc: Mapping[str, Any],
+    dir_: str,
+    point_a: str,
+    point_b: str,
+    tolerance: float,
+    tool_version: str = "",
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> DiffDoc:
     """Two points of one sweep (``diff --sweep DIR A B``), A the base: named by id (``p01``) or label."""
     rows = list(doc.get("points") or [])
@@ -283,7 +301,7 @@ def sweep_points_diff(
     notes = []
     if (doc.get("config") or {}).get("repeats", 1) > 1:
         notes.append("the two points' measurements were interleaved, so drift spreads evenly over both")
-    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance)
+    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance, tail_tolerance)
     return make_doc(
         "sweep",
         {"dir": dir_, "kind": "sweep", "point": a.get("id"), "label": a.get("label")},
@@ -293,4 +311,5 @@ def sweep_points_diff(
         metrics,
         notes,
         tool_version,
+        tail_tolerance,
     )

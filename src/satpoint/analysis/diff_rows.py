@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from satpoint.analysis.diff_verdict import MetricDiff, Side, metric_diff
+from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE, MetricDiff, Side, metric_diff, tolerance_for
 from satpoint.metrics.records import Records
 
 #: two stages are at the same offered load when their target rates are within 1 %
@@ -170,6 +170,7 @@ _ROW_METRICS: tuple[tuple[str, str, Callable[[F64], float], float, str], ...] = 
     ("latency_p90_ms", "latency_s", _percentile(90), 1000.0, "ms"),
     ("latency_p99_ms", "latency_s", _percentile(99), 1000.0, "ms"),
     ("service_p50_ms", "service_s", _percentile(50), 1000.0, "ms"),
+    ("service_p90_ms", "service_s", _percentile(90), 1000.0, "ms"),
     ("service_p99_ms", "service_s", _percentile(99), 1000.0, "ms"),
     ("error_rate", "error", lambda x: float(np.mean(x)), 1.0, "fraction"),
 )
@@ -180,9 +181,15 @@ BOOTSTRAP_METHOD = (
 
 
 def load_diffs(
-    base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, error_tolerance: float
+    base: Sequence[StageRows],
+    new: Sequence[StageRows],
+    point: str,
+    tolerance: float,
+    error_tolerance: float,
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> list[MetricDiff]:
-    """Latency, service time, error rate and throughput of two sets of stages at the same offered rate."""
+    """Latency, service time, error rate and throughput of two sets of stages at the same offered rate
+    (p90 and p99 judged with ``tail_tolerance``)."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
     caveat = ""
     if unstable:
@@ -195,7 +202,7 @@ def load_diffs(
         is_err = metric == "error_rate"
         b = _rows_side(base, field, stat, scale, seed=2 * i)
         n = _rows_side(new, field, stat, scale, seed=2 * i + 1)
-        tol = error_tolerance if is_err else tolerance
+        tol = error_tolerance if is_err else tolerance_for(metric, tolerance, tail_tolerance)
         out.append(metric_diff(metric, point, unit, "lower", b, n, tol, BOOTSTRAP_METHOD, is_err, caveat))
     b = _throughput_side(base, seed=100)
     n = _throughput_side(new, seed=101)

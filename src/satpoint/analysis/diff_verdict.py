@@ -24,6 +24,12 @@ Outcome = Literal["regression", "improvement", "no_change", "inconclusive"]
 Better = Literal["higher", "lower"]
 #: the default tolerance: a change smaller than 5 % does not matter
 DEFAULT_TOLERANCE = 0.05
+#: the default tolerance of tail latency (p90, p99 of latency and service time): on a shared machine the tails
+#: of two runs of one server differ by 15-20 % at low load (A/A pairs on the sim, benchmarks/RESULTS.md)
+#: while p50 and the saturation point hold within 5 %
+DEFAULT_TAIL_TOLERANCE = 0.20
+#: the metrics ``--tail-tolerance`` applies to (the rest use ``--tolerance``; the error rate its own)
+TAIL_METRICS = ("latency_p90_ms", "latency_p99_ms", "service_p90_ms", "service_p99_ms")
 #: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
 DEFAULT_ERROR_TOLERANCE = 0.005
 DIFF_FILE = "diff.json"
@@ -78,7 +84,7 @@ class DiffDoc(BaseModel):
     compared: str  # find, run or sweep
     base: dict[str, Any]  # {dir, kind, point?}
     new: dict[str, Any]
-    tolerance: float
+    tolerance: float  # saturation point, p50, service p50, throughput
     error_tolerance: float
     verdict: Outcome  # the worst: regression > inconclusive > improvement > no_change
     counts: dict[str, int]
@@ -86,6 +92,8 @@ class DiffDoc(BaseModel):
     notes: list[str]
     #: ``--calibrate``: the two folders are an A/A pair (one configuration twice), see ``calibrated``
     calibration: dict[str, Any] | None = None
+    #: the tolerance of tail latency (``TAIL_METRICS``); None in a diff.json written before it existed
+    tail_tolerance: float | None = None
 
     @property
     def regressed(self) -> bool:
@@ -230,6 +238,7 @@ def make_doc(
     metrics: list[MetricDiff],
     notes: list[str],
     tool_version: str,
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> DiffDoc:
     order: tuple[Outcome, ...] = ("regression", "inconclusive", "improvement", "no_change")
     counts: dict[str, int] = {v: sum(m.verdict == v for m in metrics) for v in order}
@@ -246,6 +255,7 @@ def make_doc(
         new=new,
         tolerance=tolerance,
         error_tolerance=error_tolerance,
+        tail_tolerance=tail_tolerance,
         verdict=overall,
         counts=counts,
         metrics=metrics,
@@ -253,12 +263,21 @@ def make_doc(
     )
 
 
+def tolerance_for(metric: str, tolerance: float, tail_tolerance: float) -> float:
+    """The tolerance a relative metric is judged with: ``tail_tolerance`` for ``TAIL_METRICS``."""
+    return tail_tolerance if metric in TAIL_METRICS else tolerance
+
+
 def calibrated(doc: DiffDoc) -> DiffDoc:
     """The diff of an A/A pair (the same configuration measured twice): every ``regression`` or
-    ``improvement`` is a false alarm.  Adds the false-alarm rate at this tolerance, and the smallest
-    tolerance that would have called none of them (the widest gap between two ranges), per metric too."""
+    ``improvement`` is a false alarm.  Adds the false-alarm rate at the tolerances used, and the smallest
+    tolerance that would have called none of them (the widest gap between two ranges): over every relative
+    metric, per metric, and separately for the two groups (``--tolerance``: saturation point, p50, service
+    p50, throughput; ``--tail-tolerance``: ``TAIL_METRICS``)."""
     alarms = [m for m in doc.metrics if m.verdict in ("regression", "improvement")]
     relative = [m for m in doc.metrics if not m.absolute and m.gap is not None]
+    central = [m for m in relative if m.metric not in TAIL_METRICS]
+    tails = [m for m in relative if m.metric in TAIL_METRICS]
     n = len(doc.metrics)
     cal = {
         "metrics": n,
@@ -267,14 +286,19 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
         "inconclusive": sum(m.verdict == "inconclusive" for m in doc.metrics),
         # a tolerance above the widest gap would have called no false alarm on this pair (relative metrics)
         "quiet_tolerance": round(max((_alarm_at(m) for m in relative), default=0.0), 4),
+        # the same per group: what --tolerance and --tail-tolerance would each need on this pair
+        "quiet_tolerance_central": round(max((_alarm_at(m) for m in central), default=0.0), 4),
+        "quiet_tolerance_tail": round(max((_alarm_at(m) for m in tails), default=0.0), 4),
         "quiet_tolerance_by_metric": {
             name: round(max(_alarm_at(m) for m in relative if m.metric == name), 4)
             for name in dict.fromkeys(m.metric for m in relative)
         },
     }
+    tail = DEFAULT_TAIL_TOLERANCE if doc.tail_tolerance is None else doc.tail_tolerance
     note = (
         f"calibration (an A/A pair): {len(alarms)} false alarm(s) in {n} verdicts at a tolerance of "
-        f"{doc.tolerance:.1%}; any tolerance above {cal['quiet_tolerance']:.1%} would have called none here"
+        f"{doc.tolerance:.1%} (tail latency {tail:.1%}); a --tolerance above {cal['quiet_tolerance_central']:.1%} "
+        f"and a --tail-tolerance above {cal['quiet_tolerance_tail']:.1%} would have called none here"
     )
     return doc.model_copy(update={"calibration": cal, "notes": [*doc.notes, note]})
 

@@ -32,7 +32,20 @@ def diff(
     sweep: Annotated[
         bool, Opt("--sweep", help="two points of one sweep: diff --sweep DIR A B (ids or labels)")
     ] = False,
-    tolerance: Annotated[str, Opt(help="the change that matters, relative: 5% or 0.05 (default 5%)")] = "5%",
+    tolerance: Annotated[
+        str,
+        Opt(
+            help="the change that matters, relative, for the saturation point, p50, service p50 and throughput: "
+            "5% or 0.05 (default 5%)"
+        ),
+    ] = "5%",
+    tail_tolerance: Annotated[
+        str,
+        Opt(
+            help="the same for p90 and p99 of latency and service time (default 20%: on a shared machine the "
+            "tails of two runs of one server differ by 15-20 %, p50 by under 5 %)"
+        ),
+    ] = "20%",
     error_tolerance: Annotated[str, Opt(help="the error-rate change that matters, absolute (default 0.5%)")] = "0.5%",
     fail_on_inconclusive: Annotated[bool, Opt(help="exit 3 on an inconclusive verdict too")] = False,
     calibrate: Annotated[bool, Opt(help="BASE and NEW are an A/A pair: the false-alarm rate, exit 0")] = False,
@@ -44,7 +57,8 @@ def diff(
 
     def body() -> int:
         tol, err_tol = parse_fraction(tolerance, "--tolerance"), parse_fraction(error_tolerance, "--error-tolerance")
-        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__)
+        tail_tol = parse_fraction(tail_tolerance, "--tail-tolerance")
+        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol)
         doc = calibrated(doc) if calibrate else doc
         failed = gate(doc, console, json_out or default_json, markdown, junit, fail_on_inconclusive)
         return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK

@@ -11,7 +11,13 @@ from rich.console import Console
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
-from satpoint.analysis.diff_verdict import DEFAULT_ERROR_TOLERANCE, DEFAULT_TOLERANCE, DIFF_FILE, DiffDoc
+from satpoint.analysis.diff_verdict import (
+    DEFAULT_ERROR_TOLERANCE,
+    DEFAULT_TAIL_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    DIFF_FILE,
+    DiffDoc,
+)
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import parse_summary
 from satpoint.metrics.results import RESULTS_FILE, load_results
@@ -39,6 +45,7 @@ def compare(
     tolerance: float = DEFAULT_TOLERANCE,
     error_tolerance: float = DEFAULT_ERROR_TOLERANCE,
     version: str = __version__,
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> tuple[DiffDoc, Path]:
     """``diff BASE NEW`` (two folders) or ``diff --sweep DIR A B`` (two points of one sweep); the diff and
     where its ``diff.json`` goes by default (the new folder, or the sweep's)."""
@@ -48,11 +55,11 @@ def compare(
         if not (base / SWEEP_FILE).is_file():
             raise FileNotFoundError(f"{base} is not a sweep folder (no {SWEEP_FILE})")
         doc = json.loads((base / SWEEP_FILE).read_text())
-        return sweep_points_diff(doc, str(base), new, point_b, tolerance, version), base / DIFF_FILE
+        return sweep_points_diff(doc, str(base), new, point_b, tolerance, version, tail_tolerance), base / DIFF_FILE
     if point_b is not None:
         raise ValueError("two folders are compared (diff BASE NEW); three arguments need --sweep")
     b, n = load_folder(base), load_folder(Path(new))
-    return diff_folders(b, n, tolerance, error_tolerance, version), Path(new) / DIFF_FILE
+    return diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance), Path(new) / DIFF_FILE
 
 
 def publish(doc: DiffDoc, json_out: Path, markdown: Path | None, junit: Path | None, fail_incl: bool) -> None:

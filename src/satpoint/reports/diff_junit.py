@@ -18,6 +18,7 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
         ("base", doc.base.get("dir")),
         ("new", doc.new.get("dir")),
         ("tolerance", doc.tolerance),
+        ("tail_tolerance", doc.tail_tolerance),
         ("error_tolerance", doc.error_tolerance),
         ("verdict", doc.verdict),
     ):

@@ -27,6 +27,10 @@ def _change(m: MetricDiff) -> str:
     return f"{m.change * 100:+.1f} %"
 
 
+def _tail(doc: DiffDoc) -> str:
+    return "" if doc.tail_tolerance is None else f", p90/p99 {doc.tail_tolerance * 100:.3g} %"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -40,7 +44,8 @@ def diff_markdown(doc: DiffDoc) -> str:
         + (f" point `{doc.base['point']}`" if doc.base.get("point") else "")
         + f", new `{_cell(str(doc.new.get('dir')))}`"
         + (f" point `{doc.new['point']}`" if doc.new.get("point") else "")
-        + f"; tolerance {doc.tolerance * 100:.3g} % (error rate {doc.error_tolerance * 100:.3g} percentage points).",
+        + f"; tolerance {doc.tolerance * 100:.3g} %{_tail(doc)} (error rate {doc.error_tolerance * 100:.3g} "
+        "percentage points).",
         "",
         " · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in doc.counts.items()),
         "",
