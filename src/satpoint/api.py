@@ -45,6 +45,7 @@ from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.triton import TritonSettings, TritonTarget
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_fleet
+from satpoint.target_hold import hold_from_idle
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -264,6 +265,7 @@ def find(
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     observe: ObserveOptions | None = None,
+    hold_rps: float | None = None,
 ) -> FindResult:
     """The saturation search: the highest rate one replica sustains before queueing sets in.
 
@@ -275,7 +277,9 @@ def find(
     recommendation into that folder.  ``observe`` names a local server's pids and Prometheus endpoints
     to watch; the embedded MLServer's process tree and metrics endpoint are watched by default.  With
     ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
-    py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``)."""
+    py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``).
+    ``hold_rps`` (``find --baseline``: the baseline's per-replica target): after the search, that rate is
+    held alone from idle, one more segment outside the budget (``satpoint.target_hold``)."""
     if target is not None and server is not None:  # as the CLI: --server names the embedded server
         raise ConfigError("server= describes the embedded server satpoint starts: give it with target=None")
     opts = (options or FindOptions()).validate()
@@ -325,6 +329,8 @@ def find(
             target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info,
             thresholds=checks, observer=observer, fleet=fleet,
         )  # fmt: skip
+        if hold_rps is not None:
+            hold_from_idle(session, opts, hold_rps)
     summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
     files: tuple[Path, ...] = ()
     if emit_k8s is not None and summary.recommendation is not None:

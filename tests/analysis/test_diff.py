@@ -17,6 +17,7 @@ from satpoint.analysis.diff import (
     sweep_points_diff,
 )
 from satpoint.analysis.diff_rows import StageRows, block_bootstrap, load_diffs, stage_rows
+from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, baseline_target
 from satpoint.analysis.diff_verdict import (
     DEFAULT_TAIL_TOLERANCE,
     TAIL_METRICS,
@@ -300,3 +301,44 @@ def test_a_sweeps_p99_at_rps_uses_the_tail_tolerance() -> None:
     tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05)
     assert {m.metric: m.verdict for m in tight.metrics}["latency_p99_ms"] == "regression"
     assert tight.tail_tolerance == 0.05
+
+
+def hold_stage(segment: int, rate: float, verdict: str, p99: float = 12.0) -> dict[str, Any]:
+    return {"segment": segment, "target_rps": rate, "verdict": verdict, "throughput_rps": rate,
+            "error_rate": 0.0, "latency_ms": {"p50": 10.0, "p99": p99}}  # fmt: skip
+
+
+def test_baseline_target_from_summary_json_and_older_layouts() -> None:
+    rec = {"margin": 0.15, "saturation_rps": 300.0, "target_rps_per_replica": 255.0}
+    assert baseline_target({"kind": "find", "recommendation": rec}) == (255.0, "")
+    rate, why = baseline_target({"kind": "find", "saturation_rps": 300.0})  # written before the recommendation
+    assert rate is None and "older layout" in why
+    assert baseline_target({"kind": "find", "recommendation": None})[1].startswith("the baseline's search found no")
+    assert "run folder" in baseline_target({"kind": "run", "stages": []})[1]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "held", "overall", "answer"),
+    [
+        ("stable", True, "no_change", "yes, p99 12.00 ms"),
+        ("slo_violated", False, "regression", "no (slo_violated), p99 12.00 ms"),
+        ("saturated", False, "regression", "no (saturated)"),
+        ("incomplete", None, "inconclusive", "not judged"),
+    ],
+)
+def test_the_hold_at_the_baselines_target_is_its_own_verdict(verdict: str, held: Any, overall: str,
+                                                             answer: str) -> None:  # fmt: skip
+    rec = {"margin": 0.15, "saturation_rps": 300.0, "target_rps_per_replica": 255.0}
+    base = {**find_summary([(300, 306), (300, 306)]), "recommendation": rec}
+    new = {**find_summary([(300, 306), (300, 306)]), "slo": {"p99": "50ms"}}
+    new["stages"] = [hold_stage(0, 150.0, "stable"), hold_stage(7, 255.0, verdict)]
+    purposes = {0: "staircase", 7: TARGET_HOLD_PURPOSE}
+    doc = diff_folders(Folder("b", "find", base, {}), Folder("n", "find", new, {}, purposes))
+    hold = doc.target_hold
+    assert hold is not None and hold.held is held and hold.rate_rps == 255.0 and hold.base_target_rps == 255.0
+    assert f"holds the baseline's target of 255.0 rps: {answer}" in hold.text
+    assert ("within the SLO p99<50ms" in hold.text) is (held is True)
+    assert doc.verdict == overall and doc.regressed is (held is False) and doc.inconclusive is (held is None)
+    assert [m.verdict for m in doc.metrics] == ["no_change"]  # the saturation point's verdict stands apart
+    # no hold in the new folder (a find without --baseline): no verdict line
+    assert diff_folders(Folder("b", "find", base, {}), Folder("n", "find", new, {})).target_hold is None

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from satpoint import SCHEMA_VERSION, __version__, api
 from satpoint.analysis.diff_verdict import DiffDoc
-from satpoint.cli.diff_cmd import baseline_gate
+from satpoint.cli.diff_cmd import baseline_gate, baseline_target_rps
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
@@ -174,3 +174,25 @@ def test_error_rate_matches_the_summary_and_a_rise_is_a_regression(tmp_path: Pat
     assert err.verdict == "regression" and err.absolute
     assert err.new.value == pytest.approx(0.05, abs=0.002)
     assert err.new.value == pytest.approx(api.load(new).summary.stages[0].error_rate, abs=1e-6)
+
+
+def test_find_baseline_reads_the_target_and_tolerates_an_older_summary(folders: tuple[Path, Path, Path],
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    base, _, same = folders
+    assert baseline_target_rps(None) == (None, "")
+    rate, note = baseline_target_rps(base)  # a folder without summary.json at all
+    assert rate is None and "no summary.json" in note
+    (base / "summary.json").write_text(json.dumps({"kind": "find", "saturation_rps": 300.0}))  # an older layout
+    rate, note = baseline_target_rps(base)
+    assert rate is None and "older layout" in note
+    rec = {"margin": 0.15, "saturation_rps": 300.0, "target_rps_per_replica": 255.0}
+    (base / "summary.json").write_text(json.dumps({"kind": "find", "recommendation": rec}))
+    assert baseline_target_rps(base) == (255.0, "")
+    # why no target was held is in the diff's notes
+    assert baseline_gate(base, same, 0, "the baseline's summary.json has no target") == 0
+    assert "the baseline's summary.json has no target" in json.loads((same / "diff.json").read_text())["notes"]
+    # a baseline that is not a results folder is refused before anything is measured
+    r = CliRunner().invoke(app, ["find", "--url", "http://127.0.0.1:9", "--model", "m", "--baseline",
+                                 str(tmp_path / "nothing"), "--out", str(tmp_path / "out")])  # fmt: skip
+    assert r.exit_code == 2 and "not a results folder" in r.output, r.output
+    assert not (tmp_path / "out").exists()

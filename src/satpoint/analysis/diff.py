@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
+from satpoint.analysis.diff_target import judge_target_hold
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
     DEFAULT_TAIL_TOLERANCE,
@@ -145,12 +146,13 @@ def saturation_diff(base: Side, new: Side, point: str, tolerance: float, reasons
 @dataclass(frozen=True)
 class Folder:
     """A loaded results folder: ``kind`` run, find or sweep; its summary (``summary.json`` recomputed, or
-    ``sweep.json``); its rows per segment index (run and find)."""
+    ``sweep.json``); its rows and its purpose (staircase, profile, ...) per segment index (run and find)."""
 
     dir: str
     kind: str
     doc: Mapping[str, Any]
     rows: Mapping[int, Records]
+    purposes: Mapping[int, str] = field(default_factory=dict)
 
     def stages(self) -> list[StageRows]:
         """Every judged stage with its rows (an ``incomplete`` stage has no steady window to compare)."""
@@ -201,8 +203,9 @@ def diff_folders(
                 "(run both with the same --stage rates, or sweep with --at-rps)"
             )
         notes.extend(_interrupted_notes(base, new))
-    return make_doc(base.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
-                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
+    doc = make_doc(base.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
+                   tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
+    return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc) if new.kind == "find" else None)
 
 
 def _interrupted_notes(base: Folder, new: Folder) -> list[str]:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from satpoint.analysis.diff_target import TargetHold
+
 Outcome = Literal["regression", "improvement", "no_change", "inconclusive"]
 Better = Literal["higher", "lower"]
 #: the default tolerance: a change smaller than 5 % does not matter
@@ -94,14 +96,33 @@ class DiffDoc(BaseModel):
     calibration: dict[str, Any] | None = None
     #: the tolerance of tail latency (``TAIL_METRICS``); None in a diff.json written before it existed
     tail_tolerance: float | None = None
+    #: ``find --baseline``: the hold at the baseline's per-replica target (``analysis.diff_target``); not held
+    #: is a regression (``verdict``), not judged inconclusive
+    target_hold: TargetHold | None = None
 
     @property
     def regressed(self) -> bool:
-        return any(m.verdict == "regression" for m in self.metrics)
+        return any(m.verdict == "regression" for m in self.metrics) or (
+            self.target_hold is not None and self.target_hold.held is False
+        )
 
     @property
     def inconclusive(self) -> bool:
-        return any(m.verdict == "inconclusive" for m in self.metrics)
+        return any(m.verdict == "inconclusive" for m in self.metrics) or (
+            self.target_hold is not None and self.target_hold.held is None
+        )
+
+    def with_target_hold(self, hold: TargetHold | None) -> DiffDoc:
+        """This diff with the target's hold: the overall verdict a regression when it did not hold (and
+        inconclusive, unless already worse, when it was not judged)."""
+        if hold is None:
+            return self
+        verdict: Outcome = self.verdict
+        if hold.held is False:
+            verdict = "regression"
+        elif hold.held is None and verdict in ("improvement", "no_change"):
+            verdict = "inconclusive"
+        return self.model_copy(update={"target_hold": hold, "verdict": verdict})
 
 
 # the rule -----------------------------------------------------------------------------------------------

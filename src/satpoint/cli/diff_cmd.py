@@ -6,22 +6,43 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import parse_fraction
 from satpoint.analysis.diff_verdict import calibrated
 from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
-from satpoint.reports.diff_files import compare, gate
+from satpoint.reports.diff_files import compare, gate, read_baseline_target
 
 Opt = typer.Option
-BaselineOpt = Annotated[Path | None, Opt(help="then satpoint diff against this baseline: exit 3 on a regression")]
+BaselineOpt = Annotated[
+    Path | None,
+    Opt(
+        help="then satpoint diff against this baseline: exit 3 on a regression (find: also hold the baseline's "
+        "per-replica target from idle; not held is a regression)"
+    ),
+]
 
 
-def baseline_gate(baseline: Path | None, out_dir: Path, code: int) -> int:
-    """After ``run``/``find --baseline``: the diff (``diff.json`` in the new folder), exit 3 on a regression."""
+def baseline_target_rps(baseline: Path | None) -> tuple[float | None, str]:
+    """``find --baseline``, before measuring: the baseline's per-replica target to hold after the search
+    (None: none, and the note that says why, printed now and kept for the diff)."""
+    if baseline is None:
+        return None, ""
+    rate, note = read_baseline_target(baseline)
+    if note:
+        console.print(f"note: {escape(note)}")
+    return rate, note
+
+
+def baseline_gate(baseline: Path | None, out_dir: Path, code: int, note: str = "") -> int:
+    """After ``run``/``find --baseline``: the diff (``diff.json`` in the new folder), exit 3 on a regression
+    (or when the baseline's per-replica target was not held); ``note``: why no target was held."""
     if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD):
         return code
     doc, json_out = compare(baseline, str(out_dir))
+    if note:
+        doc = doc.model_copy(update={"notes": [*doc.notes, note]})
     return EXIT_THRESHOLD if gate(doc, console, json_out) else code
 
 

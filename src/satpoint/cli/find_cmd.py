@@ -49,7 +49,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
+from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, baseline_target_rps
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
@@ -118,6 +118,9 @@ def find(
     repeats: Annotated[
         int, typer.Option(help="independent searches: the answer is the lowest, the spread a range")
     ] = 1,
+    hysteresis: Annotated[
+        bool, typer.Option(help="then tip the server over and step the load down: where it recovers (~2 min budget)")
+    ] = False,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
     min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,
     max_hold: Annotated[float, typer.Option(help="longest hold, seconds")] = 15.0,
@@ -150,7 +153,7 @@ def find(
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
-            confirm=confirm, repeats=repeats,
+            confirm=confirm, repeats=repeats, hysteresis=hysteresis,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
         )  # fmt: skip
         managed = url is None
@@ -181,13 +184,14 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+        hold_rps, hold_note = baseline_target_rps(baseline)  # refuses a baseline that is not a results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
         with interruptible() as stop, EventPrinter(console, secrets) as printer:
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
                 thresholds=threshold or [], server=embedded, emit_k8s=emit_k8s, out=out, html=html,
-                on_event=printer, stop=stop, protocol=protocol,
+                on_event=printer, stop=stop, protocol=protocol, hold_rps=hold_rps,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
@@ -199,6 +203,6 @@ def find(
         print_find(console, summary)
         if result.k8s_files:
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
-        return baseline_gate(baseline, result.out_dir, exit_code(result.summary))
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
 
     guarded(body, secrets)

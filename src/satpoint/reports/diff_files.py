@@ -11,6 +11,7 @@ from rich.console import Console
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
+from satpoint.analysis.diff_target import baseline_target
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
     DEFAULT_TAIL_TOLERANCE,
@@ -24,6 +25,7 @@ from satpoint.metrics.results import RESULTS_FILE, load_results
 from satpoint.reports.diff_junit import write_junit
 from satpoint.reports.diff_markdown import diff_markdown
 from satpoint.reports.diff_terminal import print_diff
+from satpoint.reports.files import SUMMARY_FILE
 
 
 def load_folder(path: Path) -> Folder:
@@ -34,7 +36,21 @@ def load_folder(path: Path) -> Folder:
         raise FileNotFoundError(f"{path} is not a results folder (no {RESULTS_FILE} or {SWEEP_FILE})")
     results = load_results(path)
     doc = parse_summary(build_summary(results)).model_dump()
-    return Folder(str(path), str(doc.get("kind")), doc, {seg.index: seg.records for seg in results.segments})
+    rows = {seg.index: seg.records for seg in results.segments}
+    return Folder(str(path), str(doc.get("kind")), doc, rows, {seg.index: seg.purpose for seg in results.segments})
+
+
+def read_baseline_target(path: Path) -> tuple[float | None, str]:
+    """``find --baseline DIR``, before measuring: the per-replica target in the baseline's ``summary.json``,
+    or None and why (see ``analysis.diff_target.baseline_target``).  A folder that is not a results folder
+    is refused at once, not after the measurement."""
+    if (path / SWEEP_FILE).is_file():
+        raise ValueError(f"--baseline {path} is a sweep folder: give a find or run results folder")
+    if not (path / RESULTS_FILE).is_file():
+        raise FileNotFoundError(f"--baseline {path} is not a results folder (no {RESULTS_FILE})")
+    if not (path / SUMMARY_FILE).is_file():
+        return None, f"the baseline folder has no {SUMMARY_FILE}: its per-replica target was not held"
+    return baseline_target(json.loads((path / SUMMARY_FILE).read_text()))
 
 
 def compare(

@@ -31,6 +31,15 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
             case.result = [Skipped(m.text)]
         case.system_out = m.text
         suite.add_testcase(case)
+    hold = doc.target_hold
+    if hold is not None:
+        case = TestCase(f"baseline target @ {hold.rate_rps:g} rps", classname=f"satpoint.diff.{doc.compared}", time=0.0)
+        if hold.held is False or (hold.held is None and fail_on_inconclusive):
+            case.result = [Failure(hold.text, "regression" if hold.held is False else "inconclusive")]
+        elif hold.held is None:
+            case.result = [Skipped(hold.text)]
+        case.system_out = hold.text
+        suite.add_testcase(case)
     xml = JUnitXml()
     xml.add_testsuite(suite)
     return xml

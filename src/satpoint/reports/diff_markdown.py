@@ -57,6 +57,10 @@ def diff_markdown(doc: DiffDoc) -> str:
         f"{_MARK[m.verdict]} |"
         for m in doc.metrics
     ]
+    hold = doc.target_hold
+    if hold is not None:
+        mark = {True: "✅", False: "❌", None: "⚠️"}[hold.held]
+        head[2:2] = [f"**{mark} {_cell(hold.text)}**", ""]
     tail = [""] + [f"- {_cell(n)}" for n in doc.notes]
     details = ["", "<details><summary>evidence</summary>", ""]
     details += [f"- **{_MARK[m.verdict]}** {_cell(m.text)}" for m in doc.metrics]

@@ -21,6 +21,11 @@ def print_diff(console: Console, doc: DiffDoc) -> None:
     )
     for m in doc.metrics:
         console.print(f"[{_STYLE[m.verdict]}]{m.verdict:>12}[/]  {escape(m.text)}")
+    hold = doc.target_hold
+    if hold is not None:
+        style = {True: "green", False: "bold red", None: "yellow"}[hold.held]
+        word = {True: "holds", False: "regression", None: "inconclusive"}[hold.held]
+        console.print(f"[{style}]{word:>12}[/]  {escape(hold.text)}")
     for n in doc.notes:
         console.print(f"note: {escape(n)}")
     counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in doc.counts.items())

@@ -1,0 +1,52 @@
+"""``find --baseline DIR``: after the search, hold the baseline's per-replica target alone, from idle.
+
+One more segment of the find's folder (purpose ``analysis.diff_target.TARGET_HOLD_PURPOSE``, which the
+search's replay ignores): a cool-down until the server answers at low-load speed again, a ramp from zero and
+a hold as long as the search's confirmation of its own answer.  ``satpoint diff`` judges it
+(``analysis.diff_target.judge_target_hold``).  It runs after the search, outside its ``--budget-s``.
+"""
+
+from __future__ import annotations
+
+from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE
+from satpoint.analysis.holds import cooldown_max_s, stage_hold
+from satpoint.analysis.target_lost import HEADER_KEY
+from satpoint.config import FindOptions
+from satpoint.endpoints.prepare import wait_until_idle
+from satpoint.metrics.results import Segment
+from satpoint.plan import Stage
+from satpoint.progress import say
+from satpoint.session import LOST_ERRORS, Session
+
+#: the longest cool-down before the hold (a search that ended overloading the server leaves a queue)
+MAX_COOLDOWN_S = 60.0
+
+
+def target_stage(opts: FindOptions, rate_rps: float, latency_s: float | None) -> Stage:
+    """The hold at ``rate_rps``: ``find``'s ramp, and a hold as long as a confirmation (twice a stage's hold,
+    within twice ``--max-hold``)."""
+    hold = stage_hold(opts, rate_rps, latency_s)
+    return Stage(rate_rps, opts.ramp_s, max(hold, min(2 * hold, 2 * opts.max_hold_s)))
+
+
+def hold_from_idle(session: Session, opts: FindOptions, rate_rps: float) -> Segment | None:
+    """Hold ``rate_rps`` from idle as one more segment of the session's folder; None when it was not measured
+    (the run was stopped, or the target had gone away)."""
+    if session.stop.is_set() or session.results.header.get(HEADER_KEY) is not None:
+        say(session.on_event, f"the baseline's target of {rate_rps:.1f} rps was not held: the search did not finish")
+        return None
+    prepared = session.prepared
+    svc = prepared.latency_hint_s
+    stage = target_stage(opts, rate_rps, svc)
+    say(session.on_event, f"holding the baseline's per-replica target, {rate_rps:.1f} rps, from idle")
+    try:
+        wait_until_idle(
+            prepared, opts.cooldown_s, svc, max_wait_s=cooldown_max_s(opts.cooldown_s, MAX_COOLDOWN_S, svc),
+            stop=session.stop,
+        )  # fmt: skip
+        if session.stop.is_set():
+            return None
+        return session.measure([stage], purpose=TARGET_HOLD_PURPOSE, start_rps=0.0, title="baseline target")
+    except LOST_ERRORS as e:
+        say(session.on_event, f"the baseline's target was not held: the target stopped answering ({e})")
+        return None

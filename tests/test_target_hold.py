@@ -1,0 +1,72 @@
+"""``find --baseline``: the hold at the baseline's per-replica target, after the search, from idle."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from satpoint import target_hold
+from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE
+from satpoint.analysis.target_lost import HEADER_KEY
+from satpoint.config import FindOptions
+from satpoint.errors import TargetUnreachable
+from satpoint.plan import Stage
+
+
+class StubSession:
+    """What ``hold_from_idle`` uses of a ``Session``: its target, stop event, events, header and ``measure``."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.prepared = SimpleNamespace(latency_hint_s=0.01)
+        self.stop = threading.Event()
+        self.said: list[str] = []
+        self.on_event = lambda e: self.said.append(getattr(e, "text", str(e)))
+        self.results = SimpleNamespace(header={})
+        self.measured: list[dict[str, Any]] = []
+        self.fail = fail
+
+    def measure(self, stages: list[Stage], **kw: Any) -> str:
+        if self.fail is not None:
+            raise self.fail
+        self.measured.append({"stages": stages, **kw})
+        return "segment"
+
+
+@pytest.fixture
+def idle(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float | None]]:
+    waits: list[tuple[float, float | None]] = []
+
+    def wait(_target: object, min_s: float, svc: float | None, **_: object) -> float:
+        waits.append((min_s, svc))
+        return 0.0
+
+    monkeypatch.setattr(target_hold, "wait_until_idle", wait)
+    return waits
+
+
+def test_holds_the_rate_alone_from_idle_as_a_segment_of_its_own(idle: list[tuple[float, float | None]]) -> None:
+    session = StubSession()
+    opts = FindOptions(min_hold_s=3.0, max_hold_s=5.0, min_requests=600)
+    assert target_hold.hold_from_idle(session, opts, 255.0) is not None  # type: ignore[arg-type]
+    (m,) = session.measured
+    (stage,) = m["stages"]
+    assert m["purpose"] == TARGET_HOLD_PURPOSE and m["start_rps"] == 0.0  # ramped from zero
+    assert stage.target_rps == 255.0 and stage.ramp_s == opts.ramp_s
+    assert stage.hold_s == target_hold.target_stage(opts, 255.0, 0.01).hold_s >= 2 * 3.0  # as long as a confirmation
+    assert idle == [(opts.cooldown_s, 0.01)]  # after a cool-down until the server answers at low-load speed
+
+
+def test_not_held_when_the_search_was_stopped_or_the_target_went_away(idle: list[tuple[float, float | None]]) -> None:
+    stopped = StubSession()
+    stopped.stop.set()
+    assert target_hold.hold_from_idle(stopped, FindOptions(), 100.0) is None  # type: ignore[arg-type]
+    lost = StubSession()
+    lost.results.header[HEADER_KEY] = {"when": "x", "error": "gone"}
+    assert target_hold.hold_from_idle(lost, FindOptions(), 100.0) is None  # type: ignore[arg-type]
+    assert not stopped.measured and not lost.measured and not idle
+    gone = StubSession(fail=TargetUnreachable("refused"))
+    assert target_hold.hold_from_idle(gone, FindOptions(), 100.0) is None  # type: ignore[arg-type]
+    assert any("stopped answering" in s for s in gone.said)
