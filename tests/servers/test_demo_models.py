@@ -30,7 +30,7 @@ from satpoint.servers.demo_model import (
 )
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
-EXPECTED_FEATURES = {"iris": 4, "digits-mlp": 64, "digits-forest": 64}
+EXPECTED_FEATURES = {"iris": 4, "digits-mlp": 64, "digits-forest": 64, "digits-mlp-pca16": 64}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def fitted() -> dict[str, Any]:
 
 
 def test_three_demo_models_with_their_feature_counts(fitted: dict[str, Any]) -> None:
-    assert list(DEMO_MODELS) == ["iris", "digits-mlp", "digits-forest"]
+    assert list(DEMO_MODELS) == ["iris", "digits-mlp", "digits-forest", "digits-mlp-pca16"]
     for name, model in fitted.items():
         features, labels = demo_dataset(name)
         assert demo_model(name).n_features == EXPECTED_FEATURES[name] == features.shape[1]

@@ -14,10 +14,12 @@ from __future__ import annotations
 import itertools
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT, check_runtime, parse_runtime
 
 KnobType = Literal["int", "float", "choice", "text", "path"]
 ServerKind = Literal["mlserver", "triton", "sim", "remote"]
@@ -39,6 +41,8 @@ class Knob:
     choices: tuple[str, ...] = ()
     #: applied by the generator (no server restart needed), e.g. the protocol
     client_side: bool = False
+    #: a text knob's check: its value in canonical form, or a ValueError saying why not
+    check: Callable[[str], str] | None = None
 
     @property
     def numeric(self) -> bool:
@@ -68,7 +72,7 @@ class Knob:
                 raise ValueError(f"{self.name}: {text!r} is not an MLServer model folder (no model-settings.json)")
             return str(path)
         else:
-            return text
+            return self.check(text) if self.check is not None else text
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"{self.name} must be >= {self.minimum:g}, got {text}")
         return value
@@ -77,6 +81,25 @@ class Knob:
 _PROTOCOL = Knob("protocol", "choice", "rest or grpc (client side)", choices=("rest", "grpc"), client_side=True)
 _BATCH = Knob("batch", "int", "rows per request: the input size (client side)", minimum=1, client_side=True)
 _CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", minimum=1)
+_DEMO_MODEL = Knob("demo_model", "choice", "demo model", choices=tuple(DEMO_MODELS))
+
+
+def runtime_value(text: str) -> str:
+    """A ``runtime`` knob value in canonical form (``pruned:.50`` is ``pruned:0.5``); a ValueError
+    naming the valid ones otherwise."""
+    kind, share = parse_runtime(text)
+    return f"pruned:{share:g}" if share is not None else kind
+
+
+def check_artefact_point(values: dict[str, Any], base_demo_model: str | None, base_runtime: str | None) -> None:
+    """An embedded MLServer point's artefact that cannot be built (``onnx-int8`` or ``pruned:F`` on a model
+    without an MLP): a ``ValueError`` saying why, before anything starts."""
+    if values.get("model_dir") is not None:
+        return
+    runtime = values.get("runtime", base_runtime)
+    if runtime is not None:
+        check_runtime(str(runtime), str(values.get("demo_model", base_demo_model or "iris")))
+
 
 #: a Triton model configuration's knobs: the embedded Triton restarts with them; a remote Triton (explicit
 #: model control) reloads the model with them through its repository API
@@ -95,8 +118,8 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _PROTOCOL,
         _BATCH,
         _CPUS,
-        Knob("runtime", "choice", "artefact of the demo model", choices=("sklearn", "onnx")),
-        Knob("demo_model", "choice", "demo model", choices=("iris", "digits-mlp", "digits-forest")),
+        Knob("runtime", "text", f"artefact of the demo model: {RUNTIME_CHOICES_TEXT}", check=runtime_value),
+        _DEMO_MODEL,
         Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
     ),
     "sim": (
@@ -111,7 +134,7 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _PROTOCOL,
         _BATCH,
         _CPUS,
-        Knob("demo_model", "choice", "demo model", choices=("iris", "digits-mlp", "digits-forest")),
+        _DEMO_MODEL,
     ),
     "remote": (_PROTOCOL, _BATCH, *TRITON_KNOBS),
 }

@@ -29,7 +29,7 @@ from satpoint.analysis.thresholds import format_result
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.redact import redact_text, secret_values
-from satpoint.servers.demo_model import DEMO_MODELS
+from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -66,7 +66,7 @@ DemoModelOpt = Annotated[
 ]
 RuntimeOpt = Annotated[
     str | None,
-    typer.Option(help="embedded MLServer: how the demo model is served, sklearn | onnx (default sklearn)"),
+    typer.Option(help=f"embedded MLServer: the demo model's artefact, {RUNTIME_CHOICES_TEXT} (default sklearn)"),
 ]
 ModelDirOpt = Annotated[
     Path | None,

@@ -13,6 +13,28 @@ onnxruntime runtime (:mod:`satpoint.servers.onnx_runtime`).
 - ``digits-forest``: a random forest of 200 trees on the digits, 64 features; expensive single-row
   inference in scikit-learn (~15 ms here: one Python-level pass per tree), the model where
   ``parallel_workers`` matters most. Its ONNX form answers a row in ~0.03 ms.
+- ``digits-mlp-pca16``: the guide's "dimensionality reduction of inputs": a PCA to 16 of the 64 digits
+  features, then the same MLP, both inside one served pipeline (scikit-learn ``Pipeline``; in ONNX a
+  MatMul before the MLP), so requests still carry 64 features. Its quality reference is ``digits-mlp``.
+
+Every model is trained on the same 75 % of its data (``demo_split``: stratified, fixed seed); the other
+25 % is the held-out split :mod:`satpoint.servers.artefact_quality` judges artefacts on.
+
+The artefact ``runtime`` (the ``runtime`` sweep knob; ``parse_runtime``/``check_runtime``):
+
+- ``sklearn``: the estimator saved with joblib for ``mlserver_sklearn.SKLearnModel``.
+- ``onnx``: converted with skl2onnx to ``model.onnx``, served by satpoint's onnxruntime runtime.
+- ``onnx-int8``: that ONNX model through ``onnxruntime.quantization.quantize_dynamic`` (int8 weights,
+  activations quantized at run time: each MatMul with constant weights becomes ``DynamicQuantizeLinear``
+  + ``MatMulInteger``). Only for the MLP models: skl2onnx turns a random forest into one
+  ``ai.onnx.ml.TreeEnsembleClassifier`` and the iris logistic regression into ``ai.onnx.ml.LinearClassifier``,
+  which no onnxruntime quantizer handles; ``quantize_dynamic`` even refuses those graphs ("Failed to find
+  proper ai.onnx domain": they hold no standard-domain operator). So ``onnx-int8`` is refused for
+  ``iris`` and ``digits-forest`` before anything starts.
+- ``pruned:F`` (``0 < F < 1``, e.g. ``pruned:0.5``): the MLP with the smallest-magnitude share F of its
+  weights (all layers together; biases kept) set to zero, then converted to ONNX. Unstructured pruning
+  leaves the matrices dense and their size unchanged, so dense kernels (scikit-learn, onnxruntime
+  MatMul) multiply the zeros all the same: expect its cost in quality, not a speed gain.
 
 Measured here (2 shared cores, scikit-learn 1.9.1, onnxruntime 1.32.0, one thread), training / one-row
 ``predict`` in scikit-learn / conversion / one-row ONNX ``run``: iris 0.14 s / 0.19 ms / 0.01 s / 0.012 ms;
@@ -39,11 +61,20 @@ __all__ = [
     "ONNX_LABEL_OUTPUT",
     "ONNX_PROBA_OUTPUT",
     "RUNTIMES",
+    "RUNTIME_CHOICES_TEXT",
     "DemoModel",
+    "artifact_filename",
+    "build_onnx_bytes",
+    "check_runtime",
     "demo_dataset",
     "demo_model",
+    "demo_split",
     "fit_demo_model",
     "intra_op_threads",
+    "parse_runtime",
+    "prune_mlp",
+    "quantize_onnx_bytes",
+    "serves_onnx",
     "to_onnx_bytes",
     "train_demo_model",
     "train_iris_model",
@@ -55,11 +86,14 @@ ONNX_FILENAME = "model.onnx"
 ONNX_INPUT_NAME = "input"
 ONNX_LABEL_OUTPUT = "label"  # int64 [N] with zipmap disabled
 ONNX_PROBA_OUTPUT = "probabilities"  # float [N, n_classes] with zipmap disabled
-RUNTIMES = ("sklearn", "onnx")
+RUNTIMES = ("sklearn", "onnx", "onnx-int8")  # and pruned:F
+PRUNED_PREFIX = "pruned:"
+RUNTIME_CHOICES_TEXT = "sklearn, onnx, onnx-int8, pruned:F (0 < F < 1, e.g. pruned:0.5)"
 IRIS_N_FEATURES = 4
 # First iris sample (setosa): sepal length/width, petal length/width in cm; the model predicts class 0.
 IRIS_EXAMPLE_ROW: tuple[float, float, float, float] = (5.1, 3.5, 1.4, 0.2)
 _SEED = 0
+HELD_OUT_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -70,6 +104,10 @@ class DemoModel:
     n_features: int
     estimator: str
     dataset: str
+    #: an MLP inside: onnx-int8 and pruned:F apply
+    mlp: bool = False
+    #: the demo model whose sklearn artefact the quality figures compare with (None: this one)
+    reference: str | None = None
 
 
 DEMO_MODELS: dict[str, DemoModel] = {
@@ -81,12 +119,21 @@ DEMO_MODELS: dict[str, DemoModel] = {
             64,
             "sklearn.neural_network.MLPClassifier(hidden_layer_sizes=(256, 256))",
             "sklearn.datasets.load_digits",
+            mlp=True,
         ),
         DemoModel(
             "digits-forest",
             64,
             "sklearn.ensemble.RandomForestClassifier(n_estimators=200)",
             "sklearn.datasets.load_digits",
+        ),
+        DemoModel(
+            "digits-mlp-pca16",
+            64,
+            "sklearn.pipeline.Pipeline(PCA(n_components=16), MLPClassifier(hidden_layer_sizes=(256, 256)))",
+            "sklearn.datasets.load_digits",
+            mlp=True,
+            reference="digits-mlp",
         ),
     )
 }
@@ -113,21 +160,45 @@ def demo_dataset(name: str) -> tuple[Any, Any]:
     return features, labels
 
 
-def fit_demo_model(name: str) -> Any:
-    """Train the demo model ``name`` in memory (deterministic: same data, fixed seeds)."""
+def demo_split(name: str) -> tuple[Any, Any, Any, Any]:
+    """``(train_features, held_out_features, train_labels, held_out_labels)``: the demo model ``name``
+    is trained on the first pair; the held-out 25 % (stratified, fixed seed) it never saw is where its
+    artefacts' quality is measured."""
+    from sklearn.model_selection import train_test_split
+
     features, labels = demo_dataset(name)
+    parts: list[Any] = train_test_split(
+        features, labels, test_size=HELD_OUT_FRACTION, random_state=_SEED, stratify=labels
+    )
+    return parts[0], parts[1], parts[2], parts[3]
+
+
+def _mlp() -> Any:
+    from sklearn.neural_network import MLPClassifier
+
+    return MLPClassifier(hidden_layer_sizes=(256, 256), max_iter=40, random_state=_SEED)
+
+
+def fit_demo_model(name: str) -> Any:
+    """Train the demo model ``name`` in memory on its training split (deterministic: same data, fixed
+    seeds)."""
+    features, _, labels, _ = demo_split(name)
     if name == "iris":
         from sklearn.linear_model import LogisticRegression
 
         return LogisticRegression(max_iter=1000).fit(features, labels)
-    if name == "digits-mlp":
+    if name in ("digits-mlp", "digits-mlp-pca16"):
         from sklearn.exceptions import ConvergenceWarning
-        from sklearn.neural_network import MLPClassifier
 
-        mlp = MLPClassifier(hidden_layer_sizes=(256, 256), max_iter=40, random_state=_SEED)
+        estimator = _mlp()
+        if name == "digits-mlp-pca16":
+            from sklearn.decomposition import PCA
+            from sklearn.pipeline import Pipeline
+
+            estimator = Pipeline([("pca", PCA(n_components=16, random_state=_SEED)), ("mlp", estimator)])
         with warnings.catch_warnings():  # 40 epochs fit the training data; full convergence is not the point
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return mlp.fit(features, labels)
+            return estimator.fit(features, labels)
     from sklearn.ensemble import RandomForestClassifier
 
     return RandomForestClassifier(n_estimators=200, random_state=_SEED, n_jobs=1).fit(features, labels)
@@ -151,15 +222,116 @@ def train_iris_model(dest_dir: Path) -> Path:
     return train_demo_model("iris", dest_dir)
 
 
+def parse_runtime(runtime: str) -> tuple[str, float | None]:
+    """``runtime`` as (kind, pruned share): ``("onnx", None)``, ``("pruned", 0.5)``; a ValueError naming
+    the valid values for anything else."""
+    text = str(runtime).strip()
+    if text in RUNTIMES:
+        return text, None
+    if text.startswith(PRUNED_PREFIX):
+        raw = text[len(PRUNED_PREFIX) :]
+        try:
+            share = float(raw)
+        except ValueError:
+            raise ValueError(f"runtime {text!r}: pruned:F takes a share F of the weights, 0 < F < 1") from None
+        if not 0.0 < share < 1.0:  # also refuses nan and inf
+            raise ValueError(f"runtime {text!r}: the pruned share must be > 0 and < 1, got {raw}")
+        return "pruned", share
+    raise ValueError(f"unknown runtime {text!r}: choose one of {RUNTIME_CHOICES_TEXT}")
+
+
+def check_runtime(runtime: str, name: str) -> str:
+    """``runtime`` checked for the demo model ``name`` (a ValueError saying why it does not apply);
+    returns it."""
+    kind, _ = parse_runtime(runtime)
+    spec = demo_model(name)
+    if kind == "onnx-int8" and not spec.mlp:
+        raise ValueError(
+            f"runtime onnx-int8 does not apply to the demo model {name}: onnxruntime's dynamic quantization "
+            "rewrites MatMul weights, and its ONNX form has none (a tree ensemble or linear classifier from "
+            "the ai.onnx.ml domain); use it with digits-mlp or digits-mlp-pca16"
+        )
+    if kind == "pruned" and not spec.mlp:
+        raise ValueError(
+            f"runtime {runtime} does not apply to the demo model {name}: pruning zeroes an MLP's weights; "
+            "use it with digits-mlp or digits-mlp-pca16"
+        )
+    return runtime
+
+
+def serves_onnx(runtime: str) -> bool:
+    """Whether the artefact of ``runtime`` is ``model.onnx`` (served by satpoint's onnxruntime runtime)."""
+    return parse_runtime(runtime)[0] != "sklearn"
+
+
+def artifact_filename(runtime: str) -> str:
+    return ONNX_FILENAME if serves_onnx(runtime) else MODEL_FILENAME
+
+
+def prune_mlp(model: Any, share: float) -> Any:
+    """A copy of ``model`` (an ``MLPClassifier``, or a pipeline ending in one) with the smallest-magnitude
+    ``share`` of the MLP's weights (every layer's ``coefs_`` ranked together; ``intercepts_`` kept) set to
+    zero: ``round(share * n_weights)`` of them exactly (ties broken by position)."""
+    import copy
+
+    import numpy as np
+
+    pruned = copy.deepcopy(model)
+    mlp = pruned.steps[-1][1] if hasattr(pruned, "steps") else pruned
+    coefs = [np.asarray(c) for c in mlp.coefs_]
+    magnitudes = np.concatenate([np.abs(c).ravel() for c in coefs])
+    k = round(share * magnitudes.size)
+    keep = np.ones(magnitudes.size, dtype=bool)
+    keep[np.argsort(magnitudes, kind="stable")[:k]] = False
+    offset = 0
+    for i, c in enumerate(coefs):
+        mlp.coefs_[i] = np.where(keep[offset : offset + c.size].reshape(c.shape), c, 0.0)
+        offset += c.size
+    return pruned
+
+
+def quantize_onnx_bytes(data: bytes) -> bytes:
+    """An ONNX model with ``onnxruntime.quantization.quantize_dynamic`` applied: int8 weights (QInt8)
+    for every MatMul with a constant weight matrix, activations quantized per call."""
+    import logging
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(prefix="satpoint-int8-") as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
+        src.write_bytes(data)
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # its advice to run the pre-processing first goes to the root logger
+        try:
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
+        return dst.read_bytes()
+
+
+def build_onnx_bytes(name: str, runtime: str, model: Any | None = None) -> bytes:
+    """The ONNX artefact of ``runtime`` (onnx, onnx-int8, pruned:F) for the demo model ``name``, from
+    ``model`` (the fitted demo model; None: trained here)."""
+    kind, share = parse_runtime(check_runtime(runtime, name))
+    if kind == "sklearn":
+        raise ValueError("runtime sklearn is not an ONNX artefact")
+    spec = demo_model(name)
+    fitted = model if model is not None else fit_demo_model(spec.name)
+    if kind == "pruned":
+        assert share is not None
+        fitted = prune_mlp(fitted, share)
+    data = to_onnx_bytes(fitted, spec.n_features)
+    return quantize_onnx_bytes(data) if kind == "onnx-int8" else data
+
+
 def write_demo_artifact(name: str, runtime: str, dest_dir: Path) -> Path:
     """Train the demo model ``name`` and write the artefact ``runtime`` serves into ``dest_dir``:
-    ``model.joblib`` (sklearn) or ``model.onnx`` (onnx); returns its path."""
-    spec = demo_model(name)
-    if runtime == "sklearn":
+    ``model.joblib`` (sklearn) or ``model.onnx`` (onnx, onnx-int8, pruned:F); returns its path."""
+    if parse_runtime(check_runtime(runtime, name))[0] == "sklearn":
         return train_demo_model(name, dest_dir)
-    if runtime != "onnx":
-        raise ValueError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
-    data = to_onnx_bytes(fit_demo_model(spec.name), spec.n_features)
+    data = build_onnx_bytes(name, runtime)
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / ONNX_FILENAME
@@ -174,10 +346,11 @@ def to_onnx_bytes(model: Any, n_features: int) -> bytes:
     from skl2onnx import convert_sklearn
     from skl2onnx.common.data_types import FloatTensorType
 
+    classifier = model.steps[-1][1] if hasattr(model, "steps") else model  # a pipeline's last step
     onx = convert_sklearn(
         model,
         initial_types=[(ONNX_INPUT_NAME, FloatTensorType([None, n_features]))],
-        options={id(model): {"zipmap": False}},
+        options={id(classifier): {"zipmap": False}},
     )
     data: bytes = onx.SerializeToString()
     return data

@@ -45,9 +45,9 @@ from typing import Any, ClassVar
 
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
-    MODEL_FILENAME,
-    ONNX_FILENAME,
+    artifact_filename,
     demo_model,
+    serves_onnx,
     write_demo_artifact,
 )
 from satpoint.servers.embedded_base import (
@@ -74,10 +74,14 @@ __all__ = [
 
 _VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop", "numpy", "joblib")
 _ONNX_PACKAGES = ("skl2onnx", "onnxruntime", "onnx")
-_RUNTIME_IMPLEMENTATIONS = {
-    "sklearn": "mlserver_sklearn.SKLearnModel",
-    "onnx": "satpoint.servers.onnx_runtime.OnnxModel",
-}
+_SKLEARN_IMPLEMENTATION = "mlserver_sklearn.SKLearnModel"
+_ONNX_IMPLEMENTATION = "satpoint.servers.onnx_runtime.OnnxModel"  # onnx, onnx-int8, pruned:F
+
+
+def _implementation(runtime: str) -> str:
+    return _ONNX_IMPLEMENTATION if serves_onnx(runtime) else _SKLEARN_IMPLEMENTATION
+
+
 _START_ATTEMPTS = 3  # a free port can be taken between choosing it and MLServer binding it
 _BIND_FAILURES = ("address already in use", "failed to bind")  # uvicorn / grpc wording
 _FAILED_START_GRACE_S = 2.0  # a start hung on a bind error ignores SIGTERM
@@ -125,7 +129,7 @@ class MLServerTarget(EmbeddedServer):
         if s.model_dir is not None:
             link_folder_entries(s.model_dir, model_dir)
         else:
-            if s.runtime == "onnx":
+            if serves_onnx(s.runtime):
                 self._onnx_threads = onnx_threads(env)  # a bad OMP_NUM_THREADS fails here, not in MLServer
             t0 = time.monotonic()
             write_demo_artifact(s.demo_model, s.runtime, model_dir)
@@ -206,7 +210,7 @@ class MLServerTarget(EmbeddedServer):
         path, timings."""
         ports = self._ports
         s = self._settings
-        packages = _VERSIONED_PACKAGES + (_ONNX_PACKAGES if s.model_dir is None and s.runtime == "onnx" else ())
+        packages = _VERSIONED_PACKAGES + (_ONNX_PACKAGES if s.model_dir is None and serves_onnx(s.runtime) else ())
         return {
             "kind": "mlserver",
             "versions": package_versions(packages),
@@ -266,13 +270,13 @@ class MLServerTarget(EmbeddedServer):
             "dataset": spec.dataset,
             "n_features": spec.n_features,
             "runtime": s.runtime,
-            "implementation": _RUNTIME_IMPLEMENTATIONS[s.runtime],
-            "artifact": ONNX_FILENAME if s.runtime == "onnx" else MODEL_FILENAME,
+            "implementation": _implementation(s.runtime),
+            "artifact": artifact_filename(s.runtime),
             "inputs": self._declared_inputs(),
             "outputs": self._declared_outputs(),
             **batching,
         }
-        if s.runtime == "onnx":
+        if serves_onnx(s.runtime):
             threads, source = self._onnx_threads or onnx_threads(self._server_env_preview())
             info["onnx"] = {
                 "provider": "CPUExecutionProvider",
@@ -296,10 +300,10 @@ class MLServerTarget(EmbeddedServer):
         s = self._settings
         if s.model_dir is not None:
             return folder_model_settings(s)
-        artifact = ONNX_FILENAME if s.runtime == "onnx" else MODEL_FILENAME
+        artifact = artifact_filename(s.runtime)
         return {
             "name": s.served_model_name,
-            "implementation": _RUNTIME_IMPLEMENTATIONS[s.runtime],
+            "implementation": _implementation(s.runtime),
             "parameters": {"uri": f"./{artifact}"},
             "max_batch_size": s.effective_max_batch_size,
             "max_batch_time": s.effective_max_batch_time_s,
@@ -333,7 +337,7 @@ class MLServerTarget(EmbeddedServer):
         if env.get("PYTHONPATH"):
             # the server runs in its temporary folder: relative entries would point elsewhere there
             env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
-        if s.model_dir is None and s.runtime == "onnx":
+        if s.model_dir is None and serves_onnx(s.runtime):
             # MLServer imports satpoint's ONNX runtime: make it this satpoint, wherever it was imported from
             prepend_pythonpath(env, satpoint_root())
         env.update(s.env)

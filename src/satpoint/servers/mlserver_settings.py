@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.redact import REDACTED, is_secret_name, redact_text
-from satpoint.servers.demo_model import RUNTIMES, demo_model, intra_op_threads
+from satpoint.servers.demo_model import check_runtime, demo_model, intra_op_threads
 
 __all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
 
@@ -73,8 +73,7 @@ class MLServerSettings:
         if self.model_name is not None and not MODEL_NAME_RE.match(self.model_name):
             raise ValueError(f"model_name must match {MODEL_NAME_RE.pattern}, got {self.model_name!r}")
         demo_model(self.demo_model)  # a ValueError listing the valid names
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"unknown runtime {self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
+        check_runtime(self.runtime, self.demo_model)  # a ValueError naming the valid runtimes, or why not this one
         if self.model_dir is not None:
             chosen = [
                 f"{name}={value!r}"
