@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from satpoint.analysis.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP, MAX_QUALITY_LOSS_HELP
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
     EXIT_FAILED,
@@ -90,6 +91,7 @@ def sweep(
     repeats: Annotated[int, typer.Option(help="measurements of every point")] = 1,
     remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
     budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
+    max_quality_loss: Annotated[float, typer.Option(help=MAX_QUALITY_LOSS_HELP)] = DEFAULT_MAX_QUALITY_LOSS_PP,
     find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
     precision: Annotated[float, typer.Option(help="search precision")] = 0.1,
     profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
@@ -164,7 +166,7 @@ def sweep(
                     client_key=_path(client_key),
                 ),
                 repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
-                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s,
+                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
                 find=FindOptions(
                     precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from satpoint.analysis.artefact_choice import attach_quality
 from satpoint.analysis.sweep import (
     Objective,
     PointInput,
@@ -170,6 +171,7 @@ class SweepState:
     def write(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.doc.update(analyse(self.cfg, self.points, self.doc["measurements"]))
+        attach_quality(self.doc, self.doc.get("artefact_quality") or {}, self.cfg.max_quality_loss_pp)
         tmp = self.out_dir / (SWEEP_FILE + ".tmp")
         tmp.write_text(json.dumps(self.doc, indent=2, default=str))
         tmp.replace(self.out_dir / SWEEP_FILE)
@@ -250,6 +252,10 @@ def run_sweep(
     reused = sum(1 for m in state.measurements if m["status"] == "done")
     say(on_event, f"sweep: {est['text']}" + (f"; {reused} measurements reused from {out_dir}" if reused else ""))
     say(on_event, f"objective: {ranking_objective(cfg)}; results in {out_dir}")
+    if "artefact_quality" not in state.doc:  # once per artefact, offline, before any server starts
+        from satpoint.experiments.sweep_quality import sweep_quality
+
+        state.doc["artefact_quality"] = sweep_quality(cfg, points, on_event)
     state.write()
     t0 = time.monotonic()
     durations = [float(m["duration_s"]) for m in state.measurements if m.get("duration_s")]

@@ -8,8 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from satpoint.analysis.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP
 from satpoint.analysis.sweep import OBJECTIVES, Objective
-from satpoint.analysis.sweep_space import SERVER_KINDS, Point, check_triton_point, grid, parse_set
+from satpoint.analysis.sweep_space import (
+    SERVER_KINDS,
+    Point,
+    check_artefact_point,
+    check_triton_point,
+    grid,
+    parse_set,
+)
 from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import Target
@@ -31,6 +39,8 @@ class SweepConfig:
     budget_s: float | None = None
     find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.1, profile=False, budget_s=240.0))
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
+    #: the accuracy (percentage points, held-out split) an artefact may lose and still be recommended
+    max_quality_loss_pp: float = DEFAULT_MAX_QUALITY_LOSS_PP
 
     def points(self) -> list[Point]:
         return grid(parse_set(self.sets, self.server.kind, self.server.reconfigure))
@@ -50,6 +60,8 @@ class SweepConfig:
             raise ValueError("repeats must be >= 1 and --remeasure-top >= 0")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError("--budget-s must be > 0")
+        if not 0 <= self.max_quality_loss_pp <= 100:
+            raise ValueError(f"--max-quality-loss is in percentage points, 0 to 100; got {self.max_quality_loss_pp:g}")
         if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
             raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
         if self.server.kind == "remote" and self.server.model is None:
@@ -65,6 +77,9 @@ class SweepConfig:
             too_many = sorted({int(n) for p in points if (n := p.values.get("server_cpus")) and int(n) > have})
             if too_many:
                 raise ValueError(f"server_cpus={too_many[0]}: satpoint may use {have} CPUs on this machine")
+        if self.server.kind == "mlserver":
+            for p in points:  # an artefact that cannot be built (onnx-int8 or pruned:F without an MLP)
+                check_artefact_point(p.values, self.server.demo_model, self.server.runtime)
         if self.server.kind in ("triton", "remote"):
             for p in points:
                 base_mbs = self.server.max_batch_size if self.server.kind == "triton" else None
@@ -97,6 +112,7 @@ class SweepConfig:
             "slo": list(self.slo),
             "max_error_rate": self.max_error_rate,
             "budget_s": self.budget_s,
+            "max_quality_loss_pp": self.max_quality_loss_pp,
             "find": {k: getattr(f, k) for k in f.__dataclass_fields__},
             "load": self.load.describe(),
         }
@@ -117,4 +133,5 @@ class SweepConfig:
             budget_s=d.get("budget_s"),
             find=FindOptions(**fkw),
             load=LoadOptions.from_dict(dict(d.get("load") or {})),
+            max_quality_loss_pp=float(d.get("max_quality_loss_pp", DEFAULT_MAX_QUALITY_LOSS_PP)),
         )

@@ -32,6 +32,27 @@ def scaling_text(sc: Mapping[str, Any] | None) -> str:
     return f"{sc['vs_one_worker']:.2f}x{eff}"
 
 
+def has_quality(doc: Mapping[str, Any]) -> bool:
+    """Whether the points carry their artefact's quality figures (a sweep over artefacts)."""
+    return any((r.get("quality") or {}).get("accuracy") is not None for r in doc["points"])
+
+
+def quality_cells(r: Mapping[str, Any]) -> list[str]:
+    """A point's artefact quality for the tables: held-out accuracy % (loss in pp), agreement with the
+    reference %, the largest |Δ probability|."""
+    q = r.get("quality") or {}
+    if q.get("accuracy") is None:
+        return ["-", "-", "-"]
+    return [
+        f"{100 * q['accuracy']:.1f} ({q['accuracy_loss_pp']:+.1f})",
+        f"{100 * q['agreement']:.1f}",
+        f"{q['max_abs_proba_diff']:.3g}",
+    ]
+
+
+QUALITY_HEADS = ("accuracy % (loss pp)", "agree % vs ref.", "max |Δp|")
+
+
 def sorted_rows(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     by_id = {r["id"]: r for r in doc["points"]}
     return [by_id[i] for i in doc.get("order") or by_id]
@@ -45,6 +66,7 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
     rows = sorted_rows(doc)
     batched = any(r["batch"] != 1 for r in rows)
     tri = any(r.get("triton") for r in rows)
+    quality = has_quality(doc)
     cols = [("point", "left"), ("knobs", "left"), ("n", "right"), ("saturation rps", "right")]
     if batched:
         cols.append(("inferences/s", "right"))
@@ -58,6 +80,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
         ("server µs/req", "right"),
         ("vs 1 worker (of ideal)", "right"),
     ]
+    if quality:
+        cols += [(h, "right") for h in QUALITY_HEADS]
     for col, just in cols:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     front = set(doc.get("pareto_front") or [])
@@ -89,6 +113,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
             median_range(r["server"]["cpu_us_per_request"], ".0f"),
             scaling_text(r.get("scaling")),
         ]
+        if quality:
+            cells += quality_cells(r)
         t.add_row(*cells)
     return t
 
@@ -140,6 +166,11 @@ CSV_COLUMNS = (
     "lower_bound",
     "lower_bound_reasons",
     "on_front",
+    "quality_accuracy",
+    "quality_accuracy_loss_pp",
+    "quality_agreement",
+    "quality_max_abs_proba_diff",
+    "quality_within_bound",
 )
 
 
@@ -155,8 +186,11 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
             if k not in knobs:
                 knobs.append(k)
     front = set(doc.get("pareto_front") or [])
+    choice = doc.get("artefact_choice") or {}
+    within = set(choice.get("within_bound") or [])
     out = []
     for r in sorted_rows(doc):
+        q = r.get("quality") or {}
         sc = r.get("scaling") or {}
         at = r.get("at_rps") or {}
         row: dict[str, Any] = {f"knob.{k}": r["knobs"].get(k) for k in knobs}
@@ -191,6 +225,11 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "lower_bound": r.get("lower_bound"),
                 "lower_bound_reasons": " ".join(r.get("lower_bound_reasons") or []),
                 "on_front": r["id"] in front,
+                "quality_accuracy": q.get("accuracy"),
+                "quality_accuracy_loss_pp": q.get("accuracy_loss_pp"),
+                "quality_agreement": q.get("agreement"),
+                "quality_max_abs_proba_diff": q.get("max_abs_proba_diff"),
+                "quality_within_bound": (r["id"] in within) if choice else None,
             }
         )
         out.append(row)

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from satpoint.reports.html import REPORT_ERRORS_BOX, figure_html, page_head, page_tail
 from satpoint.reports.html_tables import esc, fmt_time, table
-from satpoint.reports.sweep import median_range, scaling_text, sorted_rows
+from satpoint.reports.sweep import QUALITY_HEADS, has_quality, median_range, quality_cells, scaling_text, sorted_rows
 
 FRONT_COLOUR = "#b42318"
 POINT_COLOUR = "#0969da"
@@ -175,6 +175,9 @@ def _table_html(doc: Mapping[str, Any]) -> str:
         "diagnosis",
         "vs 1 worker",
     ]
+    quality = has_quality(doc)
+    if quality:
+        head += list(QUALITY_HEADS)
     rows = []
     for r in sorted_rows(doc):
         sc = r.get("scaling")
@@ -194,6 +197,7 @@ def _table_html(doc: Mapping[str, Any]) -> str:
                 esc(median_range(r["server"]["cpu_us_per_request"], ".0f")),
                 esc(", ".join(r["server"]["diagnosis"]) or "-"),
                 esc(scaling_text(sc)),
+                *([esc(c) for c in quality_cells(r)] if quality else []),
             ]
         )
     return table(head, rows, "stages")
