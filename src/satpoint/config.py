@@ -205,6 +205,9 @@ class FindOptions:
     margin: float = 0.15
     peak_rps: float | None = None
     min_rps: float | None = None
+    #: after the search (and its profile): tip the server over at 1.2 x the saturation point, then step
+    #: the load down in one segment to see where it recovers (``satpoint find --hysteresis``)
+    hysteresis: bool = False
 
     def validate(self) -> FindOptions:
         if not 0 < self.precision < 1 or not 0 <= self.margin < 1 or self.growth <= 1 or self.budget_s <= 0:
@@ -232,6 +235,7 @@ class FindOptions:
             "repeats": self.repeats,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,
+            "hysteresis": self.hysteresis,
             "slo": {k: f"{v:g}ms" for k, v in slo.items()} or None,
         }
 

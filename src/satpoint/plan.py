@@ -3,8 +3,9 @@
 The ground floor of the package: every layer speaks of plans, none of this imports another module of
 satpoint.  A stage ``(target_rps, ramp_s, hold_s)`` ramps linearly from the previous stage's target
 (0 for the first stage) to its own target over ``ramp_s`` seconds, then holds it for ``hold_s``
-seconds; targets rise monotonically.  ``RateCurve`` integrates that piecewise-linear rate so the
-schedules in ``engine.schedule`` can invert it.
+seconds; targets rise monotonically (``descending=True`` lifts that rule for a sequence satpoint plans
+itself: ``find --hysteresis`` steps the load down, ``ramp_s`` 0, inside one segment).  ``RateCurve``
+integrates that piecewise-linear rate so the schedules in ``engine.schedule`` can invert it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class StageSpan:
     end_s: float
 
 
-def validate_plan(stages: list[Stage]) -> None:
+def validate_plan(stages: list[Stage], *, descending: bool = False) -> None:
+    """Refuse a plan that cannot be run.  Targets must rise monotonically (a user's plan); ``descending``
+    allows falling targets, for the sequences satpoint plans itself (``find --hysteresis``)."""
     if not stages:
         raise PlanError("a plan needs at least one stage")
     prev = 0.0
@@ -72,7 +75,7 @@ def validate_plan(stages: list[Stage]) -> None:
             raise PlanError(f"stage {i}: target rps must be > 0")
         if st.hold_s <= 0:
             raise PlanError(f"stage {i}: hold must be > 0 s (verdicts are made on the hold)")
-        if st.target_rps < prev:
+        if st.target_rps < prev and not descending:
             raise PlanError(
                 f"stage {i}: target {st.target_rps:g} rps is below the previous stage's {prev:g} rps; "
                 "targets must rise monotonically (start a new run to go down)"
@@ -80,8 +83,8 @@ def validate_plan(stages: list[Stage]) -> None:
         prev = st.target_rps
 
 
-def spans(stages: list[Stage], start_rps: float = 0.0) -> list[StageSpan]:
-    validate_plan(stages)
+def spans(stages: list[Stage], start_rps: float = 0.0, *, descending: bool = False) -> list[StageSpan]:
+    validate_plan(stages, descending=descending)
     out: list[StageSpan] = []
     t = 0.0
     for i, st in enumerate(stages):
@@ -104,10 +107,12 @@ class _Piece:
 
 
 class RateCurve:
-    """Piecewise-linear rate curve r(t) with its integral L(t) and inverse."""
+    """Piecewise-linear rate curve r(t) with its integral L(t) and inverse.  A falling target
+    (``descending``) with ``ramp_s`` 0 is a step down: the count keeps its pace up to the step, then
+    grows at the lower rate (due times never move back, nothing is caught up)."""
 
-    def __init__(self, stages: list[Stage], start_rps: float = 0.0) -> None:
-        validate_plan(stages)
+    def __init__(self, stages: list[Stage], start_rps: float = 0.0, *, descending: bool = False) -> None:
+        validate_plan(stages, descending=descending)
         pieces: list[_Piece] = []
         t, n, prev = 0.0, 0.0, start_rps
         for st in stages:

@@ -4,7 +4,8 @@ Each measured stage is its own results segment, written as soon as it ends.  A s
 the current monotonic sequence ramps from the previous target; a fresh sequence waits for the
 server's queue to drain (a cool-down) and ramps from zero.  After the search, a profile sequence holds
 50 %, 80 %, 90 % and 100 % of the saturation point to report the latency users will see there, and,
-with ``--flamegraph``, one more stage holds 95 % of it while py-spy records the server.
+with ``--flamegraph``, one more stage holds 95 % of it while py-spy records the server.  Last, with
+``--hysteresis``, one segment tips the server over and steps the load down (``analysis.hysteresis``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from satpoint.analysis.holds import (
     stage_hold,
     start_rate_from_probe,
 )
+from satpoint.analysis.hysteresis import HYSTERESIS_PURPOSE
 from satpoint.analysis.search import (
     LIMITED,
     Measured,
@@ -56,6 +58,7 @@ from satpoint.metrics.stats import StageMetrics
 from satpoint.observe.observer import Observer
 from satpoint.plan import Stage
 from satpoint.progress import OnEvent, say
+from satpoint.saturation_hysteresis import hysteresis_reserve, run_hysteresis
 from satpoint.session import LOST_ERRORS, Fleet, Session, announce_target
 
 #: stop a stage early when more requests are in flight than this many times what the low-load latency
@@ -182,7 +185,9 @@ def run_search(
         best = bracket(history).stable_rps
         # a stage that turns out stable may raise the saturation point: reserve the profile at the lower
         # of the two, which is the longer profile
-        reserve = profile_reserve(opts, budget, best, run.latency_hint_s)
+        reserve = profile_reserve(opts, budget, best, run.latency_hint_s) + hysteresis_reserve(
+            opts, budget, best, run.latency_hint_s
+        )
         spare = budget.left() - budget.stage_cost([stage]) - reserve
         if spare < (opts.cooldown_s if cools else 0.0):
             need, profile_next = budget.stage_cost([stage]) + reserve, bool(opts.profile and best)
@@ -451,6 +456,8 @@ def search_target(
     histories = run_find(run, rules, first, profile_rps)
     if fopts.flamegraph:
         run_flamegraph(run, histories, session.flamegraph_not_recorded)
+    if fopts.hysteresis:  # last: it tips the server over, which nothing after it should see
+        run_hysteresis(run, histories)
     return session
 
 
@@ -471,15 +478,18 @@ def profile_session(session: Session, fopts: FindOptions, rate_rps: float) -> No
 def _measure(session: Session) -> Measure:
     def measure(stages: list[Stage], start: float, index: int, purpose: str) -> Segment:
         baseline = session.config.rules.baseline_p50_ms
+        held = ("profile", FLAMEGRAPH_PURPOSE, HYSTERESIS_PURPOSE)
         return session.measure(
             stages,
             purpose=purpose,
             start_rps=start,
-            # the profile's and the flame graph's stages are held whatever happens (the flame graph
-            # should show the server at its limit, for the whole hold, even if 95 % turns out too much)
-            abort_when=overload_rule(baseline) if purpose not in ("profile", FLAMEGRAPH_PURPOSE) else None,
+            # the profile's, the flame graph's and the hysteresis sequence's stages are held whatever
+            # happens (the flame graph should show the server at its limit, for the whole hold, even if
+            # 95 % turns out too much; the hysteresis sequence overloads the server on purpose)
+            abort_when=overload_rule(baseline) if purpose not in held else None,
             append=False,  # run_search and run_profile append what they measure
             flamegraph_stage=0 if purpose == FLAMEGRAPH_PURPOSE else None,
+            descending=purpose == HYSTERESIS_PURPOSE,  # its steps go down: satpoint's own sequence
         )
 
     return measure

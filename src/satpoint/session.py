@@ -134,12 +134,14 @@ def run_segment(
     abort_when: Callable[[LiveSnapshot], bool] | None = None,
     checkpoint: CheckpointSpec | None = None,
     fleet: Fleet | None = None,
+    descending: bool = False,
 ) -> Segment:
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
-    (checkpointed to ``checkpoint`` while it runs, if given).  With ``fleet``, the schedule runs on its
-    hosts (each regenerates its own rows) and the merged rows come back; the hosts' figures are kept
-    under the generator's ``ray`` key."""
-    check_plan_fits(stages, start_rps)
+    (checkpointed to ``checkpoint`` while it runs, if given).  ``descending`` allows falling targets (a
+    sequence satpoint plans itself, ``find --hysteresis``; a user's plan must rise).  With ``fleet``, the
+    schedule runs on its hosts (each regenerates its own rows) and the merged rows come back; the hosts'
+    figures are kept under the generator's ``ray`` key."""
+    check_plan_fits(stages, start_rps, descending=descending)
     seed = opts.seed + seed_offset
     cap = planned_inflight(target, opts, stages, start_rps)
     builder = replace(target.builder, max_inflight=cap)
@@ -152,12 +154,12 @@ def run_segment(
     fleet_block: dict[str, Any] | None = None
     if fleet is not None:
         out, fleet_block = _run_on_fleet(
-            fleet, stages, opts, seed, start_rps, builder, dopts, on_snapshot, stop_event, abort_when
+            fleet, stages, opts, seed, start_rps, builder, dopts, on_snapshot, stop_event, abort_when, descending
         )
         procs = fleet.size * fleet.options.procs_per_host
     else:
         out = run_schedule(
-            due_times(stages, opts.arrival, seed, start_rps),
+            due_times(stages, opts.arrival, seed, start_rps, descending=descending),
             builder,
             dopts,
             procs=opts.procs,
@@ -238,13 +240,23 @@ def _run_on_fleet(
     on_snapshot: Callable[[LiveSnapshot], None] | None,
     stop_event: threading.Event | None,
     abort_when: Callable[[LiveSnapshot], bool] | None,
+    descending: bool = False,
 ) -> tuple[RunOutput, dict[str, Any]]:
     from satpoint.distributed.host import ShardJob
 
     host_build, _ = split_max_inflight(builder, fleet.size)  # each host's share of the cap
     per_host = fleet.options.procs_per_host
     job = ShardJob(
-        tuple(stages), opts.arrival, seed, start_rps, fleet.size, per_host, host_build, dopts, opts.generator_cpus
+        tuple(stages),
+        opts.arrival,
+        seed,
+        start_rps,
+        fleet.size,
+        per_host,
+        host_build,
+        dopts,
+        opts.generator_cpus,
+        descending,
     )
     return fleet.run(job, on_snapshot=on_snapshot, stop_event=stop_event, abort_when=abort_when)
 
@@ -387,11 +399,13 @@ class Session:
         title: str | None = None,
         append: bool = True,
         flamegraph_stage: int | None = None,
+        descending: bool = False,
     ) -> Segment:
         """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
         does) and return it.  If it fails, the rows it checkpointed are appended before the error
         propagates.  ``flamegraph_stage`` (0-based, in ``stages``): py-spy records the server during
-        that stage's hold (the observer's ``flamegraph`` options)."""
+        that stage's hold (the observer's ``flamegraph`` options).  ``descending``: falling targets
+        allowed (``find --hysteresis``'s step-down)."""
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
         # the cap is known before the load starts: in the running segment's header, a segment rebuilt from
@@ -414,6 +428,7 @@ class Session:
                 abort_when=abort_when,
                 checkpoint=checkpoint,
                 fleet=self.fleet,
+                descending=descending,
             )
         except BaseException as e:
             self._mark(f"end {index}")
@@ -547,9 +562,9 @@ LOST_ERRORS: tuple[type[Exception], ...] = (TargetUnreachable,)
 BYTES_PER_ROW = 160
 
 
-def check_plan_fits(stages: list[Stage], start_rps: float = 0.0) -> None:
+def check_plan_fits(stages: list[Stage], start_rps: float = 0.0, *, descending: bool = False) -> None:
     """Refuse, before anything starts, a plan whose rows would not fit in the memory available."""
-    rows = RateCurve(stages, start_rps).total
+    rows = RateCurve(stages, start_rps, descending=descending).total
     need = rows * BYTES_PER_ROW
     available = psutil.virtual_memory().available
     if need > 0.8 * available:

@@ -226,6 +226,9 @@ def build_summary(results: Results) -> dict[str, Any]:
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
 
         summary.update(find_fields(results, stages, lost))
+        from satpoint.analysis.hysteresis import hysteresis_fields  # find --hysteresis (and the lowered target)
+
+        summary.update(hysteresis_fields(results, summary))
     if summary["mode"] == "closed_loop":  # label it: its latencies under-report, its verdicts miss queueing
         summary["closed_loop"], label = closed_loop_fields(h.get("config", {}))
         summary["warnings"].insert(0, label)

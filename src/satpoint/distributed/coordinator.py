@@ -137,7 +137,7 @@ def run_on_hosts(
             st.lost = why
             notes.append(f"host {st.index} ({st.info.get('host', st.handle.name)}) lost: {why}; its rows are missing")
 
-    due = due_times(list(job.stages), job.arrival, job.seed, job.start_rps)
+    due = due_times(list(job.stages), job.arrival, job.seed, job.start_rps, descending=job.descending)
     for st in states:  # phase 1: clocks and preparation (connections are opened by the runner itself)
         try:
             st.info = dict(st.handle.describe())
@@ -273,7 +273,7 @@ def _poll(
 
 
 def _last_due(job: ShardJob) -> float:
-    sp = spans(list(job.stages), job.start_rps)
+    sp = spans(list(job.stages), job.start_rps, descending=job.descending)
     return sp[-1].end_s if sp else 0.0
 
 
@@ -325,7 +325,7 @@ def _merge(
 
 def fleet_block(states: list[_Host], job: ShardJob, start_unix: float, align_s: float, lead_s: float) -> dict[str, Any]:
     """The ``ray`` block of a segment's generator figures: every host's clock, start, load and lag."""
-    stage_spans = spans(list(job.stages), job.start_rps)
+    stage_spans = spans(list(job.stages), job.start_rps, descending=job.descending)
     hosts = [_host_figures(st, stage_spans) for st in states]
     clocks = [st.clock for st in states if st.clock is not None and st.lost is None]
     bound = 2 * max((c.uncertainty_s for c in clocks), default=0.0) if len(clocks) > 1 else 0.0

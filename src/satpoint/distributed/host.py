@@ -56,11 +56,15 @@ class ShardJob:
     options: DispatchOptions
     #: CPUs of each host its generator processes are pinned to, one each in turn (None: not pinned)
     cpus: tuple[int, ...] | None = None
+    #: falling targets allowed (a sequence satpoint plans itself: ``find --hysteresis``)
+    descending: bool = False
 
 
 def host_rows(job: ShardJob, index: int) -> FloatArray:
     """The due times host ``index`` owns: every ``job.hosts``-th row of the schedule, from ``index``."""
-    return due_times(list(job.stages), job.arrival, job.seed, job.start_rps)[index :: job.hosts]
+    return due_times(list(job.stages), job.arrival, job.seed, job.start_rps, descending=job.descending)[
+        index :: job.hosts
+    ]
 
 
 @dataclass

@@ -18,9 +18,17 @@ import numpy as np
 from satpoint.plan import Arrival, FloatArray, PlanError, RateCurve, Stage
 
 
-def due_times(stages: list[Stage], arrival: Arrival = "constant", seed: int = 0, start_rps: float = 0.0) -> FloatArray:
-    """All due times (seconds since the run's start) for a plan, sorted ascending."""
-    curve = RateCurve(stages, start_rps)
+def due_times(
+    stages: list[Stage],
+    arrival: Arrival = "constant",
+    seed: int = 0,
+    start_rps: float = 0.0,
+    *,
+    descending: bool = False,
+) -> FloatArray:
+    """All due times (seconds since the run's start) for a plan, sorted ascending (``descending``: falling
+    targets allowed, see ``plan.validate_plan``)."""
+    curve = RateCurve(stages, start_rps, descending=descending)
     if arrival == "constant":
         counts = np.arange(0.0, math.floor(curve.total) + 1.0) + 0.5
         counts = counts[counts < curve.total]

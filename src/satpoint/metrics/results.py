@@ -70,7 +70,9 @@ class Segment:
 
     @property
     def spans(self) -> list[StageSpan]:
-        return spans(self.stages)
+        # a recorded segment is what ran: falling targets (``find --hysteresis``) were allowed when it was
+        # planned, and reading it does not judge the plan again
+        return spans(self.stages, descending=True)
 
     def running_meta(self) -> dict[str, Any]:
         """What ``results.json`` says of a segment while it runs (no rows file yet)."""

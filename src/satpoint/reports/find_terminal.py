@@ -62,6 +62,7 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
                 r["verdict"],
             )
         console.print(t)
+    print_hysteresis(console, summary.get("hysteresis"))
     rec = summary.get("recommendation")
     if rec:
         line = (
@@ -72,9 +73,40 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
             line += f"; {rec['replicas']} replicas for a peak of {rec['peak_rps']:g} rps"
         if rec.get("min_replicas"):
             line += f"; minReplicas {rec['min_replicas']} for {rec['min_rps']:g} rps"
+        if rec.get("target_rps_per_replica_unlowered") is not None:
+            line += f" [yellow](lowered from {rec['target_rps_per_replica_unlowered']:.1f}: see the note)[/]"
         console.print(line)
     for n in summary.get("find_notes", []):
         console.print(f"[yellow]note:[/] {n}")
     for h in hints(summary):
         console.print(f"[cyan]hint:[/] {h}")
     print_diagnosis(console, summary)
+
+
+def print_hysteresis(console: Console, h: dict[str, Any] | None) -> None:
+    """``find --hysteresis``: the steps down from the overload, and the figures in words."""
+    if not h:
+        return
+    t = Table(title="hysteresis: tipped over, then the load stepped down (no pause)", title_justify="left")
+    for c in ("load", "offered rps", "throughput", "p50 ms (last half)", "queue /s", "CPU µs/req", "state"):
+        t.add_column(c, justify="right" if c != "state" else "left")
+    for s in h.get("steps") or []:
+        cpu = s.get("cpu_us_per_request")
+        t.add_row(
+            f"{s['fraction']:.0%}",
+            f"{s['offered_rps']:.1f}",
+            f"{s['throughput_rps']:.1f}",
+            _ms(s.get("latency_p50_ms")),
+            f"{s['queue_slope_rps']:+.1f}",
+            "-" if cpu is None else f"{cpu:.0f}",
+            s["state"],
+        )
+    console.print(t)
+    figures = []
+    if h.get("goodput_share") is not None:
+        figures.append(f"goodput while overloaded {h['overload_throughput_rps']:.1f}/s ({h['goodput_share']:.0%})")
+    if h.get("recovery_rps") is not None:
+        figures.append(f"recovers (drains) at {h['recovery_rps']:.1f} rps ({h['recovery_share']:.0%})")
+    head = "[bold red]metastable[/]" if h.get("metastable") else "[bold]hysteresis[/]"
+    console.print(f"{head}: " + "; ".join(figures) if figures else f"{head}:")
+    console.print(h.get("explanation", ""))

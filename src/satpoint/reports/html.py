@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs
 
 from satpoint.redact import redact_url
 from satpoint.reports.html_data import MAX_POINTS, FolderData, folder_labels, load_folder
+from satpoint.reports.html_hysteresis import has_hysteresis, hysteresis_figures, hysteresis_plot, hysteresis_table
 from satpoint.reports.html_plots import folder_colour, plots_for
 from satpoint.reports.html_server import server_section
 from satpoint.reports.html_tables import (
@@ -206,6 +207,8 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         nav.append('<a href="#server">server</a>')
     if has_find:
         nav.append('<a href="#latency-at">latency at load</a>')
+    if any(has_hysteresis(f) for f in folders):
+        nav.append('<a href="#hysteresis">hysteresis</a>')
     nav.append('<a href="#details">configuration</a>')
     out = [
         *page_head(title),
@@ -243,6 +246,19 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
             if many:
                 out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
             out.append(f'<div class="scroll">{latency_at_table(f)}</div>')
+    if any(has_hysteresis(f) for f in folders):
+        out.append('<h2 id="hysteresis">Tipped over: where the server recovers (hysteresis)</h2>')
+        for n, f in enumerate(folders):
+            if not has_hysteresis(f):
+                continue
+            if many:
+                out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
+            h = f.summary["hysteresis"]
+            out.append(hysteresis_figures(h))
+            out.append(
+                f'<div class="plot">{figure_html(hysteresis_plot(h, h.get("saturation_rps")), f"hyst-{n}")}</div>'
+            )
+            out.append(f'<div class="scroll">{hysteresis_table(h)}</div>')
     out.append('<h2 id="details">Configuration, versions and host</h2>')
     out.append('<div class="cards">' + "".join(folder_details(f) for f in folders) + "</div>")
     out.append('<h2 id="segments">Segments</h2>')

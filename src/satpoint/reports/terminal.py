@@ -38,8 +38,9 @@ class LiveView:
 
     def __init__(self, console: Console, stages: list[Stage], title: str, interval_s: float = 0.5) -> None:
         self.console = console
-        self.spans: list[StageSpan] = spans(stages)
-        self.curve = RateCurve(stages)
+        # the plan was checked before it started (falling targets only in satpoint's own sequences)
+        self.spans: list[StageSpan] = spans(stages, descending=True)
+        self.curve = RateCurve(stages, descending=True)
         self.title = title
         self.interval_s = interval_s if console.is_terminal else 5.0
         self._last = 0.0
