@@ -92,7 +92,7 @@ def test_a_slower_service_is_a_regression_exit_3(folders: tuple[Path, Path, Path
 def test_two_runs_of_the_same_service_are_no_change_exit_0(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
     base, _, same = folders
     out = tmp_path / "d.json"
-    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--json", str(out)])
+    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--json", str(out), "--no-html"])
     assert r.exit_code == 0, r.output
     doc = DiffDoc.model_validate(json.loads(out.read_text()))
     assert {m.metric: m.verdict for m in doc.metrics}["latency_p50_ms"] == "no_change"
@@ -103,7 +103,7 @@ def test_fail_on_inconclusive(tmp_path: Path) -> None:
     # latencies so noisy (slow swings between neighbours) that a 20 % change stays inside the ranges
     base = run_folder(tmp_path / "noisy-base", 10.0, seed=0, noise=1.5)
     slower = run_folder(tmp_path / "noisy-slower", 12.0, seed=1, noise=1.5)
-    args = ["diff", str(base), str(slower), "--tolerance", "5%", "--json", str(tmp_path / "d.json")]
+    args = ["diff", str(base), str(slower), "--tolerance", "5%", "--json", str(tmp_path / "d.json"), "--no-html"]
     r = CliRunner().invoke(app, args)
     doc = DiffDoc.model_validate(json.loads((tmp_path / "d.json").read_text()))
     p50 = next(m for m in doc.metrics if m.metric == "latency_p50_ms")
@@ -141,12 +141,12 @@ def test_baseline_gate_after_a_measurement(folders: tuple[Path, Path, Path]) -> 
 def test_calibrate_counts_false_alarms_of_an_a_a_pair(folders: tuple[Path, Path, Path], tmp_path: Path) -> None:
     base, slower, same = folders
     out = tmp_path / "cal.json"
-    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--calibrate", "--json", str(out)])
+    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--calibrate", "--json", str(out), "--no-html"])
     assert r.exit_code == 0, r.output
     cal = DiffDoc.model_validate(json.loads(out.read_text())).calibration
     assert cal is not None and cal["false_alarms"] == [] and cal["false_alarm_rate"] == 0
     # a pair that differs, given as A/A: its regressions are counted as false alarms, and exit 0 all the same
-    r = CliRunner().invoke(app, ["diff", str(base), str(slower), "--calibrate", "--json", str(out)])
+    r = CliRunner().invoke(app, ["diff", str(base), str(slower), "--calibrate", "--json", str(out), "--no-html"])
     assert r.exit_code == 0, r.output
     doc = DiffDoc.model_validate(json.loads(out.read_text()))
     cal = doc.calibration
@@ -167,7 +167,7 @@ def test_error_rate_matches_the_summary_and_a_rise_is_a_regression(tmp_path: Pat
     rec.status[failed] = 503
     rec.outcome[np.arange(7, len(rec), 50)] = Outcome.UNFINISHED  # neither an answer nor an error: in the count
     np.savez(new / "segment-000.npz", **rec.columns())
-    r = CliRunner().invoke(app, ["diff", str(base), str(new)])
+    r = CliRunner().invoke(app, ["diff", str(base), str(new), "--no-html"])
     assert r.exit_code == 3, r.output
     doc = DiffDoc.model_validate(json.loads((new / "diff.json").read_text()))
     err = next(m for m in doc.metrics if m.metric == "error_rate")
@@ -196,3 +196,25 @@ def test_find_baseline_reads_the_target_and_tolerates_an_older_summary(folders: 
                                  str(tmp_path / "nothing"), "--out", str(tmp_path / "out")])  # fmt: skip
     assert r.exit_code == 2 and "not a results folder" in r.output, r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_overlay_page_has_the_verdicts_on_top_and_both_folders(folders: tuple[Path, Path, Path],
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    base, slower, same = folders
+    assert CliRunner().invoke(app, ["diff", str(base), str(slower)]).exit_code == 3
+    page = (slower / "diff.html").read_text()  # beside diff.json by default
+    doc = DiffDoc.model_validate(json.loads((slower / "diff.json").read_text()))
+    verdicts = page.index('id="verdicts"')
+    assert verdicts < page.index('id="overlay"') < page.index('id="diff-latency"')
+    rows = page[verdicts : page.index('id="overlay"')]
+    for m in doc.metrics:  # one row per metric, with its verdict
+        assert f"<td>{m.metric}</td><td>{m.point}</td>" in rows
+    assert rows.count(">regression</span>") == sum(m.verdict == "regression" for m in doc.metrics) + 1
+    assert "base: " in page and "new: " in page and 'id="diff-tp"' in page  # both sides, both figures
+    assert "<script src=" not in page and "plotly.js v" in page  # self-contained: plotly.js inlined, no network
+    out = tmp_path / "page" / "d.html"
+    r = CliRunner().invoke(app, ["diff", str(base), str(same), "--html", str(out), "--json", str(tmp_path / "d.json")])
+    assert r.exit_code == 0 and out.is_file() and not (same / "diff.html").exists()
+    (slower / "diff.html").unlink()
+    assert CliRunner().invoke(app, ["diff", str(base), str(slower), "--no-html"]).exit_code == 3
+    assert not (slower / "diff.html").exists()

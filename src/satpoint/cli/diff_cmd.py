@@ -12,7 +12,7 @@ from satpoint._version import __version__
 from satpoint.analysis.diff import parse_fraction
 from satpoint.analysis.diff_verdict import calibrated
 from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
-from satpoint.reports.diff_files import compare, gate, read_baseline_target
+from satpoint.reports.diff_files import DIFF_HTML, compare, gate, read_baseline_target
 
 Opt = typer.Option
 BaselineOpt = Annotated[
@@ -43,7 +43,7 @@ def baseline_gate(baseline: Path | None, out_dir: Path, code: int, note: str = "
     doc, json_out = compare(baseline, str(out_dir))
     if note:
         doc = doc.model_copy(update={"notes": [*doc.notes, note]})
-    return EXIT_THRESHOLD if gate(doc, console, json_out) else code
+    return EXIT_THRESHOLD if gate(doc, console, json_out, html_out=json_out.with_name(DIFF_HTML)) else code
 
 
 def diff(
@@ -73,6 +73,11 @@ def diff(
     json_out: Annotated[Path | None, Opt("--json", help="diff.json path (default: in the new or sweep folder)")] = None,
     markdown: Annotated[Path | None, Opt(help="Markdown summary (also to $GITHUB_STEP_SUMMARY when set)")] = None,
     junit: Annotated[Path | None, Opt(help="JUnit XML: one test case per metric and point")] = None,
+    html: Annotated[
+        Path | None,
+        Opt(help="the overlay page: verdicts, the two folders' figures (default: diff.html beside diff.json)"),
+    ] = None,
+    no_html: Annotated[bool, Opt("--no-html", help="no overlay page")] = False,
 ) -> None:
     """Did capacity or latency get worse? A verdict per metric with its evidence; exit 3 on a regression."""
 
@@ -81,7 +86,9 @@ def diff(
         tail_tol = parse_fraction(tail_tolerance, "--tail-tolerance")
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol)
         doc = calibrated(doc) if calibrate else doc
-        failed = gate(doc, console, json_out or default_json, markdown, junit, fail_on_inconclusive)
+        out = json_out or default_json
+        html_out = None if no_html else html or out.with_name(DIFF_HTML)
+        failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_out)
         return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK
 
     guarded(body)

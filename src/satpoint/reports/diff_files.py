@@ -1,5 +1,6 @@
-"""``satpoint diff``'s inputs and outputs: the two folders loaded, ``diff.json``, the Markdown summary (also
-appended to ``$GITHUB_STEP_SUMMARY`` when it is set) and the JUnit file."""
+"""``satpoint diff``'s inputs and outputs: the two folders loaded, ``diff.json``, the overlay page
+(``diff.html``), the Markdown summary (also appended to ``$GITHUB_STEP_SUMMARY`` when it is set) and the JUnit
+file."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from satpoint.analysis.diff_verdict import (
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import parse_summary
 from satpoint.metrics.results import RESULTS_FILE, load_results
+from satpoint.reports.diff_html import write_diff_report
 from satpoint.reports.diff_junit import write_junit
 from satpoint.reports.diff_markdown import diff_markdown
 from satpoint.reports.diff_terminal import print_diff
@@ -78,10 +80,24 @@ def compare(
     return diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance), Path(new) / DIFF_FILE
 
 
-def publish(doc: DiffDoc, json_out: Path, markdown: Path | None, junit: Path | None, fail_incl: bool) -> None:
-    """diff.json, and the Markdown and JUnit files asked for; the Markdown also to $GITHUB_STEP_SUMMARY."""
+#: the overlay page's default name, beside diff.json
+DIFF_HTML = "diff.html"
+
+
+def publish(
+    doc: DiffDoc,
+    json_out: Path,
+    markdown: Path | None,
+    junit: Path | None,
+    fail_incl: bool,
+    html_out: Path | None = None,
+) -> None:
+    """diff.json, and the overlay page, Markdown and JUnit files asked for; the Markdown also to
+    $GITHUB_STEP_SUMMARY."""
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc.model_dump(), indent=2) + "\n")
+    if html_out is not None:
+        write_diff_report(doc, html_out)
     md = diff_markdown(doc)
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -101,10 +117,11 @@ def gate(
     markdown: Path | None = None,
     junit: Path | None = None,
     fail_on_inconclusive: bool = False,
+    html_out: Path | None = None,
 ) -> bool:
     """Print the diff, write its files; True when the gate fails (a regression, or an inconclusive verdict
     with ``fail_on_inconclusive``)."""
     print_diff(console, doc)
-    publish(doc, json_out, markdown, junit, fail_on_inconclusive)
-    console.print(f"diff: {json_out}")
+    publish(doc, json_out, markdown, junit, fail_on_inconclusive, html_out)
+    console.print(f"diff: {json_out}" + (f", {html_out}" if html_out is not None else ""))
     return doc.regressed or (fail_on_inconclusive and doc.inconclusive)
