@@ -111,7 +111,7 @@ def test_pca_variant_takes_the_64_features() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("tflite", "choose one of sklearn, onnx, onnx-int8, pruned:F"),
+        ("tflite", "choose one of sklearn, onnx, onnx-int8, openvino, pruned:F"),
         ("pruned:0", "must be > 0 and < 1"),
         ("pruned:1", "must be > 0 and < 1"),
         ("pruned:nan", "must be > 0 and < 1"),
@@ -282,3 +282,43 @@ def test_sweep_quality_per_point(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sweep_quality(plain, plain.points()) == {}  # one sklearn artefact: nothing to compare
     sim = SweepConfig(sets=("workers=1,2",), server=BaseServer(kind="sim"))
     assert sweep_quality(sim, sim.points()) == {}
+
+
+def test_openvino_runtime_serves_the_cut_model(tmp_path: Any, small: Any) -> None:
+    """The OpenVINO runtime in process (no server): loads the probabilities-only ONNX, answers ``predict``
+    [N, 1] with the labels scikit-learn gives, refuses a wrong width."""
+    pytest.importorskip("openvino")
+    import asyncio
+
+    from mlserver.errors import InferenceError
+    from mlserver.settings import ModelParameters, ModelSettings
+    from mlserver.types import InferenceRequest, RequestInput
+
+    from satpoint.servers.openvino_runtime import OpenVinoModel
+
+    data = build_onnx_bytes("digits-mlp", "openvino", small)
+    assert [o.name for o in onnx.load_from_string(data).graph.output] == ["probabilities"]
+    (tmp_path / "model.onnx").write_bytes(data)
+    model = OpenVinoModel(
+        ModelSettings(name="m", implementation=OpenVinoModel, parameters=ModelParameters(uri=str(tmp_path)))
+    )
+    _, rows, _, _ = demo_split("digits-mlp")
+    rows = rows[:5].astype(np.float32)
+
+    def request(x: Any) -> InferenceRequest:
+        return InferenceRequest(
+            inputs=[RequestInput(name="input-0", datatype="FP32", shape=list(x.shape), data=x.ravel().tolist())]
+        )
+
+    async def run() -> Any:
+        await model.load()
+        out = await model.predict(request(rows))
+        with pytest.raises(InferenceError, match=r"\[N, 64\]"):
+            await model.predict(request(rows[:, :10]))
+        return out
+
+    (out,) = asyncio.run(run()).outputs
+    assert (out.name, out.datatype, out.shape) == ("predict", "INT64", [5, 1])
+    assert list(np.asarray(out.data).ravel()) == small.predict(rows).tolist()
+    with pytest.raises(ValueError, match="openvino does not apply to the demo model digits-forest"):
+        check_runtime("openvino", "digits-forest")

@@ -78,8 +78,11 @@ def predict_offline(name: str, runtime: str, model: Any, rows: Any) -> tuple[Any
     """``(labels, probabilities)`` of the artefact ``runtime`` of the demo model ``name`` (built from the
     fitted ``model``) on ``rows``: scikit-learn's ``predict``/``predict_proba``, or the ONNX artefact in
     an onnxruntime session on the float32 rows the server would decode."""
-    if parse_runtime(check_runtime(runtime, name))[0] == "sklearn":
+    kind = parse_runtime(check_runtime(runtime, name))[0]
+    if kind == "sklearn":
         return model.predict(rows), model.predict_proba(rows)
+    if kind == "openvino":
+        return _predict_openvino(build_onnx_bytes(name, runtime, model), rows)
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -92,6 +95,20 @@ def predict_offline(name: str, runtime: str, model: Any, rows: Any) -> tuple[Any
         [ONNX_LABEL_OUTPUT, ONNX_PROBA_OUTPUT], {ONNX_INPUT_NAME: np.asarray(rows, dtype=np.float32)}
     )
     return labels, proba
+
+
+def _predict_openvino(data: bytes, rows: Any) -> tuple[Any, Any]:
+    """The OpenVINO artefact run the way satpoint's OpenVINO runtime runs it (one thread, f32)."""
+    import tempfile
+    from pathlib import Path
+
+    from satpoint.servers.openvino_runtime import compile_openvino, openvino_predict
+
+    with tempfile.TemporaryDirectory(prefix="satpoint-openvino-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        path.write_bytes(data)
+        compiled = compile_openvino(str(path), 1)
+    return openvino_predict(compiled.create_infer_request(), np.asarray(rows, dtype=np.float32))
 
 
 def artefact_quality(artefacts: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -31,6 +31,13 @@ The artefact ``runtime`` (the ``runtime`` sweep knob; ``parse_runtime``/``check_
   which no onnxruntime quantizer handles; ``quantize_dynamic`` even refuses those graphs ("Failed to find
   proper ai.onnx domain": they hold no standard-domain operator). So ``onnx-int8`` is refused for
   ``iris`` and ``digits-forest`` before anything starts.
+- ``openvino``: the ONNX model cut to its probabilities output (``onnx.utils.Extractor``), served by
+  satpoint's OpenVINO runtime (:mod:`satpoint.servers.openvino_runtime`; ``pip install
+  'satpoint[openvino]'``), which takes the label as the argmax. The cut is needed because OpenVINO's ONNX
+  front end converts no ``ai.onnx.ml`` operator but ``Normalizer``: the MLP's label branch
+  (``ArrayFeatureExtractor``) fails to load ("No conversion rule found"), and a forest
+  (``TreeEnsembleClassifier``) or the iris ``LinearClassifier`` cannot run at all, so ``openvino`` is
+  for the MLP models only.
 - ``pruned:F`` (``0 < F < 1``, e.g. ``pruned:0.5``): the MLP with the smallest-magnitude share F of its
   weights (all layers together; biases kept) set to zero, then converted to ONNX. Unstructured pruning
   leaves the matrices dense and their size unchanged, so dense kernels (scikit-learn, onnxruntime
@@ -72,6 +79,7 @@ __all__ = [
     "fit_demo_model",
     "intra_op_threads",
     "parse_runtime",
+    "probabilities_only",
     "prune_mlp",
     "quantize_onnx_bytes",
     "serves_onnx",
@@ -86,9 +94,9 @@ ONNX_FILENAME = "model.onnx"
 ONNX_INPUT_NAME = "input"
 ONNX_LABEL_OUTPUT = "label"  # int64 [N] with zipmap disabled
 ONNX_PROBA_OUTPUT = "probabilities"  # float [N, n_classes] with zipmap disabled
-RUNTIMES = ("sklearn", "onnx", "onnx-int8")  # and pruned:F
+RUNTIMES = ("sklearn", "onnx", "onnx-int8", "openvino")  # and pruned:F
 PRUNED_PREFIX = "pruned:"
-RUNTIME_CHOICES_TEXT = "sklearn, onnx, onnx-int8, pruned:F (0 < F < 1, e.g. pruned:0.5)"
+RUNTIME_CHOICES_TEXT = "sklearn, onnx, onnx-int8, openvino, pruned:F (0 < F < 1, e.g. pruned:0.5)"
 IRIS_N_FEATURES = 4
 # First iris sample (setosa): sepal length/width, petal length/width in cm; the model predicts class 0.
 IRIS_EXAMPLE_ROW: tuple[float, float, float, float] = (5.1, 3.5, 1.4, 0.2)
@@ -251,6 +259,11 @@ def check_runtime(runtime: str, name: str) -> str:
             "rewrites MatMul weights, and its ONNX form has none (a tree ensemble or linear classifier from "
             "the ai.onnx.ml domain); use it with digits-mlp or digits-mlp-pca16"
         )
+    if kind == "openvino" and not spec.mlp:
+        raise ValueError(
+            f"runtime openvino does not apply to the demo model {name}: OpenVINO converts no ai.onnx.ml "
+            "operator (tree ensembles, linear classifiers); use it with digits-mlp or digits-mlp-pca16"
+        )
     if kind == "pruned" and not spec.mlp:
         raise ValueError(
             f"runtime {runtime} does not apply to the demo model {name}: pruning zeroes an MLP's weights; "
@@ -323,7 +336,22 @@ def build_onnx_bytes(name: str, runtime: str, model: Any | None = None) -> bytes
         assert share is not None
         fitted = prune_mlp(fitted, share)
     data = to_onnx_bytes(fitted, spec.n_features)
+    if kind == "openvino":
+        return probabilities_only(data)
     return quantize_onnx_bytes(data) if kind == "onnx-int8" else data
+
+
+def probabilities_only(data: bytes) -> bytes:
+    """An ONNX classifier cut to input → ``probabilities`` (the label branch, which needs ``ai.onnx.ml``
+    operators OpenVINO cannot convert, dropped); the label is the argmax of the probabilities, which is
+    the class index for the demo models (classes 0..n-1)."""
+    import onnx
+    from onnx.utils import Extractor
+
+    model = onnx.load_from_string(data)
+    cut = Extractor(model).extract_model([ONNX_INPUT_NAME], [ONNX_PROBA_OUTPUT])
+    out: bytes = cut.SerializeToString()
+    return out
 
 
 def write_demo_artifact(name: str, runtime: str, dest_dir: Path) -> Path:

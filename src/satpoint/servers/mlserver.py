@@ -76,9 +76,12 @@ _VERSIONED_PACKAGES = ("mlserver", "mlserver-sklearn", "scikit-learn", "uvloop",
 _ONNX_PACKAGES = ("skl2onnx", "onnxruntime", "onnx")
 _SKLEARN_IMPLEMENTATION = "mlserver_sklearn.SKLearnModel"
 _ONNX_IMPLEMENTATION = "satpoint.servers.onnx_runtime.OnnxModel"  # onnx, onnx-int8, pruned:F
+_OPENVINO_IMPLEMENTATION = "satpoint.servers.openvino_runtime.OpenVinoModel"
 
 
 def _implementation(runtime: str) -> str:
+    if runtime == "openvino":
+        return _OPENVINO_IMPLEMENTATION
     return _ONNX_IMPLEMENTATION if serves_onnx(runtime) else _SKLEARN_IMPLEMENTATION
 
 
@@ -211,6 +214,7 @@ class MLServerTarget(EmbeddedServer):
         ports = self._ports
         s = self._settings
         packages = _VERSIONED_PACKAGES + (_ONNX_PACKAGES if s.model_dir is None and serves_onnx(s.runtime) else ())
+        packages += ("openvino",) if s.model_dir is None and s.runtime == "openvino" else ()
         return {
             "kind": "mlserver",
             "versions": package_versions(packages),
@@ -276,7 +280,17 @@ class MLServerTarget(EmbeddedServer):
             "outputs": self._declared_outputs(),
             **batching,
         }
-        if serves_onnx(s.runtime):
+        if s.runtime == "openvino":
+            threads, source = self._onnx_threads or onnx_threads(self._server_env_preview())
+            info["openvino"] = {
+                "device": "CPU",
+                "inference_num_threads": threads,
+                "num_streams": 1,
+                "inference_precision": "f32",
+                "threads_from": source,
+                "served_output": "probabilities (label = argmax)",
+            }
+        elif serves_onnx(s.runtime):
             threads, source = self._onnx_threads or onnx_threads(self._server_env_preview())
             info["onnx"] = {
                 "provider": "CPUExecutionProvider",
