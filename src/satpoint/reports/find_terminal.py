@@ -65,9 +65,10 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
     print_hysteresis(console, summary.get("hysteresis"))
     rec = summary.get("recommendation")
     if rec:
+        under = "the rate it recovers at" if rec.get("lowered_by") == "hysteresis" else "saturation"
         line = (
             f"[bold]recommendation:[/] autoscale at {rec['target_rps_per_replica']:.1f} rps per replica "
-            f"({rec['margin']:.0%} under saturation)"
+            f"({rec['margin']:.0%} under {under})"
         )
         if rec.get("replicas"):
             line += f"; {rec['replicas']} replicas for a peak of {rec['peak_rps']:g} rps"
