@@ -57,7 +57,7 @@ def artefact_choice(
     over = [r for r in judged if not _within(r, max_loss_pp)]
     chosen = best(ok, objective) if ok else None
     fastest = best(judged, objective)
-    bound = f"accuracy loss at most {max_loss_pp:g} pp on the held-out split (--max-quality-loss)"
+    bound = f"accuracy loss at most {max_loss_pp:g} pp on the held-out split, --max-quality-loss"
     if chosen is None:
         text = f"no artefact within the quality bound ({bound}) has a figure for the {OBJECTIVE_TEXT[objective]}"
     else:
