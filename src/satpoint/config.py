@@ -202,6 +202,8 @@ class FindOptions:
     confirm: bool = True
     #: independent searches; the answer is the lowest, their spread is reported as a range
     repeats: int = 1
+    #: measure a contradicted or collapsed stage again from idle before it may lower the answer
+    retest: bool = True
     margin: float = 0.15
     peak_rps: float | None = None
     min_rps: float | None = None
@@ -232,6 +234,7 @@ class FindOptions:
             "profile": self.profile,
             "flamegraph": self.flamegraph,
             "confirm": self.confirm,
+            "retest": self.retest,
             "repeats": self.repeats,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,

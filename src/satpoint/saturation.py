@@ -28,6 +28,7 @@ from satpoint.analysis.holds import (
     flamegraph_stage,
     profile_reserve,
     profile_stages,
+    recovery_s,
     segment_overhead_s,
     slow_budget_line,
     slow_drain_s,
@@ -37,6 +38,7 @@ from satpoint.analysis.holds import (
 from satpoint.analysis.hysteresis import HYSTERESIS_PURPOSE
 from satpoint.analysis.search import (
     LIMITED,
+    RETEST,
     Measured,
     SearchParams,
     Step,
@@ -80,6 +82,7 @@ def search_params(opts: FindOptions, start_rps: float) -> SearchParams:
         precision=opts.precision,
         max_rps=opts.max_rps,
         confirm_margin=opts.margin if opts.confirm else None,
+        retest=opts.retest,
     )
 
 
@@ -182,6 +185,8 @@ def run_search(
             hold = max(hold, min(2 * hold, 2 * opts.max_hold_s))
         stage = Stage(step.rate_rps, opts.ramp_s, hold)
         cools = step.fresh and bool(history)
+        # after an overloaded stage, and before a retest, the server gets longer to recover
+        rest_s = recovery_s(opts, step.phase, history[-1].verdict if history else None)
         best = bracket(history).stable_rps
         # a stage that turns out stable may raise the saturation point: reserve the profile at the lower
         # of the two, which is the longer profile
@@ -189,7 +194,7 @@ def run_search(
             opts, budget, best, run.latency_hint_s
         )
         spare = budget.left() - budget.stage_cost([stage]) - reserve
-        if spare < (opts.cooldown_s if cools else 0.0):
+        if spare < (rest_s if cools else 0.0):
             need, profile_next = budget.stage_cost([stage]) + reserve, bool(opts.profile and best)
             log(
                 budget_stop_line(opts.budget_s, budget.left(), len(history), stage.target_rps, hold, need, profile_next)
@@ -197,8 +202,9 @@ def run_search(
             break
         try:
             if cools:
-                log(f"new sequence at {step.rate_rps:.1f} rps: cooling down {opts.cooldown_s:g} s so queues drain")
-                run.cooldown(opts.cooldown_s, spare)
+                what = "measuring it again" if step.phase == RETEST else "new sequence"
+                log(f"{what} at {step.rate_rps:.1f} rps: cooling down {rest_s:g} s so queues drain")
+                run.cooldown(rest_s, spare)
             start = 0.0 if step.fresh else prev_rate
             seg = run.measure([stage], start, len(run.results.segments), step.phase)
         except LOST_ERRORS as e:
@@ -220,7 +226,7 @@ def run_search(
             rules = replace(rules, baseline_p50_ms=m.latency_ms["p50"])
             run.results.config = run.results.config.with_rules(rules)
             write_header(run.out_dir, run.results)
-        history.append(Measured(step.rate_rps, m.verdict, step.phase))
+        history.append(Measured(step.rate_rps, m.verdict, step.phase, m.throughput_rps))
         log(_describe(step, m.verdict, m.throughput_rps, m.latency_ms.get("p99"), bracket(history).ratio))
         prev_rate = step.rate_rps
     return history
@@ -344,7 +350,7 @@ def _recheck(run: SearchRun, m: Measured, repeat: int) -> Measured | None:
     if seg.interrupted or not judged or stopped_answering_at(seg.records) is not None:
         return None
     run.log(f"recheck   {m.rate_rps:9.1f} rps → {judged[0].verdict}")
-    return Measured(m.rate_rps, judged[0].verdict, "profile")
+    return Measured(m.rate_rps, judged[0].verdict, "profile", judged[0].throughput_rps)
 
 
 def run_flamegraph(
@@ -393,7 +399,11 @@ def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params:
     stage there that is not stable, twice, contradicts the answer as a refinement stage would)."""
     if confirm_rate(saturation_rps, params) is None:
         return []
-    return [Measured(m.target_rps, m.verdict, "profile") for m in judged if m.target_rps <= saturation_rps * (1 + 1e-9)]
+    return [
+        Measured(m.target_rps, m.verdict, "profile", m.throughput_rps)
+        for m in judged
+        if m.target_rps <= saturation_rps * (1 + 1e-9)
+    ]
 
 
 def search_target(

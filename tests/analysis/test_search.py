@@ -1,6 +1,7 @@
 """The saturation search against the offline twin of the simulator (known capacity c/S)."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -8,14 +9,16 @@ import numpy as np
 import pytest
 
 from satpoint.analysis.holds import (
+    RECOVERY_S,
     Budget,
     profile_stages,
+    recovery_s,
     segment_overhead_s,
     slow_budget_line,
     stage_hold,
     start_rate_from_probe,
 )
-from satpoint.analysis.search import Measured, SearchParams, Step, next_step
+from satpoint.analysis.search import Bracket, Measured, SearchParams, Step, bracket, next_step, replay
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import FindSummary
 from satpoint.config import FindOptions, RunConfig, VerdictRules
@@ -124,10 +127,45 @@ def test_a_converged_search_confirms_at_the_per_replica_target() -> None:
     assert step == Step(pytest.approx(385 * 0.85), "confirm", True)  # type: ignore[arg-type]
     assert step is not None
     assert next_step([*h, Measured(step.rate_rps, "stable", "confirm")], p) is None
-    # a confirmation that fails is the new lowest unstable rate: the search continues below it
-    below = next_step([*h, Measured(step.rate_rps, "saturated", "confirm")], p)
+    # a confirmation that fails contradicts the stable 385: it is measured again from idle ...
+    failed = [*h, Measured(step.rate_rps, "saturated", "confirm")]
+    assert next_step(failed, p) == Step(step.rate_rps, "retest", True)
+    # ... and when it holds then, the answer stands confirmed
+    assert next_step([*failed, Measured(step.rate_rps, "stable", "retest")], p) is None
+    # failing twice, it is the new lowest unstable rate: the search continues below it
+    below = next_step([*failed, Measured(step.rate_rps, "saturated", "retest")], p)
     assert below is not None and below.rate_rps < step.rate_rps and below.phase == "refine"
     assert next_step(h, SearchParams(start_rps=100, precision=0.05)) is None  # no confirmation asked
+
+
+def test_a_stage_that_fails_below_a_stable_rate_is_retested_before_it_lowers_the_answer() -> None:
+    # the issue's path: 602 held, 1 204 collapsed the server, and the refinement's stages failed from then on
+    p = SearchParams(start_rps=301, precision=0.05)
+    h = [Measured(301, "stable", "staircase"), Measured(602, "stable", "staircase")]
+    h += [Measured(1204, "saturated", "staircase")]
+    assert next_step(h, p) == Step(pytest.approx(math.sqrt(602 * 1204)), "refine", True)  # type: ignore[arg-type]
+    # a failure above every stable rate is no contradiction: it brackets the answer as before
+    h += [Measured(851.4, "saturated", "refine")]
+    step = next_step(h, p)
+    assert step is not None and step.phase == "refine"
+    # a failure below the stable 602 (a stage after the overload) is measured again, alone from idle
+    low = [Measured(301, "stable", "staircase"), Measured(602, "stable", "staircase")]
+    low += [Measured(1204, "saturated", "staircase"), Measured(550, "saturated", "refine")]
+    assert next_step(low, p) == Step(550, "retest", True)
+    # held on the retest: the first failure no longer counts, the bracket is 602-1 204 again
+    held = [*low, Measured(550, "stable", "retest")]
+    assert bracket(held) == Bracket(602, 1204)
+    again = next_step(held, p)
+    assert again is not None and again.phase == "refine" and 602 < again.rate_rps < 1204
+    # failed twice: the lowest unstable rate, as without the retest (and never a third time)
+    twice = [*low, Measured(550, "saturated", "retest")]
+    assert bracket(twice) == Bracket(301, 550)
+    down = next_step(twice, p)
+    assert down is not None and down.phase == "refine" and 301 < down.rate_rps < 550
+    # limited stages and profile stages are not retested by this rule
+    assert next_step([*low[:2], Measured(550, "generator_limited", "refine")], p) != Step(550, "retest", True)
+    assert next_step([*low[:2], Measured(550, "saturated", "profile")], p) != Step(550, "retest", True)
+    assert replay(held, p)[-1] == again
 
 
 def test_client_limited_stages_say_nothing_about_the_server() -> None:
@@ -532,3 +570,58 @@ def test_a_segments_cost_counts_the_observers_scrapes() -> None:
     # each segment's two marks scrape every --metrics-url endpoint (a round of up to SCRAPE_ROUND_S each)
     plain = segment_overhead_s(LoadOptions())
     assert segment_overhead_s(LoadOptions(), scrapes=True) == pytest.approx(plain + 2 * SCRAPE_ROUND_S)
+
+
+# one server, one answer: a stage that collapsed is measured again before it decides ----------------------------
+def test_a_collapsed_stage_just_above_the_answer_is_retested_and_the_answer_holds(tmp_path: Path) -> None:
+    # 400 rps; the path of a healthy search, then the same search on a server that collapses (to 250 rps,
+    # as MLServer does after a stall near its capacity) during the stage that set its answer
+    healthy, collapsed = SimConfig(slots=4, service_ms=10.0), SimConfig(slots=4, service_ms=16.0)
+    clean = find_offline(tmp_path / "clean", healthy, 30.0)
+    steps = build_summary(clean)["search"]["steps"]
+    answer = build_summary(clean)["saturation_rps"]
+    k = next(i for i, x in enumerate(steps) if x["rate_rps"] == pytest.approx(answer))
+    assert answer > 0.9 * 400 and steps[k]["phase"] == "refine"
+
+    def run(retest: bool, out: Path) -> dict:  # type: ignore[type-arg]
+        opts = FindOptions(budget_s=1e9, cooldown_s=0, retest=retest)
+        results = Results(new_header(RunConfig(kind="find", find=opts.describe(30.0, {})), {"url": "offline"}, 0.0))
+
+        def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+            due = due_times(stages, "constant", seed=index, start_rps=start_rps)
+            cfg = collapsed if index == k else healthy
+            return Segment(index, purpose, stages, "constant", index, 0.0, simulate(due, cfg), start_rps=start_rps)
+
+        run_search(SearchRun(results, out, measure, opts, cooldown=lambda a, b=0.0: None), VerdictRules(), 30.0)
+        return build_summary(results)
+
+    before = run(False, tmp_path / "before")
+    assert before["saturation_rps"] < answer  # one collapse lowered the answer ...
+    after = run(True, tmp_path / "after")
+    phases = [x["phase"] for x in after["search"]["steps"]]
+    assert phases.count("retest") == 1, after["search"]["steps"]
+    assert after["saturation_rps"] >= answer * 0.999  # ... the retest of it gives the healthy path's answer
+    assert after["search"]["replay_matches"] and after["search"]["finished"]
+    assert json.dumps(build_summary(load_results(tmp_path / "after")), sort_keys=True) == json.dumps(
+        after, sort_keys=True
+    )
+
+
+def test_a_stage_past_the_capacity_that_answered_at_it_is_not_retested() -> None:
+    p = SearchParams(start_rps=100, precision=0.05)
+    h = [Measured(100, "stable", "staircase", 100), Measured(200, "stable", "staircase", 200)]
+    h += [Measured(400, "saturated", "staircase", 300), Measured(283, "saturated", "refine", 280)]
+    h += [Measured(238, "stable", "refine", 238), Measured(259, "stable", "refine", 259)]
+    h += [Measured(271, "stable", "refine", 271)]
+    assert next_step(h, p) is None  # 283 answered 280/s, about the 271 held: past the capacity, not collapsed
+    collapsed = [*h[:3], Measured(283, "saturated", "refine", 150), *h[4:]]
+    assert next_step(collapsed, p) == Step(283, "retest", True)
+    assert next_step([*collapsed, Measured(283, "saturated", "retest", 150)], p) is None  # twice: it stands
+    assert next_step(collapsed, replace(p, retest=False)) is None
+
+
+def test_the_cool_down_is_longer_after_an_overload_and_before_a_retest() -> None:
+    opts = FindOptions(cooldown_s=2.0)
+    assert recovery_s(opts, "refine", "stable") == 2.0
+    assert recovery_s(opts, "refine", "saturated") == recovery_s(opts, "retest", "stable") == RECOVERY_S > 2.0
+    assert recovery_s(replace(opts, cooldown_s=0.0), "retest", "saturated") == 0.0  # no cool-down asked

@@ -115,3 +115,21 @@ def test_the_grpc_probe_times_calls_over_one_channel(monkeypatch: pytest.MonkeyP
     builder = GrpcFactoryBuilder(grpc_control.GrpcTarget("127.0.0.1", 1), (b"request",), 8, ())
     assert builder.probe_service_s(5) is not None
     assert (_Channel.opened, _Channel.calls) == (1, 6)  # the first call opens the channel: not counted
+
+
+def test_a_cool_down_waits_for_probes_at_low_load_speed_in_a_row() -> None:
+    # fast, slow, fast, fast: one fast probe between stalls is not a recovered server
+    answers = iter([0.001, 0.5, 0.001, 0.001, 0.001])
+    seen: list[int] = []
+
+    def probe(target: object, count: int, timeout_s: float) -> float:
+        seen.append(count)
+        return next(answers)
+
+    target = rest_target("http://127.0.0.1:1", _SlowProbe())
+    wait_until_idle(target, 0.0, 0.001, max_wait_s=30.0, probe=probe)  # type: ignore[arg-type]
+    assert len(seen) == 4 and set(seen) == {5}
+    seen.clear()
+    answers = iter([0.001])
+    wait_until_idle(target, 0.0, 0.001, max_wait_s=30.0, probe=probe, bursts=1)  # type: ignore[arg-type]
+    assert len(seen) == 1

@@ -83,6 +83,19 @@ def cooldown_max_s(min_s: float, max_s: float, latency_s: float | None) -> float
     return max(min_s, min(max(60.0, 10 * (latency_s or 0.0)), max_s))
 
 
+#: the least a cool-down waits after a stage that was not stable, and before a retest: MLServer stays slow
+#: for a while after an overload (benchmarks/RESULTS.md, "One server, one answer")
+RECOVERY_S = 5.0
+
+
+def recovery_s(opts: FindOptions, phase: str, last_verdict: str | None) -> float:
+    """The least a cool-down waits before a fresh stage of ``phase``: ``--cooldown``, and at least
+    ``RECOVERY_S`` before a retest or after a stage that was not stable (an overload)."""
+    if phase == "retest" or (last_verdict is not None and last_verdict != "stable"):
+        return max(opts.cooldown_s, RECOVERY_S) if opts.cooldown_s > 0 else 0.0
+    return opts.cooldown_s
+
+
 #: what a flame graph stage costs beyond its ramp and hold: py-spy writing its file, the SVG
 FLAMEGRAPH_OVERHEAD_S = 3.0
 

@@ -18,6 +18,17 @@ the stated precision.  Two phases a person can follow:
    rate measured again alone from idle (``saturation``'s recheck), which, when not stable either, sends
    the search further down the same way.
 
+4. **Retest** of a contradiction: a staircase, refinement or confirmation stage that is not stable at a
+   rate below one this search measured stable is measured once more, alone from idle after a cool-down that waits for
+   the server's recovery (phase ``retest``), before it may become the lowest unstable rate; the retest's
+   verdict replaces it.  Servers such as MLServer tip into a slow state under overload (CPU per request
+   up by a third) and a stage right after an overload, or one hit by a passing stall near the capacity,
+   can fail where the same rate held minutes before: one such failure must not decide the answer, since
+   which rates a search happens to visit after an overload depends on its path (where it started, how it
+   grew), and two searches of one server would then disagree by the luck of their paths.  For the same
+   reason, once the bracket is tight, its lowest unstable rate is retested when that stage *collapsed*:
+   it answered fewer requests per second than a rate the search held (``collapsed_bound``).
+
 A stage whose generator fell behind, or whose requests waited for the generator's own connections
 while the server answered at low-load speed (``client_limited``), says nothing about the server: it is
 measured once more (a passing hiccup such as a descheduled process), and if it is limited again at that
@@ -42,6 +53,9 @@ class SearchParams:
     min_rps: float = 0.5
     #: confirm the answer at saturation x (1 - margin) before accepting it (None: no confirmation)
     confirm_margin: float | None = None
+    #: retest a contradicted or collapsed stage before it may lower the answer (rule 4; folders written
+    #: before it existed replay without it)
+    retest: bool = True
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,9 @@ class Measured:
 
     rate_rps: float
     verdict: str
-    phase: str = ""  # the step that measured it ("staircase", "refine", "confirm"), or "profile"
+    phase: str = ""  # the step that measured it ("staircase", "refine", "confirm", "retest"), or "profile"
+    #: what the server answered per second in the stage's window (None: not known)
+    throughput_rps: float | None = None
 
 
 #: verdicts that say nothing about the server (the generator was the limit)
@@ -60,7 +76,7 @@ LIMITED = (Verdict.GENERATOR_LIMITED, Verdict.CLIENT_LIMITED)
 @dataclass(frozen=True)
 class Step:
     rate_rps: float
-    phase: str  # "staircase" | "refine" | "confirm"
+    phase: str  # "staircase" | "refine" | "confirm" | "retest"
     fresh: bool  # start a new monotonic sequence (cool down, ramp from zero)
 
 
@@ -76,11 +92,74 @@ class Bracket:
         return self.unstable_rps / self.stable_rps - 1.0
 
 
+#: the phase of a contradicted stage measured again (``next_step`` rule 4)
+RETEST = "retest"
+#: the phases whose stages a contradiction may send to a retest (a profile stage has ``saturation``'s
+#: recheck; a confirmation is always below the answer it checks, so one that fails is always retested)
+RETESTED_PHASES = ("staircase", "refine", "confirm")
+
+
+def _same_rate(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+def effective(history: list[Measured]) -> list[Measured]:
+    """The measurements the bracket counts: a stage measured again by a later retest of the same rate
+    counts with the retest's verdict (the earlier measurement is left out)."""
+    out = []
+    for i, m in enumerate(history):
+        later = history[i + 1 :]
+        if m.phase in RETESTED_PHASES and any(r.phase == RETEST and _same_rate(r.rate_rps, m.rate_rps) for r in later):
+            continue
+        out.append(m)
+    return out
+
+
+def contradicted(history: list[Measured]) -> bool:
+    """The last stage is a staircase or refinement stage that was not stable (nor limited) at a rate below
+    one this search measured stable, and it was not measured again yet: it must be retested."""
+    if not history:
+        return False
+    last = history[-1]
+    if last.phase not in RETESTED_PHASES or last.verdict == Verdict.STABLE or last.verdict in LIMITED:
+        return False
+    return any(m.verdict == Verdict.STABLE and m.rate_rps > last.rate_rps for m in history[:-1])
+
+
+def collapsed_bound(history: list[Measured], b: Bracket, params: SearchParams) -> Measured | None:
+    """The stage that set the lowest unstable rate of a converged bracket, when it collapsed and was not
+    measured again: it answered fewer requests per second than a rate this search measured stable (by more
+    than the precision).  A server that is merely past its capacity answers at about its capacity; one that
+    answers far less was tipped into a slow state (by an overload before it, or a passing stall), and
+    whether that happens at a rate just above the answer is the luck of the path: it is retested once."""
+    if b.unstable_rps is None:
+        return None
+    counted = effective(history)
+    top = next(
+        (m for m in reversed(counted) if _same_rate(m.rate_rps, b.unstable_rps) and m.verdict != Verdict.STABLE), None
+    )
+    if top is None or top.phase not in RETESTED_PHASES or top.throughput_rps is None:
+        return None
+    held = max((m.rate_rps for m in counted if m.verdict == Verdict.STABLE), default=None)
+    if held is None or top.throughput_rps * (1 + params.precision) >= held:
+        return None
+    return top
+
+
+def held_at(history: list[Measured], rate_rps: float) -> Measured | None:
+    """The confirmation's measurement at ``rate_rps`` that counts: the last confirm or retest there."""
+    return next(
+        (m for m in reversed(history) if m.phase in ("confirm", RETEST) and _same_rate(m.rate_rps, rate_rps)), None
+    )
+
+
 def bracket(history: list[Measured]) -> Bracket:
-    """Highest stable and lowest unstable rate; generator- or client-limited stages tell nothing either way."""
-    bad = [m.rate_rps for m in history if m.verdict != Verdict.STABLE and m.verdict not in LIMITED]
+    """Highest stable and lowest unstable rate; generator- or client-limited stages tell nothing either way,
+    and a retested stage counts with its retest's verdict."""
+    counted = effective(history)
+    bad = [m.rate_rps for m in counted if m.verdict != Verdict.STABLE and m.verdict not in LIMITED]
     unstable = min(bad) if bad else None
-    good = [m.rate_rps for m in history if m.verdict == Verdict.STABLE and (unstable is None or m.rate_rps < unstable)]
+    good = [m.rate_rps for m in counted if m.verdict == Verdict.STABLE and (unstable is None or m.rate_rps < unstable)]
     return Bracket(max(good) if good else None, unstable)
 
 
@@ -88,10 +167,12 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if not history:
         return Step(_clip(params.start_rps, params), "staircase", fresh=True)
     last = history[-1].rate_rps
+    if params.retest and contradicted(history):  # measured again, alone from idle, before it may lower the answer
+        return Step(last, RETEST, fresh=True)
     if history[-1].verdict in LIMITED:
         tries = sum(1 for m in history if m.verdict in LIMITED and m.rate_rps == last)
-        phase = history[-1].phase if history[-1].phase == "confirm" else _phase(history)
-        return Step(last, phase, fresh=phase == "confirm") if tries < 2 else None
+        phase = history[-1].phase if history[-1].phase in ("confirm", RETEST) else _phase(history)
+        return Step(last, phase, fresh=phase in ("confirm", RETEST)) if tries < 2 else None
     b = bracket(history)
     if b.unstable_rps is None:  # still climbing
         nxt = last * params.growth
@@ -106,6 +187,9 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     ratio = b.ratio
     assert ratio is not None
     if ratio <= params.precision:
+        collapse = collapsed_bound(history, b, params) if params.retest else None
+        if collapse is not None:  # the stage that decides the answer collapsed: measured again first
+            return Step(collapse.rate_rps, RETEST, fresh=True)
         return _confirmation(history, b.stable_rps, params)
     mid = math.sqrt(b.stable_rps * b.unstable_rps)
     return Step(mid, "refine", fresh=mid < last or history[-1].verdict != Verdict.STABLE)

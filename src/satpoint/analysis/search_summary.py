@@ -6,12 +6,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.capacity import recommend
-from satpoint.analysis.search import LIMITED, Measured, SearchParams, Step, bracket, confirm_rate, replay
+from satpoint.analysis.search import (
+    LIMITED,
+    Measured,
+    SearchParams,
+    Step,
+    bracket,
+    confirm_rate,
+    held_at,
+    replay,
+)
 from satpoint.analysis.verdicts import Verdict
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import StageMetrics
 
-SEARCH_PURPOSES = ("staircase", "refine", "confirm")
+SEARCH_PURPOSES = ("staircase", "refine", "confirm", "retest")
 #: a profile stage that was not stable, measured again alone from idle:
 #: the search counts this measurement's verdict in place of the profile stage's
 RECHECK_PURPOSE = "recheck"
@@ -27,6 +36,7 @@ def search_params(results: Results) -> SearchParams:
         max_rps=float(f.get("max_rps", 50_000.0)),
         # folders written before the confirmation existed replay without it
         confirm_margin=float(f.get("margin", 0.15)) if f.get("confirm") else None,
+        retest=bool(f.get("retest", False)),  # folders written before the retests replay without them
     )
 
 
@@ -48,7 +58,7 @@ def search_history(
             continue
         p = purpose.get(i)
         if p in SEARCH_PURPOSES:
-            out.append(Measured(m.target_rps, m.verdict, p or ""))
+            out.append(Measured(m.target_rps, m.verdict, p or "", m.throughput_rps))
         elif (
             p == "profile"
             and params.confirm_margin is not None
@@ -61,7 +71,7 @@ def search_history(
                 if again is None:
                     continue  # never measured again: one stage of a sequence does not overturn the answer
                 m = again
-            out.append(Measured(m.target_rps, m.verdict, "profile"))
+            out.append(Measured(m.target_rps, m.verdict, "profile", m.throughput_rps))
     return out
 
 
@@ -82,10 +92,7 @@ def _range(values: list[float | None]) -> list[float] | None:
 def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
     b = bracket(x.history)
     target = confirm_rate(b.stable_rps, params) if b.stable_rps is not None else None
-    held = next(
-        (h for h in x.history if h.phase == "confirm" and target and abs(h.rate_rps - target) <= 1e-9 * target),
-        None,
-    )
+    held = held_at(x.history, target) if target else None  # a retest of a failed confirmation counts
     return {
         "repeat": x.repeat,
         "saturation_rps": round(b.stable_rps, 3) if b.stable_rps is not None else None,
@@ -154,7 +161,7 @@ def find_fields(
     confirms = [h for h in history if h.phase == "confirm"]
     confirmation: dict[str, Any] | None = None
     if target is not None:
-        held = next((h for h in confirms if abs(h.rate_rps - target) <= 1e-9 * target), None)
+        held = held_at(history, target)  # the confirmation, or its retest when it failed
         confirmation = {
             "rate_rps": round(target, 3),
             "verdict": held.verdict if held else None,

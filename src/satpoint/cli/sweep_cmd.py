@@ -93,7 +93,7 @@ def sweep(
     budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
     max_quality_loss: Annotated[float, typer.Option(help=MAX_QUALITY_LOSS_HELP)] = DEFAULT_MAX_QUALITY_LOSS_PP,
     find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
-    precision: Annotated[float, typer.Option(help="search precision")] = 0.1,
+    precision: Annotated[float, typer.Option(help="search precision (find's)")] = 0.05,
     profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
     min_hold: Annotated[float, typer.Option(help="shortest hold, seconds")] = 6.0,

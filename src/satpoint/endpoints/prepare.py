@@ -6,6 +6,7 @@ import http.client
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from satpoint.endpoints.grpc import prepare_grpc
@@ -110,25 +111,46 @@ def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 
     return times[len(times) // 2] if times else None
 
 
+#: a cool-down's probe: this many sequential requests, judged by their median ...
+IDLE_PROBE_COUNT = 5
+#: ... and this many such probes in a row must be as fast as at low load (one fast probe can fall between
+#: the stalls of a server that an overload left slow)
+IDLE_PROBE_BURSTS = 2
+
+
+def idle_limit_s(baseline_s: float) -> float:
+    """How fast a probe must be to count as "about as fast as at low load"."""
+    return max(2 * baseline_s, baseline_s + 0.002)
+
+
 def wait_until_idle(
     target: PreparedTarget,
     min_wait_s: float,
     baseline_s: float | None,
     max_wait_s: float = 60.0,
     stop: threading.Event | None = None,
+    *,
+    bursts: int = IDLE_PROBE_BURSTS,
+    count: int = IDLE_PROBE_COUNT,
+    probe: Callable[[PreparedTarget, int, float], float | None] | None = None,
 ) -> float:
-    """Wait ``min_wait_s``, then probe until a request is about as fast as at low load (the server has
-    drained the queue an overloaded stage left), for at most ``max_wait_s``; returns at once when ``stop``
-    is set (each probe gives up as soon as it is slower than "about as fast").  Returns the time waited."""
+    """Wait ``min_wait_s``, then probe until ``bursts`` probes in a row (each the median of ``count``
+    sequential requests) are about as fast as at low load (the server has drained the queue an overloaded
+    stage left, and is back at its low-load speed), for at most ``max_wait_s``; returns at once when
+    ``stop`` is set (each probe gives up as soon as it is slower than "about as fast").  Returns the
+    time waited.  ``probe`` replaces ``probe_service_s`` (tests)."""
     stop = stop or threading.Event()
+    probe = probe or (lambda t, n, timeout: probe_service_s(t, count=n, timeout_s=timeout))
     t0 = time.monotonic()
     if stop.wait(min_wait_s) or baseline_s is None:
         return time.monotonic() - t0
-    limit = max(2 * baseline_s, baseline_s + 0.002)
+    limit = idle_limit_s(baseline_s)
+    good = 0
     while time.monotonic() - t0 < max_wait_s and not stop.is_set():
-        probe = probe_service_s(target, count=3, timeout_s=limit + 0.5)
-        if probe is not None and probe <= limit:
+        took = probe(target, count, limit + 0.5)
+        good = good + 1 if took is not None and took <= limit else 0
+        if good >= max(1, bursts):
             break
-        if stop.wait(0.5):
+        if good == 0 and stop.wait(0.5):
             break
     return time.monotonic() - t0

@@ -50,8 +50,6 @@ SWEEP_CSV = "sweep.csv"
 SWEEP_VERSION = 1
 #: below this many seconds of budget left, no new measurement starts
 MIN_MEASUREMENT_S = 45.0
-#: a re-measurement starts its staircase at this fraction of the point's known saturation
-RESEED_FRACTION = 0.6
 _START_S = {"mlserver": 12.0, "triton": 15.0, "sim": 2.0, "remote": 5.0}
 
 
@@ -329,9 +327,10 @@ def _measure(
     state.record(m)
     t0 = time.monotonic()
     fopts = cfg.find
-    known = [x["figures"]["saturation_rps"] for x in state.done(point) if x.get("figures", {}).get("saturation_rps")]
-    if known and fopts.start_rps is None:  # start near what this point sustained before: fewer stages
-        fopts = replace(fopts, start_rps=round(RESEED_FRACTION * statistics.median(known), 3))
+    # every measurement searches as the first did, from the probe's start rate: one seeded from an earlier
+    # answer took another path (it started at 60 % of it and doubled past the capacity, into MLServer's
+    # slow overloaded state), and the answer depended on the path (benchmarks/RESULTS.md, "One server,
+    # one answer")
     if budget_left is not None:
         fopts = replace(fopts, budget_s=max(10.0, min(fopts.budget_s, budget_left - _START_S[cfg.server.kind])))
     rules = VerdictRules(max_error_rate=cfg.max_error_rate, slo_ms=parse_slo(list(cfg.slo)))

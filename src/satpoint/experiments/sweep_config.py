@@ -37,7 +37,8 @@ class SweepConfig:
     slo: tuple[str, ...] = ()
     max_error_rate: float = 0.01
     budget_s: float | None = None
-    find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.1, profile=False, budget_s=240.0))
+    #: each measurement searches with ``find``'s precision and rules (only without its latency profile)
+    find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.05, profile=False, budget_s=240.0))
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     #: the accuracy (percentage points, held-out split) an artefact may lose and still be recommended
     max_quality_loss_pp: float = DEFAULT_MAX_QUALITY_LOSS_PP

@@ -62,6 +62,7 @@ PHASES: dict[str, tuple[str, bool]] = {  # purpose -> (marker symbol, joined by 
     "staircase": ("circle", True),
     "refine": ("diamond", False),
     "confirm": ("square", False),
+    "retest": ("diamond-open", False),
     "profile": ("triangle-up", True),
     "flamegraph": ("star", False),
     "closed_loop": ("circle", True),
@@ -157,7 +158,8 @@ def phase_series(f: FolderData) -> list[PhaseSeries]:
     for n, st in _sorted_stages(f):
         seg = segs.get(int(st.get("segment", -1)))
         purpose = seg.purpose if seg is not None else "run"
-        repeat = seg.repeat if seg is not None and repeats and purpose in ("staircase", "refine", "confirm") else 0
+        searching = purpose in ("staircase", "refine", "confirm", "retest")
+        repeat = seg.repeat if seg is not None and repeats and searching else 0
         groups.setdefault((purpose, repeat), []).append((n, st))
     order = list(PHASES)
 
@@ -170,7 +172,7 @@ def phase_series(f: FolderData) -> list[PhaseSeries]:
         symbol, line = PHASES.get(purpose, ("circle", False))
         name = (
             purpose
-            if not repeat and not (repeats and purpose in ("staircase", "refine", "confirm"))
+            if not repeat and not (repeats and purpose in ("staircase", "refine", "confirm", "retest"))
             else (f"{purpose} (search {repeat + 1})")
         )
         out.append(PhaseSeries(name, symbol, line, groups[key]))
