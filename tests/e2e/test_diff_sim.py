@@ -39,6 +39,7 @@ def test_a_slower_service_at_equal_load_is_a_latency_regression(tmp_path: Path) 
     r = run_against(12.0, slower, "--baseline", str(base))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "verdict: regression" in r.stdout
+    assert "latency_p50_ms" in (slower / "diff.html").read_text()  # the overlay page beside diff.json
     r = satpoint("diff", str(base), str(slower), "--junit", str(tmp_path / "j.xml"))
     assert r.returncode == 3, r.stdout + r.stderr
     doc = DiffDoc.model_validate(json.loads((slower / "diff.json").read_text()))
