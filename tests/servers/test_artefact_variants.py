@@ -322,3 +322,12 @@ def test_openvino_runtime_serves_the_cut_model(tmp_path: Any, small: Any) -> Non
     assert list(np.asarray(out.data).ravel()) == small.predict(rows).tolist()
     with pytest.raises(ValueError, match="openvino does not apply to the demo model digits-forest"):
         check_runtime("openvino", "digits-forest")
+
+
+def test_openvino_without_the_package_is_refused_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    with pytest.raises(ValueError, match=r"pip install 'satpoint\[openvino\]'"):
+        SweepConfig(sets=("runtime=onnx,openvino",), server=BaseServer(demo_model="digits-mlp")).validate()

@@ -264,6 +264,11 @@ def check_runtime(runtime: str, name: str) -> str:
             f"runtime openvino does not apply to the demo model {name}: OpenVINO converts no ai.onnx.ml "
             "operator (tree ensembles, linear classifiers); use it with digits-mlp or digits-mlp-pca16"
         )
+    if kind == "openvino":
+        import importlib.util
+
+        if importlib.util.find_spec("openvino") is None:
+            raise ValueError("runtime openvino needs the openvino package: pip install 'satpoint[openvino]'")
     if kind == "pruned" and not spec.mlp:
         raise ValueError(
             f"runtime {runtime} does not apply to the demo model {name}: pruning zeroes an MLP's weights; "
