@@ -52,12 +52,21 @@ def sim(
         str | None,
         typer.Option(help="error-body: length (content-length, keep-alive; default) or eof (body ends at close)"),
     ] = None,
+    metastable: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HIGH,LOW,FACTOR",
+            help="metastable: degraded once more than HIGH requests wait for a slot, until fewer than LOW do; "
+            "services started degraded take FACTOR x (e.g. 20,2,2.5; README: satpoint sim)",
+        ),
+    ] = None,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
     from satpoint.servers.sim import SimConfig
     from satpoint.servers.sim import run as run_rest
     from satpoint.servers.sim_grpc import run as run_grpc
+    from satpoint.servers.sim_model import metastable_fields
     from satpoint.servers.sim_tls import SimTls
 
     if protocol not in ("rest", "grpc"):
@@ -75,6 +84,7 @@ def sim(
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,  # type: ignore[arg-type]
+            **metastable_fields(metastable),
         )  # fmt: skip
     except ConfigError as e:
         raise fail(str(e).removeprefix("sim: ")) from None

@@ -9,7 +9,8 @@ Run it with ``python -m satpoint.servers.sim --port 0 --slots 2 --service-ms 20`
     satpoint sim listening on http://127.0.0.1:PORT (capacity X rps)
 
 (``https://`` with ``--tls-cert``/``--tls-key``; ``--tls-client-ca`` also requires client certificates
-signed by that CA) and it serves until SIGTERM or SIGINT, then exits with code 0.
+signed by that CA; in metastable mode a line of known rates comes just before it, see below) and it
+serves until SIGTERM or SIGINT, then exits with code 0.
 
 Endpoints
 ---------
@@ -61,6 +62,20 @@ A fraction ``error_rate`` of inference requests (Bernoulli draws, seeded) is ans
 fails after doing its work), so errors neither add nor remove capacity, and a 500 arrives at the same
 time the 200 would have. Requests for unknown models or routes answer at once and take no slot.
 
+Metastable mode
+---------------
+With ``metastable_high=HIGH``, ``metastable_low=LOW``, ``metastable_factor=F`` (``--metastable HIGH,LOW,F``)
+the server is *degraded* from the moment more than ``HIGH`` requests wait for a slot (admitted, not in
+service) until fewer than ``LOW`` do (the start that brings the queue below ``LOW`` is already a normal
+one), and every service that *starts* while degraded takes ``F`` x its draw (and holds its slot that
+long). A waiting request's finish is therefore settled when it starts (``sim_starts.StartTimer``), not
+when it arrives. Known rates (``sim_model.metastable_figures``, printed on a line of their own before the
+listening line): ``collapse_rps`` = ``slots / service_s`` (offered load above it builds a queue that passes
+``HIGH``), ``degraded_capacity_rps`` = ``slots / (service_s * F)`` (the goodput while collapsed), and
+``recovery_rps`` = the same (offered load below it drains the queue below ``LOW``; 0 when ``LOW`` is 0,
+as fewer than none never wait). Between the two rates the server has two steady states: normal if it
+never tipped, degraded once it has.
+
 Faults
 ------
 ``fault`` makes the server misbehave the way real servers and proxies do, to test what a client makes of
@@ -104,7 +119,7 @@ import sys
 from collections.abc import Sequence
 
 from satpoint.servers.sim_http import serve
-from satpoint.servers.sim_model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig
+from satpoint.servers.sim_model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig, metastable_line
 from satpoint.servers.sim_tls import SimTls
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
@@ -127,6 +142,9 @@ def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
     import uvloop
 
     def announce(host: str, port: int) -> None:
+        figures = metastable_line(config)
+        if figures is not None:
+            print(figures, flush=True)
         print(listening_line(host, port, config, tls=tls is not None), flush=True)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -163,6 +181,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-headers-ms", type=float, default=None, metavar="MS", help="slow-headers: delay (1000)")
     p.add_argument("--error-status", type=int, default=None, metavar="CODE", help="error-body: status (503)")
     p.add_argument("--error-framing", choices=ERROR_FRAMINGS, default=None, help="error-body: length or eof")
+    p.add_argument(
+        "--metastable", default=None, metavar="HIGH,LOW,FACTOR", help="metastable mode (see the module's doc)"
+    )
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")

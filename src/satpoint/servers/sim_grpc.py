@@ -19,7 +19,8 @@ re-check per loop iteration, so never early and late only by loop latency).  A f
 ``error_rate`` fails with gRPC ``INTERNAL`` (13) at the time the answer would have come, after a full
 service time.  A request for another model fails at once with ``NOT_FOUND`` and takes no slot.  The
 answer is ``{"model_name", "id" (echoed), "outputs": [{"output-0", FP32, [1, 1], [0.5]}]}``, as raw
-output contents when the request used ``raw_input_contents`` (as MLServer does).
+output contents when the request used ``raw_input_contents`` (as MLServer does).  ``--metastable
+HIGH,LOW,FACTOR`` applies the REST sim's metastable mode (``sim_model.MetastableScheduler``) the same way.
 
 The server is ``grpc.aio`` (C-core HTTP/2, a Python handler per call: about 0.2-0.3 ms of CPU per
 call), which keeps up with a few thousand calls per second on one core: ample for tests around
@@ -43,7 +44,8 @@ from typing import Any
 import grpc
 
 from satpoint.errors import ConfigError
-from satpoint.servers.sim_model import DISTS, SimConfig, SlotScheduler
+from satpoint.servers.sim_model import DISTS, MetastableScheduler, SimConfig, SlotScheduler, Ticket, metastable_line
+from satpoint.servers.sim_starts import StartTimer
 from satpoint.servers.sim_tls import SimTls
 from satpoint.transports.grpc_proto import SERVICE, message
 
@@ -104,6 +106,11 @@ class _SimServicer:
         self.config = config
         self.scheduler = SlotScheduler.from_config(config, origin_s)
         self.wake = _Wake()
+        #: metastable mode: the scheduler that takes the place of ``scheduler``, and its start timer
+        self.metastable: MetastableScheduler | None = None
+        self.starts: StartTimer | None = None
+        if config.metastable:
+            self.metastable = MetastableScheduler.from_config(config, origin_s, on_start=_started)
         self.answered = 0
         self.next_id = 0
         self._req = message("ModelInferRequest")
@@ -139,11 +146,15 @@ class _SimServicer:
         req = self._req.FromString(request)
         if req.model_name != self.config.model:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Model {req.model_name} not found")
-        admission = self.scheduler.admit(arrival_s)
-        if perf() < admission.finish_s:
-            await self.wake.at(admission.finish_s)
+        if self.metastable is None:
+            admission = self.scheduler.admit(arrival_s)
+            finish_s, error = admission.finish_s, admission.error
+        else:
+            finish_s, error = await self._admit_metastable(arrival_s)
+        if perf() < finish_s:
+            await self.wake.at(finish_s)
         self.answered += 1
-        if admission.error:
+        if error:
             await context.abort(grpc.StatusCode.INTERNAL, "simulated error (satpoint sim error_rate)")
         self.next_id += 1
         resp = self._resp(model_name=self.config.model, id=req.id or str(self.next_id))
@@ -154,6 +165,31 @@ class _SimServicer:
             out.contents.fp32_contents.append(0.5)
         data: bytes = resp.SerializeToString()
         return data
+
+    async def _admit_metastable(self, arrival_s: float) -> tuple[float, bool]:
+        """Metastable mode: admit, wait for the service to start if a slot is not free; (finish, error)."""
+        assert self.metastable is not None
+        ticket = self.metastable.admit(arrival_s)
+        if ticket.finish_s is None:
+            if self.starts is None:
+                self.starts = StartTimer(self.metastable, asyncio.get_running_loop())
+            started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            ticket.payload = started
+            self.starts.poke()
+            await started
+        assert ticket.finish_s is not None
+        return ticket.finish_s, ticket.error
+
+    def close(self) -> None:
+        if self.starts is not None:
+            self.starts.close()
+
+
+def _started(ticket: Ticket) -> None:
+    """Metastable mode: a waiting call's service started (its finish is known): wake the call."""
+    started = ticket.payload
+    if started is not None and not started.done():  # done: the call was cancelled meanwhile
+        started.set_result(None)
 
 
 def _handler(servicer: _SimServicer) -> grpc.GenericRpcHandler:
@@ -227,6 +263,7 @@ async def serve(
             loop.remove_signal_handler(sig)
         with contextlib.suppress(Exception):
             await server.stop(grace=0.5)
+        servicer.close()
     return servicer.answered
 
 
@@ -241,6 +278,9 @@ def run(config: SimConfig, *, tls: SimTls | tuple[bytes, bytes] | None = None) -
     import uvloop
 
     def announce(host: str, port: int) -> None:
+        figures = metastable_line(config)
+        if figures is not None:
+            print(figures, flush=True)
         print(listening_line(host, port, config, tls=tls is not None), flush=True)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -267,6 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--error-rate", type=float, default=d.error_rate, help="fraction failed with INTERNAL")
     p.add_argument("--model", default=d.model, help=f"model name served (default {d.model})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
+    p.add_argument("--metastable", default=None, metavar="HIGH,LOW,FACTOR", help="metastable mode (see sim_model)")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")

@@ -26,7 +26,8 @@ from urllib.parse import unquote
 import httptools
 
 from satpoint.errors import SatpointError
-from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
+from satpoint.servers.sim_model import FaultDraws, MetastableScheduler, SimConfig, SlotScheduler, Ticket
+from satpoint.servers.sim_starts import StartTimer
 from satpoint.servers.sim_tls import SimTls
 from satpoint.servers.sim_wire import (
     AFTER_CLOSE,
@@ -122,8 +123,12 @@ class _SimServer:
         self.config = config
         self.loop = loop
         self.responses = Responses(config)
-        self.scheduler = SlotScheduler.from_config(config, origin_s)
         self.release = _Release(loop)
+        self.scheduler: SlotScheduler
+        #: metastable mode: the scheduler that takes the place of ``scheduler``, and its start timer
+        self.metastable: MetastableScheduler | None = None
+        self.starts: StartTimer | None = None
+        self.reset_scheduler(origin_s)
         self.connections: set[_SimProtocol] = set()
         self.answered = 0
         self.next_id = 0
@@ -136,6 +141,39 @@ class _SimServer:
         if self.idle_timeout_s is not None:
             self._sweep_every_s = min(max(self.idle_timeout_s / 20, 0.001), 0.25)
             self._sweeper = loop.call_later(self._sweep_every_s, self._sweep)
+
+    def reset_scheduler(self, origin_s: float) -> None:
+        """A fresh scheduler whose time (pauses, free slots) starts at ``origin_s``."""
+        self.scheduler = SlotScheduler.from_config(self.config, origin_s)
+        if self.config.metastable:
+            if self.starts is not None:
+                self.starts.close()
+            self.metastable = MetastableScheduler.from_config(self.config, origin_s, on_start=self._started)
+            self.starts = StartTimer(self.metastable, self.loop)
+
+    def _started(self, ticket: Ticket) -> None:
+        """Metastable mode: a waiting request's service started; its answer is due at its finish."""
+        if ticket.payload is not None:  # None: a stalled request, never answered
+            assert ticket.finish_s is not None
+            self.release.schedule(ticket.finish_s, ticket.payload)
+
+    def admit(self, arrival_s: float) -> tuple[float | None, bool, Ticket | None]:
+        """Admit an inference request: its finish (None while it waits in metastable mode), whether it
+        fails, and its metastable ticket (to hand its answer to with ``release_at``)."""
+        if self.metastable is None:
+            admission = self.scheduler.admit(arrival_s)
+            return admission.finish_s, admission.error, None
+        ticket = self.metastable.admit(arrival_s)
+        if ticket.finish_s is None and self.starts is not None:
+            self.starts.poke()
+        return ticket.finish_s, ticket.error, ticket
+
+    def release_at(self, finish_s: float | None, entry: _Entry, ticket: Ticket | None) -> None:
+        """Release ``entry`` at ``finish_s``, or, for a metastable request still waiting, once it started."""
+        if finish_s is not None:
+            self.release.schedule(finish_s, entry)
+        elif ticket is not None:
+            ticket.payload = entry
 
     def new_protocol(self) -> _SimProtocol:
         return _SimProtocol(self)
@@ -154,6 +192,8 @@ class _SimServer:
             self._sweeper.cancel()
             self._sweeper = None
         self.release.close()
+        if self.starts is not None:
+            self.starts.close()
         for conn in list(self.connections):
             conn.abort()
         self.connections.clear()
@@ -310,11 +350,11 @@ class _SimProtocol(asyncio.Protocol):
         """``close``: the request asked for Connection: close; ``after``: AFTER_CLOSE if the connection ends
         with this answer (asked for, or close-after), else AFTER_NOTHING."""
         server = self._server
-        admission = server.scheduler.admit(arrival_s)
+        finish_s, error, ticket = server.admit(arrival_s)
         if server.fault_draws is not None and server.fault_draws.next():
-            self._faulty_infer(admission.finish_s, close)
+            self._faulty_infer(finish_s, ticket, close)
             return
-        if admission.error:
+        if error:
             data = _response(500, server.responses.injected_error, close=close)
         else:
             data = _response(200, self._infer_body(), close=close)
@@ -323,7 +363,7 @@ class _SimProtocol(asyncio.Protocol):
         self._queue.append(entry)
         if after:
             self._closing = True
-        server.release.schedule(admission.finish_s, entry)
+        server.release_at(finish_s, entry, ticket)
 
     def _infer_body(self) -> bytes:
         """The OIP answer to the request whose body is in ``self._body``."""
@@ -338,7 +378,7 @@ class _SimProtocol(asyncio.Protocol):
         responses = server.responses
         return responses.infer_head + request_id + responses.infer_tail
 
-    def _faulty_infer(self, finish_s: float, close: bool) -> None:
+    def _faulty_infer(self, finish_s: float | None, ticket: Ticket | None, close: bool) -> None:
         """An inference request the fault hits: admitted like any other (it holds its slot for its service
         time, so capacity is unchanged), answered the faulty way at the time its answer was due."""
         server = self._server
@@ -353,7 +393,7 @@ class _SimProtocol(asyncio.Protocol):
         self._queue.append(entry)
         if close or after in (AFTER_CLOSE, AFTER_RESET):
             self._closing = True
-        server.release.schedule(finish_s, entry)
+        server.release_at(finish_s, entry, ticket)
 
     def _reply(self, status: int, body: bytes, close: bool, after: int) -> None:
         data = _response(status, body, close=close, head=self._head)
@@ -462,7 +502,7 @@ async def serve(
             f"sim: cannot listen on {_url_host(config.host)}:{config.port}: {exc.strerror or exc}"
         ) from exc
     # Server start (t0 of the pause calendar) is when it listens; nothing was admitted before.
-    state.scheduler = SlotScheduler.from_config(config, time.perf_counter())
+    state.reset_scheduler(time.perf_counter())
     installed: list[signal.Signals] = []
     try:
         if handle_signals:

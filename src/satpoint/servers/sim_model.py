@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
@@ -74,6 +76,12 @@ class SimConfig:
     slow_headers_ms: float | None = None
     error_status: int | None = None
     error_framing: ErrorFraming | None = None
+    #: metastable mode (see ``MetastableScheduler``): degraded once more than ``metastable_high`` requests
+    #: wait for a slot, until fewer than ``metastable_low`` do; services started degraded take
+    #: ``metastable_factor`` x their draw. None: off.
+    metastable_high: int | None = None
+    metastable_low: int = 0
+    metastable_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -98,6 +106,25 @@ class SimConfig:
         if not self.model or "/" in self.model:
             raise ConfigError(f"sim: model must be a non-empty name without '/', got {self.model!r}")
         self._check_fault()
+        self._check_metastable()
+
+    def _check_metastable(self) -> None:
+        high, low, factor = self.metastable_high, self.metastable_low, self.metastable_factor
+        if high is None:
+            if low != 0 or factor != 1.0:
+                raise ConfigError("sim: metastable_low and metastable_factor need metastable_high")
+            return
+        for name, value in (("metastable_high", high), ("metastable_low", low)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"sim: {name} must be an integer, got {value!r}")
+        if not high > low >= 0:
+            raise ConfigError(f"sim: metastable needs HIGH > LOW >= 0 (requests waiting), got HIGH={high}, LOW={low}")
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, (int, float))
+            or not (math.isfinite(factor) and factor > 1)
+        ):
+            raise ConfigError(f"sim: metastable FACTOR must be a number > 1, got {factor!r}")
 
     def _check_fault(self) -> None:
         fault = self.fault
@@ -180,6 +207,7 @@ class SimConfig:
             slow_headers_ms=getattr(args, "slow_headers_ms", None),
             error_status=getattr(args, "error_status", None),
             error_framing=getattr(args, "error_framing", None),
+            **metastable_fields(getattr(args, "metastable", None)),
         )
 
     @property
@@ -191,6 +219,91 @@ class SimConfig:
     def capacity_rps(self) -> float:
         """Long-run completion rate when overloaded and never paused: ``slots / service_s``."""
         return self.slots / self.service_s
+
+    @property
+    def metastable(self) -> bool:
+        """Whether the metastable mode is on."""
+        return self.metastable_high is not None
+
+    def metastable_figures(self) -> MetastableFigures | None:
+        """The metastable mode's known rates (``metastable_figures``), None when the mode is off."""
+        if self.metastable_high is None:
+            return None
+        return metastable_figures(self.slots, self.service_ms, self.metastable_factor, self.metastable_low)
+
+
+def parse_metastable(text: str) -> tuple[int, int, float]:
+    """``HIGH,LOW,FACTOR`` (the ``--metastable`` value) as numbers; ConfigError if it is not that shape.
+
+    The values themselves are checked by ``SimConfig``."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        return int(parts[0]), int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ConfigError(
+            "sim: --metastable takes HIGH,LOW,FACTOR (e.g. 20,2,2.5: integers HIGH > LOW >= 0, FACTOR > 1), "
+            f"got {text!r}"
+        ) from None
+
+
+def metastable_fields(text: str | None) -> dict[str, Any]:
+    """``SimConfig`` keyword arguments for a ``--metastable`` value (none for None)."""
+    if text is None:
+        return {}
+    high, low, factor = parse_metastable(text)
+    return {"metastable_high": high, "metastable_low": low, "metastable_factor": factor}
+
+
+class MetastableFigures(NamedTuple):
+    """The known rates of a metastable sim (requests per second, long-run, without pauses)."""
+
+    #: offered load above this builds a queue without bound, which passes HIGH: the server tips over
+    collapse_rps: float
+    #: completion rate while degraded (goodput collapsed): ``slots / (service_s * factor)``
+    degraded_capacity_rps: float
+    #: offered load below this drains a degraded server's queue below LOW, and service returns to normal;
+    #: 0 when LOW is 0 (fewer than 0 waiting never happens: once degraded, always degraded)
+    recovery_rps: float
+
+
+def collapse_rps(slots: int, service_ms: float) -> float:
+    """Offered load above which a metastable sim tips over: its normal capacity ``slots / S``."""
+    return slots / (service_ms / 1000.0)
+
+
+def degraded_capacity_rps(slots: int, service_ms: float, factor: float) -> float:
+    """A degraded metastable sim's completion rate: ``slots / (S * factor)``."""
+    return slots / (service_ms / 1000.0 * factor)
+
+
+def recovery_rps(slots: int, service_ms: float, factor: float, low: int) -> float:
+    """Offered load below which a degraded metastable sim recovers: its degraded capacity (its queue
+    drains, so falls below LOW); 0 if LOW is 0 (it never recovers)."""
+    return degraded_capacity_rps(slots, service_ms, factor) if low > 0 else 0.0
+
+
+def metastable_figures(slots: int, service_ms: float, factor: float, low: int) -> MetastableFigures:
+    """All three known rates of a metastable sim."""
+    return MetastableFigures(
+        collapse_rps(slots, service_ms),
+        degraded_capacity_rps(slots, service_ms, factor),
+        recovery_rps(slots, service_ms, factor, low),
+    )
+
+
+def metastable_line(config: SimConfig) -> str | None:
+    """The line the sim prints at start in metastable mode (None when it is off)."""
+    figures = config.metastable_figures()
+    if figures is None:
+        return None
+    return (
+        f"satpoint sim metastable: degraded once more than {config.metastable_high} requests wait for a slot, "
+        f"until fewer than {config.metastable_low} do; services started degraded take "
+        f"{config.metastable_factor:g}x; collapse_rps={figures.collapse_rps:.10g} "
+        f"degraded_capacity_rps={figures.degraded_capacity_rps:.10g} recovery_rps={figures.recovery_rps:.10g}"
+    )
 
 
 @dataclass(frozen=True)
@@ -291,6 +404,16 @@ class FaultDraws:
         return self._draws.next()
 
 
+def _draws_and_pauses(config: SimConfig, origin_s: float) -> tuple[ServiceDraws, ErrorDraws, PauseCalendar | None]:
+    """``config``'s seeded service-time and error draws, and its pauses counted from ``origin_s``."""
+    service_seed, error_seed = np.random.SeedSequence(config.seed).spawn(2)
+    pauses = None
+    if config.pause_every_s is not None and config.pause_s > 0:
+        pauses = PauseCalendar(origin_s, config.pause_every_s, config.pause_s)
+    service = ServiceDraws(config.dist, config.service_s, np.random.default_rng(service_seed))
+    return service, ErrorDraws(config.error_rate, np.random.default_rng(error_seed)), pauses
+
+
 class Admission(NamedTuple):
     """When an admitted request starts and finishes service (virtual seconds), and if it fails."""
 
@@ -326,17 +449,8 @@ class SlotScheduler:
     @classmethod
     def from_config(cls, config: SimConfig, origin_s: float) -> SlotScheduler:
         """The scheduler ``config`` describes, its pauses counted from ``origin_s`` (server start)."""
-        service_seed, error_seed = np.random.SeedSequence(config.seed).spawn(2)
-        pauses = None
-        if config.pause_every_s is not None and config.pause_s > 0:
-            pauses = PauseCalendar(origin_s, config.pause_every_s, config.pause_s)
-        return cls(
-            slots=config.slots,
-            service=ServiceDraws(config.dist, config.service_s, np.random.default_rng(service_seed)),
-            errors=ErrorDraws(config.error_rate, np.random.default_rng(error_seed)),
-            pauses=pauses,
-            origin_s=origin_s,
-        )
+        service, errors, pauses = _draws_and_pauses(config, origin_s)
+        return cls(slots=config.slots, service=service, errors=errors, pauses=pauses, origin_s=origin_s)
 
     def admit(self, arrival_s: float) -> Admission:
         free_at = self._free_at_s
@@ -350,6 +464,146 @@ class SlotScheduler:
         heapq.heapreplace(free_at, finish_s)
         self.admitted += 1
         return Admission(start_s, finish_s, self._errors.next())
+
+    def free_at_s(self) -> list[float]:
+        """The slots' free times, sorted (for tests and diagnostics)."""
+        return sorted(self._free_at_s)
+
+
+class Ticket:
+    """A request admitted by a ``MetastableScheduler``: its service start and finish are known (not None)
+    once it has started. ``payload`` is the server's (what to answer once the finish is known)."""
+
+    __slots__ = ("arrival_s", "error", "finish_s", "payload", "slow", "start_s")
+
+    def __init__(self, arrival_s: float, error: bool) -> None:
+        self.arrival_s = arrival_s
+        self.error = error
+        self.start_s: float | None = None
+        self.finish_s: float | None = None
+        #: started while degraded: its service took ``factor`` x its draw
+        self.slow = False
+        self.payload: Any = None
+
+
+class MetastableScheduler:
+    """``SlotScheduler``'s slots and FIFO queue, in virtual time, with a metastable service time.
+
+    The server is *degraded* from the moment the number of requests waiting for a slot (admitted, not yet
+    in service) exceeds ``high``, and stays degraded until that number falls below ``low`` (a start makes
+    it fall; the service that start begins is then already a normal one). Every service that *starts*
+    while degraded takes ``factor`` x its draw (and holds its slot that long).
+
+    Whether a service starts degraded depends on the requests that arrive while it waits, so a waiting
+    request's start and finish are settled only when its start time is reached: ``admit`` settles every
+    start up to the arrival, ``advance(now_s)`` every start up to ``now_s``, each calling ``on_start``
+    with the ticket that started (``next_start_s`` says when the next start is due). A request that finds
+    a free slot starts at once (``admit`` returns it started, without ``on_start``). The draws (errors in
+    arrival order, service times in start order, which is arrival order) are those of ``SlotScheduler``.
+    """
+
+    def __init__(
+        self,
+        *,
+        slots: int,
+        service: ServiceDraws,
+        errors: ErrorDraws,
+        high: int,
+        low: int,
+        factor: float,
+        pauses: PauseCalendar | None = None,
+        origin_s: float = 0.0,
+        on_start: Callable[[Ticket], None] | None = None,
+    ) -> None:
+        self._free_at_s: list[float] = [origin_s] * slots  # a min-heap of started services' finishes
+        self._waiting: deque[Ticket] = deque()
+        self._service = service
+        self._errors = errors
+        self._high = high
+        self._low = low
+        self._factor = factor
+        self._pauses = pauses
+        self.on_start = on_start
+        self.admitted = 0
+        self.degraded = False
+        #: how many times it tipped over and how many times it recovered
+        self.collapses = 0
+        self.recoveries = 0
+
+    @classmethod
+    def from_config(
+        cls, config: SimConfig, origin_s: float, on_start: Callable[[Ticket], None] | None = None
+    ) -> MetastableScheduler:
+        """The scheduler ``config`` (with ``metastable_high`` set) describes, from ``origin_s``."""
+        if config.metastable_high is None:
+            raise ConfigError("sim: a metastable scheduler needs metastable_high")
+        service, errors, pauses = _draws_and_pauses(config, origin_s)
+        return cls(
+            slots=config.slots,
+            service=service,
+            errors=errors,
+            high=config.metastable_high,
+            low=config.metastable_low,
+            factor=config.metastable_factor,
+            pauses=pauses,
+            origin_s=origin_s,
+            on_start=on_start,
+        )
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot (as of the last ``admit`` or ``advance``)."""
+        return len(self._waiting)
+
+    def _start_time(self, ticket: Ticket) -> float:
+        free_s = self._free_at_s[0]
+        start_s = free_s if free_s > ticket.arrival_s else ticket.arrival_s
+        return self._pauses.defer(start_s) if self._pauses is not None else start_s
+
+    def next_start_s(self) -> float | None:
+        """When the first waiting request starts (None if none waits)."""
+        return self._start_time(self._waiting[0]) if self._waiting else None
+
+    def _start(self, ticket: Ticket, start_s: float) -> None:
+        if self.degraded and len(self._waiting) < self._low:
+            self.degraded = False
+            self.recoveries += 1
+        draw_s = self._service.next()
+        if self.degraded:
+            draw_s *= self._factor
+            ticket.slow = True
+        finish_s = start_s + draw_s
+        if self._pauses is not None:
+            finish_s = self._pauses.defer(finish_s)
+        heapq.heapreplace(self._free_at_s, finish_s)
+        ticket.start_s = start_s
+        ticket.finish_s = finish_s
+
+    def advance(self, now_s: float) -> None:
+        """Start every waiting request whose start time is at or before ``now_s``."""
+        waiting = self._waiting
+        while waiting:
+            start_s = self._start_time(waiting[0])
+            if start_s > now_s:
+                return
+            ticket = waiting.popleft()
+            self._start(ticket, start_s)
+            if self.on_start is not None:
+                self.on_start(ticket)
+
+    def admit(self, arrival_s: float) -> Ticket:
+        """Admit a request arriving at ``arrival_s`` (non-decreasing): started at once if a slot is free."""
+        self.advance(arrival_s)
+        ticket = Ticket(arrival_s, self._errors.next())
+        self.admitted += 1
+        if not self._waiting and self._start_time(ticket) <= arrival_s:
+            self._start(ticket, arrival_s)
+        else:
+            self._waiting.append(ticket)
+            if not self.degraded and len(self._waiting) > self._high:
+                self.degraded = True
+                self.collapses += 1
+        return ticket
 
     def free_at_s(self) -> list[float]:
         """The slots' free times, sorted (for tests and diagnostics)."""

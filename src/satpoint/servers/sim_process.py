@@ -69,8 +69,10 @@ class SimServer:
     ``stall``, ``error-body`` (``error_status``, ``error_framing``) and ``connection-close`` hit a fraction
     ``fault_rate`` of the inference requests after the first ``fault_after``; ``close-after``
     (``close_after`` answers per connection) and ``idle-timeout`` (``idle_timeout_s``) act on connections.
-    ``cpus`` pins the server to those CPUs; ``extra_args`` are appended to the server's command line
-    (after the generated ones).
+    ``metastable=(HIGH, LOW, FACTOR)`` turns on the metastable mode (``--metastable``, see
+    ``satpoint.servers.sim``); its known rates are then :attr:`collapse_rps`, :attr:`degraded_capacity_rps`
+    and :attr:`recovery_rps` (None without it). ``cpus`` pins the server to those CPUs; ``extra_args`` are
+    appended to the server's command line (after the generated ones).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class SimServer:
         slow_headers_ms: float | None = None,
         error_status: int | None = None,
         error_framing: str | None = None,
+        metastable: tuple[int, int, float] | None = None,
     ) -> None:
         _check_int("slots", slots, minimum=1)
         _check_number("service_ms", service_ms, positive=True)
@@ -148,7 +151,17 @@ class SimServer:
                 error_status=error_status,
                 error_framing=error_framing,  # type: ignore[arg-type]
             )
-        except ConfigError as exc:
+            figures = None
+            if metastable is not None:
+                high, low, factor = metastable
+                figures = SimConfig(
+                    slots=slots,
+                    service_ms=service_ms,
+                    metastable_high=high,
+                    metastable_low=low,
+                    metastable_factor=factor,
+                ).metastable_figures()
+        except (ConfigError, TypeError, ValueError) as exc:
             raise ValueError(f"SimServer: {str(exc).removeprefix('sim: ')}") from None
 
         self.slots = slots
@@ -175,6 +188,11 @@ class SimServer:
         self.error_framing = error_framing
         #: long-run completion rate when overloaded, without pauses: ``slots / (service_ms / 1000)``.
         self.capacity_rps = slots / (self.service_ms / 1000.0)
+        self.metastable = metastable
+        #: metastable mode's known rates (``sim_model.metastable_figures``); None without it
+        self.collapse_rps = figures.collapse_rps if figures is not None else None
+        self.degraded_capacity_rps = figures.degraded_capacity_rps if figures is not None else None
+        self.recovery_rps = figures.recovery_rps if figures is not None else None
 
         self._process: ManagedProcess | None = None
         self._temp_dir: Path | None = None
@@ -192,6 +210,9 @@ class SimServer:
         if self.pause_every_s is not None:
             argv += ["--pause-every", repr(float(self.pause_every_s)), "--pause-s", repr(self.pause_s)]
         argv += ["--error-rate", repr(self.error_rate), "--model", self.model, "--seed", str(self.seed)]
+        if self.metastable is not None:
+            high, low, factor = self.metastable
+            argv += ["--metastable", f"{high},{low},{float(factor)!r}"]
         for flag, path in self.tls_files.items():
             if path is not None:
                 argv += [flag, str(path)]
