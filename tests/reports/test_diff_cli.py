@@ -12,11 +12,13 @@ from typer.testing import CliRunner
 
 from satpoint import SCHEMA_VERSION, __version__, api
 from satpoint.analysis.diff_verdict import DiffDoc
-from satpoint.cli.diff_cmd import baseline_gate, baseline_target_rps
+from satpoint.cli.common import console
+from satpoint.cli.diff_cmd import baseline_gate
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.plan import Stage
+from satpoint.reports.diff_files import noted_baseline_target
 
 
 def run_folder(
@@ -179,15 +181,15 @@ def test_error_rate_matches_the_summary_and_a_rise_is_a_regression(tmp_path: Pat
 def test_find_baseline_reads_the_target_and_tolerates_an_older_summary(folders: tuple[Path, Path, Path],
                                                                        tmp_path: Path) -> None:  # fmt: skip
     base, _, same = folders
-    assert baseline_target_rps(None) == (None, "")
-    rate, note = baseline_target_rps(base)  # a folder without summary.json at all
+    assert noted_baseline_target(None, console) == (None, "")
+    rate, note = noted_baseline_target(base, console)  # a folder without summary.json at all
     assert rate is None and "no summary.json" in note
     (base / "summary.json").write_text(json.dumps({"kind": "find", "saturation_rps": 300.0}))  # an older layout
-    rate, note = baseline_target_rps(base)
+    rate, note = noted_baseline_target(base, console)
     assert rate is None and "older layout" in note
     rec = {"margin": 0.15, "saturation_rps": 300.0, "target_rps_per_replica": 255.0}
     (base / "summary.json").write_text(json.dumps({"kind": "find", "recommendation": rec}))
-    assert baseline_target_rps(base) == (255.0, "")
+    assert noted_baseline_target(base, console) == (255.0, "")
     # why no target was held is in the diff's notes
     assert baseline_gate(base, same, 0, "the baseline's summary.json has no target") == 0
     assert "the baseline's summary.json has no target" in json.loads((same / "diff.json").read_text())["notes"]

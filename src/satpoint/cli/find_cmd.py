@@ -49,10 +49,11 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, baseline_target_rps
+from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
+from satpoint.reports.diff_files import noted_baseline_target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
@@ -184,7 +185,7 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
-        hold_rps, hold_note = baseline_target_rps(baseline)  # refuses a baseline that is not a results folder
+        hold_rps, hold_note = noted_baseline_target(baseline, console)  # refuses one that is no results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
         with interruptible() as stop, EventPrinter(console, secrets) as printer:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
@@ -55,6 +56,26 @@ def read_baseline_target(path: Path) -> tuple[float | None, str]:
     return baseline_target(json.loads((path / SUMMARY_FILE).read_text()))
 
 
+def noted_baseline_target(baseline: Path | None, console: Console) -> tuple[float | None, str]:
+    """``find --baseline``, before measuring: the baseline's per-replica target to hold after the search
+    (None: none, and the note that says why, printed now and kept for the diff)."""
+    if baseline is None:
+        return None, ""
+    rate, note = read_baseline_target(baseline)
+    if note:
+        console.print(f"note: {escape(note)}")
+    return rate, note
+
+
+def baseline_diff(baseline: Path, out_dir: Path, console: Console, note: str = "") -> bool:
+    """After ``run``/``find --baseline``: the diff (``diff.json`` and ``diff.html`` in the new folder, ``note``
+    in its notes); True when the gate fails (a regression, or the baseline's target not held)."""
+    doc, json_out = compare(baseline, str(out_dir))
+    if note:
+        doc = doc.model_copy(update={"notes": [*doc.notes, note]})
+    return gate(doc, console, json_out, html_out=json_out.with_name(DIFF_HTML))
+
+
 def compare(
     base: Path,
     new: str,
@@ -82,6 +103,18 @@ def compare(
 
 #: the overlay page's default name, beside diff.json
 DIFF_HTML = "diff.html"
+
+#: ``satpoint diff``'s longer option help (the command line keeps one line per option)
+HELP = {
+    "baseline": "then satpoint diff against this baseline: exit 3 on a regression (find: also hold the baseline's "
+    "per-replica target from idle; not held is a regression)",
+    "tolerance": "the change that matters, relative, for the saturation point, p50, service p50 and throughput: "
+    "5% or 0.05 (default 5%)",
+    "tail_tolerance": "the same for p90 and p99 of latency and service time (default 20%: in A/A pairs on a shared "
+    "machine the tails of two runs of one server differed by 15-22 %, p50 by under 1 %)",
+    "sweep": "two points of one sweep: diff --sweep DIR A B (ids or labels)",
+    "html": "the overlay page: verdicts, the two folders' figures (default: diff.html beside diff.json)",
+}
 
 
 def publish(
