@@ -8,10 +8,8 @@ from typing import Annotated
 import typer
 
 from satpoint._version import __version__
-from satpoint.analysis.diff import parse_fraction
-from satpoint.analysis.diff_verdict import calibrated
 from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
-from satpoint.reports.diff_files import DIFF_HTML, HELP, baseline_diff, compare, gate
+from satpoint.reports.diff_files import HELP, baseline_diff, compare, gate, html_path, parse_tolerances
 
 Opt = typer.Option
 BaselineOpt = Annotated[Path | None, Opt(help=HELP["baseline"])]
@@ -43,13 +41,10 @@ def diff(
     """Did capacity or latency get worse? A verdict per metric with its evidence; exit 3 on a regression."""
 
     def body() -> int:
-        tol, err_tol = parse_fraction(tolerance, "--tolerance"), parse_fraction(error_tolerance, "--error-tolerance")
-        tail_tol = parse_fraction(tail_tolerance, "--tail-tolerance")
-        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol)
-        doc = calibrated(doc) if calibrate else doc
+        tol, err_tol, tail_tol = parse_tolerances(tolerance, error_tolerance, tail_tolerance)
+        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate)
         out = json_out or default_json
-        html_out = None if no_html else html or out.with_name(DIFF_HTML)
-        failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_out)
+        failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_path(out, html, no_html))
         return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK
 
     guarded(body)

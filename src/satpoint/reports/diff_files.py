@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from satpoint._version import __version__
-from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, sweep_points_diff
+from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, parse_fraction, sweep_points_diff
 from satpoint.analysis.diff_target import baseline_target
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
@@ -20,6 +20,7 @@ from satpoint.analysis.diff_verdict import (
     DEFAULT_TOLERANCE,
     DIFF_FILE,
     DiffDoc,
+    calibrated,
 )
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import parse_summary
@@ -56,6 +57,20 @@ def read_baseline_target(path: Path) -> tuple[float | None, str]:
     return baseline_target(json.loads((path / SUMMARY_FILE).read_text()))
 
 
+def parse_tolerances(tolerance: str, error_tolerance: str, tail_tolerance: str) -> tuple[float, float, float]:
+    """``--tolerance``, ``--error-tolerance``, ``--tail-tolerance`` as fractions (a ValueError names a bad one)."""
+    return (
+        parse_fraction(tolerance, "--tolerance"),
+        parse_fraction(error_tolerance, "--error-tolerance"),
+        parse_fraction(tail_tolerance, "--tail-tolerance"),
+    )
+
+
+def html_path(json_out: Path, html: Path | None, no_html: bool) -> Path | None:
+    """Where the overlay page goes: ``--html FILE``, else ``diff.html`` beside diff.json; None with ``--no-html``."""
+    return None if no_html else html or json_out.with_name(DIFF_HTML)
+
+
 def noted_baseline_target(baseline: Path | None, console: Console) -> tuple[float | None, str]:
     """``find --baseline``, before measuring: the baseline's per-replica target to hold after the search
     (None: none, and the note that says why, printed now and kept for the diff)."""
@@ -85,6 +100,7 @@ def compare(
     error_tolerance: float = DEFAULT_ERROR_TOLERANCE,
     version: str = __version__,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+    calibrate: bool = False,
 ) -> tuple[DiffDoc, Path]:
     """``diff BASE NEW`` (two folders) or ``diff --sweep DIR A B`` (two points of one sweep); the diff and
     where its ``diff.json`` goes by default (the new folder, or the sweep's)."""
@@ -94,11 +110,13 @@ def compare(
         if not (base / SWEEP_FILE).is_file():
             raise FileNotFoundError(f"{base} is not a sweep folder (no {SWEEP_FILE})")
         doc = json.loads((base / SWEEP_FILE).read_text())
-        return sweep_points_diff(doc, str(base), new, point_b, tolerance, version, tail_tolerance), base / DIFF_FILE
+        out = sweep_points_diff(doc, str(base), new, point_b, tolerance, version, tail_tolerance)
+        return calibrated(out) if calibrate else out, base / DIFF_FILE
     if point_b is not None:
         raise ValueError("two folders are compared (diff BASE NEW); three arguments need --sweep")
     b, n = load_folder(base), load_folder(Path(new))
-    return diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance), Path(new) / DIFF_FILE
+    out = diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance)
+    return calibrated(out) if calibrate else out, Path(new) / DIFF_FILE
 
 
 #: the overlay page's default name, beside diff.json
