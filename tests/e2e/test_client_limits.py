@@ -28,9 +28,11 @@ def run(*args: str) -> dict[str, Any]:
 
 
 def test_a_small_connection_cap_is_client_limited_and_the_automatic_cap_is_not(tmp_path: Path) -> None:
-    # 1000 slots x 500 ms: capacity 2000 rps; at 800 rps it holds 400 requests at once (Little's law)
+    # 1000 slots x 500 ms: capacity 2000 rps; at 800 rps it holds 400 requests at once (Little's law).
+    # Holds of 3 and 4 s leave steady windows of 2.25 s and 3.25 s after the 0.75 s it takes to fill
+    # (1.5 x 500 ms): a few hundred to a few thousand requests, and the capped run's backlog drains in ~5 s
     with SimServer(slots=1000, service_ms=500) as sim:
-        plan = ["--stage", "100:1:6", "--stage", "800:1:8"]
+        plan = ["--stage", "100:1:3", "--stage", "800:1:4"]
         capped = run("--url", sim.url, "--model", "sim", *plan, "--max-inflight", "200", "--out", str(tmp_path / "a"))
         auto = run("--url", sim.url, "--model", "sim", *plan, "--out", str(tmp_path / "b"))
     low, high = capped["stages"]
