@@ -92,7 +92,7 @@ def test_grpc_find_estimates_capacity(tmp_path: Path) -> None:
             "320",
             "--no-profile",
             "--ramp",
-            "1",
+            "0.5",
             "--min-hold",
             "2.5",
             "--max-hold",

@@ -36,7 +36,7 @@ def _config(sets: tuple[str, ...], remeasure_top: int = 2) -> SweepConfig:
             min_hold_s=1.0,
             max_hold_s=1.5,
             min_requests=100,
-            cooldown_s=0.3,
+            cooldown_s=0.0,  # no fixed rest: the sim drains at once, and the idle probes still check it
         ),
         load=LoadOptions(drain_s=1.0),
     )
