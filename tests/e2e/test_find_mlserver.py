@@ -49,7 +49,7 @@ def wait_for_server_pid(out: Path, proc: subprocess.Popen[str], timeout_s: float
 
 def test_find_on_embedded_mlserver(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "90", "--no-html", *FAST],
+        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "65", "--no-html", *FAST],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 from satpoint.servers.sim_process import SimServer
 
 pytestmark = pytest.mark.slow
-FAST = ["--ramp", "1", "--min-hold", "2.5", "--max-hold", "3", "--min-requests", "500", "--no-html"]
+FAST = ["--ramp", "0.5", "--min-hold", "2.5", "--max-hold", "3", "--min-requests", "500", "--no-html"]
 
 
 @pytest.mark.parametrize(
