@@ -17,8 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from satpoint.analysis.holds import (
     FLAMEGRAPH_FRACTION,
     FLAMEGRAPH_OVERHEAD_S,
@@ -54,7 +52,7 @@ from satpoint.analysis.verdicts import Verdict
 from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
-from satpoint.engine.live import WINDOW_S, LiveSnapshot
+from satpoint.engine.overload import overload_rule as overload_rule  # re-exported: the benchmarks use it
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.metrics.stats import StageMetrics
 from satpoint.observe.observer import Observer
@@ -63,10 +61,6 @@ from satpoint.progress import OnEvent, say
 from satpoint.saturation_hysteresis import hysteresis_reserve, run_hysteresis
 from satpoint.session import LOST_ERRORS, Fleet, Session, announce_target
 
-#: stop a stage early when more requests are in flight than this many times what the low-load latency
-#: needs at the current rate, plus the floor (the automatic cap is generous, so the cap rarely stops it)
-OVERLOAD_INFLIGHT_FACTOR = 20.0
-OVERLOAD_INFLIGHT_FLOOR = 200
 FLAMEGRAPH_PURPOSE = "flamegraph"
 
 #: (stages, start_rps, segment index, purpose) -> measured segment
@@ -84,29 +78,6 @@ def search_params(opts: FindOptions, start_rps: float) -> SearchParams:
         confirm_margin=opts.margin if opts.confirm else None,
         retest=opts.retest,
     )
-
-
-def overload_rule(baseline_p50_ms: float | None) -> Callable[[LiveSnapshot], bool]:
-    """When to stop a stage early as clearly saturated: more than half a second of requests waits for a
-    free connection (the in-flight cap is full of unanswered requests), far more requests are in flight
-    than the low-load latency needs at this rate, or recent latency is far beyond the low-load baseline.
-    Queueing further only fills the server with work it must drain later."""
-
-    def rule(s: LiveSnapshot) -> bool:
-        if s.backlog >= max(50, 0.5 * s.due_recent / WINDOW_S):
-            return True
-        if (
-            baseline_p50_ms is not None
-            and s.inflight
-            > OVERLOAD_INFLIGHT_FACTOR * (s.due_recent / WINDOW_S * baseline_p50_ms / 1000) + OVERLOAD_INFLIGHT_FLOOR
-        ):
-            return True  # by Little's law, latency is far above the baseline: the queue is the server's
-        if baseline_p50_ms is not None and len(s.latency_sample_s) >= 20:
-            p50_ms = float(np.median(s.latency_sample_s)) * 1000
-            return p50_ms > 50 * baseline_p50_ms + 1000
-        return False
-
-    return rule
 
 
 def _sleep(min_s: float, max_s: float) -> None:

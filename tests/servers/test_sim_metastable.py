@@ -14,13 +14,12 @@ import pytest
 import uvloop
 
 from satpoint.errors import ConfigError
+from satpoint.servers.sim_metastable import MetastableScheduler, Ticket
 from satpoint.servers.sim_model import (
     ErrorDraws,
-    MetastableScheduler,
     ServiceDraws,
     SimConfig,
     SlotScheduler,
-    Ticket,
     metastable_figures,
     metastable_line,
     parse_metastable,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from satpoint.cli.common import ProtocolOpt, fail
+from satpoint.servers.sim_model import METASTABLE_HELP
 
 
 def sim(
@@ -52,14 +53,7 @@ def sim(
         str | None,
         typer.Option(help="error-body: length (content-length, keep-alive; default) or eof (body ends at close)"),
     ] = None,
-    metastable: Annotated[
-        str | None,
-        typer.Option(
-            metavar="HIGH,LOW,FACTOR",
-            help="metastable: degraded once more than HIGH requests wait for a slot, until fewer than LOW do; "
-            "services started degraded take FACTOR x (e.g. 20,2,2.5; README: satpoint sim)",
-        ),
-    ] = None,
+    metastable: Annotated[str | None, typer.Option(metavar="HIGH,LOW,FACTOR", help=METASTABLE_HELP)] = None,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError

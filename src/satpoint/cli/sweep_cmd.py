@@ -44,6 +44,7 @@ from satpoint.experiments.sweep import (
     rewrite_sweep,
     run_sweep,
 )
+from satpoint.experiments.sweep_config import env_items
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.redact import is_secret_name
 from satpoint.reports.progress import EventPrinter
@@ -119,7 +120,7 @@ def sweep(
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
     secrets = secrets_of([url, grpc_url, *(metrics_url or ())], headers)
-    secrets += tuple(v for k, v in _env(env) if is_secret_name(k))
+    secrets += tuple(v for k, _, v in (e.partition("=") for e in env or ()) if is_secret_name(k))
 
     def body() -> int:
         if report is not None:
@@ -133,7 +134,7 @@ def sweep(
             if state.cfg.server.reconfigure is not None:
                 console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
             server_ = state.cfg.server.resumed(
-                url=url, grpc_url=grpc_url, metrics_urls=metrics_url or (), env=_env(env), reconfigure=reconfigure
+                url=url, grpc_url=grpc_url, metrics_urls=metrics_url or (), env=env_items(env), reconfigure=reconfigure
             )
             state.cfg = replace(state.cfg, server=server_)
             cfg, out_dir = state.cfg, resume
@@ -156,7 +157,7 @@ def sweep(
                     kind=kind,  # type: ignore[arg-type]
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
-                    env=tuple(_env(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
+                    env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
                     server_pids=tuple(server_pid or ()), metrics_urls=tuple(metrics_url or ()),
                     protocol=protocol, batch=batch_size, headers=headers,
@@ -172,9 +173,8 @@ def sweep(
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(
-                    drain_s=5.0,
+                    drain_s=5.0, ray=ray_options(ray, ray_hosts, procs_per_host),
                     generator_cpus=parse_cpus(generator_cpus) if generator_cpus else None if ray else g_cpus,
-                    ray=ray_options(ray, ray_hosts, procs_per_host),
                 ),
             ).validate()  # fmt: skip
             out_dir = out or default_out("sweep")
@@ -199,13 +199,3 @@ def sweep(
 
 def _path(p: Path | None) -> str | None:
     return str(p) if p is not None else None
-
-
-def _env(items: list[str] | None) -> list[tuple[str, str]]:
-    out = []
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise fail(f"--env takes NAME=VALUE, got {item!r}")
-        out.append((name, value))
-    return out

@@ -136,3 +136,14 @@ class SweepConfig:
             load=LoadOptions.from_dict(dict(d.get("load") or {})),
             max_quality_loss_pp=float(d.get("max_quality_loss_pp", DEFAULT_MAX_QUALITY_LOSS_PP)),
         )
+
+
+def env_items(items: list[str] | None) -> list[tuple[str, str]]:
+    """``--env NAME=VALUE`` values as pairs (a clear error for one without ``=`` or a name)."""
+    out = []
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--env takes NAME=VALUE, got {item!r}")
+        out.append((name, value))
+    return out

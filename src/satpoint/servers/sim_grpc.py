@@ -44,7 +44,8 @@ from typing import Any
 import grpc
 
 from satpoint.errors import ConfigError
-from satpoint.servers.sim_model import DISTS, MetastableScheduler, SimConfig, SlotScheduler, Ticket, metastable_line
+from satpoint.servers.sim_metastable import MetastableScheduler, Ticket
+from satpoint.servers.sim_model import DISTS, SimConfig, SlotScheduler, metastable_line
 from satpoint.servers.sim_starts import StartTimer
 from satpoint.servers.sim_tls import SimTls
 from satpoint.transports.grpc_proto import SERVICE, message

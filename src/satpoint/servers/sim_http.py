@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import math
 import re
 import signal
 import time
@@ -26,7 +24,10 @@ from urllib.parse import unquote
 import httptools
 
 from satpoint.errors import SatpointError
-from satpoint.servers.sim_model import FaultDraws, MetastableScheduler, SimConfig, SlotScheduler, Ticket
+from satpoint.servers.sim_metastable import MetastableScheduler, Ticket
+from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
+from satpoint.servers.sim_release import Release as _Release
+from satpoint.servers.sim_release import ResponseEntry as _Entry
 from satpoint.servers.sim_starts import StartTimer
 from satpoint.servers.sim_tls import SimTls
 from satpoint.servers.sim_wire import (
@@ -43,77 +44,6 @@ from satpoint.servers.sim_wire import response as _response
 
 _ID_RE = re.compile(rb'"id"\s*:\s*"([^"\\]{0,512})"')
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-#: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
-_SPIN_S = 0.0005
-
-
-class _Entry:
-    """One response slot in a connection's in-order queue; ``after`` says what follows its writing
-    (``AFTER_*``: nothing, a close, a reset, or ``tail`` written ``slow_headers_s`` later)."""
-
-    __slots__ = ("after", "conn", "data", "ready", "tail")
-
-    def __init__(self, conn: _SimProtocol, data: bytes, ready: bool, after: int, tail: bytes = b"") -> None:
-        self.conn = conn
-        self.data = data
-        self.ready = ready
-        self.after = after
-        self.tail = tail
-
-
-class _Release:
-    """Releases timed responses once their virtual finish time has passed, with a single loop timer.
-
-    The timer is armed for ``finish_s`` itself. libuv counts in whole milliseconds, so it may fire up
-    to about 1 ms early: due-ness is always re-checked on ``perf_counter`` and, when the earliest response
-    is less than ``_SPIN_S`` away, the release is retried on the next loop iteration (``call_soon``; the
-    loop keeps serving I/O meanwhile) instead of by a timer that would round to whole ms. So responses
-    are never written before ``finish_s`` and are late only by loop latency (tens of µs when idle).
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._heap: list[tuple[float, int, _Entry]] = []
-        self._seq = 0
-        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
-        self._armed_for_s = math.inf
-
-    def schedule(self, finish_s: float, entry: _Entry) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (finish_s, self._seq, entry))
-        if finish_s < self._armed_for_s:
-            self._arm(finish_s)
-
-    def _arm(self, at_s: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._armed_for_s = at_s
-        delay_s = at_s - time.perf_counter()
-        if delay_s <= _SPIN_S:
-            self._timer = self._loop.call_soon(self._fire)
-        else:
-            self._timer = self._loop.call_later(delay_s, self._fire)
-
-    def _fire(self) -> None:
-        self._timer = None
-        self._armed_for_s = math.inf
-        heap = self._heap
-        now_s = time.perf_counter()
-        touched: dict[int, _SimProtocol] = {}
-        while heap and heap[0][0] <= now_s:
-            entry = heapq.heappop(heap)[2]
-            entry.ready = True
-            touched[id(entry.conn)] = entry.conn
-        for conn in touched.values():
-            conn.flush()
-        if heap:
-            self._arm(heap[0][0])
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._heap.clear()
 
 
 class _SimServer:

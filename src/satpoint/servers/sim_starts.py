@@ -14,7 +14,7 @@ import asyncio
 import math
 import time
 
-from satpoint.servers.sim_model import MetastableScheduler
+from satpoint.servers.sim_metastable import MetastableScheduler
 
 #: below this, re-check on the next loop iteration rather than by a (ms) timer
 _SPIN_S = 0.0005
