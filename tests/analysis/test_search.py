@@ -315,6 +315,11 @@ def test_repeated_searches_report_the_lowest_answer_and_the_spread(tmp_path: Pat
     low, high = s["saturation_range_rps"]
     assert 0.85 * 300 <= low <= 1.02 * 300 and 0.85 * 400 <= high <= 1.02 * 400
     assert s["saturation_rps"] == low
+    # where the capacity lies as far as the searches tell: lowest answer to highest unstable rate (a sweep
+    # point's bracket_rps), so it reaches above the 400 rps search's answer
+    within = s["saturation_bracket_rps"]
+    top = max(r["unstable_rps"] for r in s["search"]["repeats"])
+    assert within == [low, top] and high < top <= 1.1 * 400
     assert [r["repeat"] for r in s["search"]["repeats"]] == [0, 1]
     assert all(r["confirmed"] for r in s["search"]["repeats"])
     assert s["latency_at"][-1]["offered_rps"] == pytest.approx(low, rel=0.01)  # profiled at the answer

@@ -89,6 +89,17 @@ def _range(values: list[float | None]) -> list[float] | None:
     return [round(min(got), 3), round(max(got), 3)] if got else None
 
 
+def _capacity_bracket(answered: list[_Search]) -> list[float | None] | None:
+    """Where the capacity lies, as far as the searches can tell: from the lowest answer up to the highest
+    rate a search found not stable (the sweep's ``bracket_rps``, so the two compare like for like); the
+    top is None (open) when a search never found an unstable rate above its answer."""
+    if not answered:
+        return None
+    highs = [bracket(x.history).unstable_rps for x in answered]
+    low = round(min(x.answer for x in answered if x.answer is not None), 3)
+    return [low, None if any(h is None for h in highs) else round(max(h for h in highs if h is not None), 3)]
+
+
 def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
     b = bracket(x.history)
     target = confirm_rate(b.stable_rps, params) if b.stable_rps is not None else None
@@ -236,6 +247,7 @@ def find_fields(
             "repeats": [_repeat_dict(x, params) for x in searches],
         },
         "saturation_range_rps": _range([x.answer for x in answered]) if len(searches) > 1 else None,
+        "saturation_bracket_rps": _capacity_bracket(answered),
         "latency_at": latency_at,
         "recommendation": rec,
         "find_notes": notes,

@@ -445,6 +445,9 @@ class FindSummary(RunSummary):
     saturation_rps: float | None = None
     #: the lowest and highest answer of ``find --repeats`` searches (None with one search)
     saturation_range_rps: list[float] | None = None
+    #: [lowest answer, highest rate found not stable] over the searches (top None: never found): where the
+    #: capacity lies as far as the searches can tell, like a sweep point's ``bracket_rps``
+    saturation_bracket_rps: list[float | None] | None = None
     unstable_rps: float | None = None
     max_throughput_rps: float | None = None
     precision: float

@@ -40,6 +40,12 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
         console.print(
             f"{n} searches: saturation between {spread[0]:.1f} and {spread[1]:.1f} rps (the answer is the lowest)"
         )
+    within = summary.get("saturation_bracket_rps")
+    if within and within[1] is not None and spread:
+        console.print(
+            f"capacity within {within[0]:.1f}-{within[1]:.1f} rps (lowest answer to highest unstable rate: what the "
+            "searches can tell; a sweep point's bracket is the same figure)"
+        )
     if summary.get("max_throughput_rps") is not None:
         console.print(f"max throughput while overloaded: {summary['max_throughput_rps']:.1f} completions/s")
     if summary.get("slo"):
