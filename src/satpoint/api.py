@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -337,10 +338,15 @@ def find(
         if summary.target_lost is not None:
             say(on_event, "no Kubernetes manifests: the target stopped answering, so the search did not finish")
         else:
-            rec = Recommendation(**summary.recommendation.model_dump())
+            # the manifests' own figures (a target lowered by --hysteresis is the one they carry)
+            rec = Recommendation(**summary.recommendation.model_dump(include=_REC_FIELDS))
             files = tuple(write_k8s(Path(emit_k8s), target.model, rec))
             say(on_event, max_replicas_choice(rec)[1])
     return FindResult(summary, session.folder, files)
+
+
+#: the fields of the recommendation the Kubernetes manifests are written from
+_REC_FIELDS = {f.name for f in dataclass_fields(Recommendation)}
 
 
 def _start_embedded(
