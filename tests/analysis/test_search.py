@@ -559,7 +559,10 @@ def test_without_budget_to_measure_a_profile_stage_again_the_answer_stands(tmp_p
         return seg
 
     lines: list[str] = []
-    run = SearchRun(results, tmp_path, measure, opts, log=lines.append, budget=Budget(opts.budget_s, 0.0, clock))
+    run = SearchRun(
+        results, tmp_path, measure, opts, log=lines.append, cooldown=lambda a, b=0.0: None,
+        budget=Budget(opts.budget_s, 0.0, clock),
+    )  # fmt: skip
     run_find(run, VerdictRules(), 100.0)
     s = build_summary(results)
     assert [seg.purpose for seg in results.segments].count("recheck") == 0
