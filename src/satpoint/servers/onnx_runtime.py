@@ -71,15 +71,22 @@ class OnnxModel(MLModel):  # type: ignore[misc]  # mlserver ships no type inform
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        if not payload.inputs:
-            raise InferenceError("the request has no inputs")
-        rows = np.asarray(NumpyCodec.decode_input(payload.inputs[0]), dtype=np.float32)
-        if rows.ndim == 1:
-            rows = rows.reshape(1, -1)
-        if rows.ndim != 2 or (self._n_features is not None and rows.shape[1] != self._n_features):
-            raise InferenceError(
-                f"input shape {list(payload.inputs[0].shape)} does not fit the model: it takes [N, {self._n_features}]"
-            )
+        rows = input_rows(payload, self._n_features)
         (label,) = self._session.run([self._output_name], {self._input_name: rows})
         output = NumpyCodec.encode_output(PREDICT_OUTPUT, np.asarray(label))
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+
+
+def input_rows(payload: InferenceRequest, n_features: int | None) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """The request's first input as float32 rows [N, n_features] (one row when it is flat), or the
+    ``InferenceError`` MLServer answers for an input that does not fit the model."""
+    if not payload.inputs:
+        raise InferenceError("the request has no inputs")
+    rows = np.asarray(NumpyCodec.decode_input(payload.inputs[0]), dtype=np.float32)
+    if rows.ndim == 1:
+        rows = rows.reshape(1, -1)
+    if rows.ndim != 2 or (n_features is not None and rows.shape[1] != n_features):
+        raise InferenceError(
+            f"input shape {list(payload.inputs[0].shape)} does not fit the model: it takes [N, {n_features}]"
+        )
+    return rows

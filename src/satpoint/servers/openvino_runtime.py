@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
-from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse
 from mlserver.utils import get_model_uri
 
 from satpoint.servers.demo_model import ONNX_FILENAME, intra_op_threads
+from satpoint.servers.onnx_runtime import input_rows
 
 __all__ = ["PREDICT_OUTPUT", "compile_openvino", "openvino_predict"]
 
@@ -77,15 +77,7 @@ class OpenVinoModel(MLModel):  # type: ignore[misc]  # mlserver ships no type in
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        if not payload.inputs:
-            raise InferenceError("the request has no inputs")
-        rows = np.asarray(NumpyCodec.decode_input(payload.inputs[0]), dtype=np.float32)
-        if rows.ndim == 1:
-            rows = rows.reshape(1, -1)
-        if rows.ndim != 2 or (self._n_features is not None and rows.shape[1] != self._n_features):
-            raise InferenceError(
-                f"input shape {list(payload.inputs[0].shape)} does not fit the model: it takes [N, {self._n_features}]"
-            )
+        rows = input_rows(payload, self._n_features)
         labels, _ = openvino_predict(self._request, rows)
         output = NumpyCodec.encode_output(PREDICT_OUTPUT, labels.reshape(-1, 1))
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])

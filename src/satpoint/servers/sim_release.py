@@ -10,17 +10,25 @@ import asyncio
 import heapq
 import math
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+#: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
+_SPIN_S = 0.0005
+
+
+def arm_at(loop: asyncio.AbstractEventLoop, at_s: float, callback: Callable[[], None]) -> asyncio.Handle:
+    """Call ``callback`` at ``at_s`` (``perf_counter``): by a loop timer, or on the next loop iteration
+    when less than ``_SPIN_S`` is left (a timer would round to whole milliseconds); the callback re-checks
+    due-ness, since a timer may fire up to about 1 ms early."""
+    delay_s = at_s - time.perf_counter()
+    return loop.call_soon(callback) if delay_s <= _SPIN_S else loop.call_later(delay_s, callback)
 
 
 class Connection(Protocol):
     """What the release needs of a connection: write the responses that became ready, in order."""
 
     def flush(self) -> None: ...
-
-
-#: below this, wait for a response by re-checking each loop iteration rather than by a (ms) timer
-_SPIN_S = 0.0005
 
 
 class ResponseEntry:
@@ -64,11 +72,7 @@ class Release:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_for_s = at_s
-        delay_s = at_s - time.perf_counter()
-        if delay_s <= _SPIN_S:
-            self._timer = self._loop.call_soon(self._fire)
-        else:
-            self._timer = self._loop.call_later(delay_s, self._fire)
+        self._timer = arm_at(self._loop, at_s, self._fire)
 
     def _fire(self) -> None:
         self._timer = None

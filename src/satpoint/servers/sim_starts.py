@@ -15,9 +15,7 @@ import math
 import time
 
 from satpoint.servers.sim_metastable import MetastableScheduler
-
-#: below this, re-check on the next loop iteration rather than by a (ms) timer
-_SPIN_S = 0.0005
+from satpoint.servers.sim_release import arm_at
 
 
 class StartTimer:
@@ -37,11 +35,7 @@ class StartTimer:
         if self._timer is not None:
             self._timer.cancel()
         self._armed_for_s = next_s
-        delay_s = next_s - time.perf_counter()
-        if delay_s <= _SPIN_S:
-            self._timer = self._loop.call_soon(self._fire)
-        else:
-            self._timer = self._loop.call_later(delay_s, self._fire)
+        self._timer = arm_at(self._loop, next_s, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
