@@ -25,6 +25,7 @@ def test_the_running_count_equals_a_full_scan_while_rows_finish_out_of_order() -
         rec.outcome[now_done] = final[now_done]
         rec.done[now_done] = 1.0
         assert count.update(rec, hi) == int(np.count_nonzero(rec.select(slice(0, hi)).error_mask()))
+        assert count.ok == int(np.count_nonzero(rec.select(slice(0, hi)).ok_mask()))
     rec.outcome[rec.outcome == Outcome.NOT_SENT] = Outcome.UNFINISHED  # the run ends: cut off, not errors
     assert count.update(rec, n) == int(np.count_nonzero(rec.error_mask()))
 

@@ -25,6 +25,7 @@ class LiveSnapshot:
     due_recent: int  # due in the last WINDOW_S
     ok_recent: int  # due in the last WINDOW_S and already answered OK
     errors: int  # all errors so far
+    ok_total: int = 0  # all OK answers so far, whenever they were due (their rate is the answered rate)
     latency_sample_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
     lag_sample_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
 
@@ -34,18 +35,20 @@ _NOT_SENT, _UNFINISHED, _OK = int(Outcome.NOT_SENT), int(Outcome.UNFINISHED), in
 
 
 class ErrorCount:
-    """The errors among a shard's rows due so far, kept up to date at the cost of what changed.
+    """The errors (and OK answers, :attr:`ok`) among a shard's rows due so far, kept up to date at the cost
+    of what changed.
 
     Each look scans only the rows that became due since the last one and the rows that were still open
     then (at most the in-flight cap plus the backlog), not every row so far: a snapshot four times a
     second stays as cheap in the thirtieth minute as in the first.  A row's outcome is written once,
     when it finishes, so a row counted as finished is never looked at again."""
 
-    __slots__ = ("_errors", "_hi", "_open")
+    __slots__ = ("_errors", "_hi", "_open", "ok")
 
     def __init__(self) -> None:
         self._hi = 0  # rows [0, _hi) have been looked at
         self._errors = 0  # errors among them that have finished
+        self.ok = 0  # OK answers among them (after :meth:`update`)
         self._open: npt.NDArray[np.intp] = np.empty(0, dtype=np.intp)  # those still without an outcome
 
     def update(self, rec: Records, hi: int) -> int:
@@ -54,12 +57,16 @@ class ErrorCount:
         if len(self._open):
             now = outcome[self._open]
             still = (now == _NOT_SENT) | (now == _UNFINISHED)
-            self._errors += int(np.count_nonzero(~still & (now != _OK)))
+            ok = int(np.count_nonzero(now == _OK))
+            self.ok += ok
+            self._errors += int(np.count_nonzero(~still)) - ok
             self._open = self._open[still]
         if hi > self._hi:
             fresh = outcome[self._hi : hi]
             still = (fresh == _NOT_SENT) | (fresh == _UNFINISHED)
-            self._errors += int(np.count_nonzero(fresh != _OK)) - int(np.count_nonzero(still))
+            ok = int(np.count_nonzero(fresh == _OK))
+            self.ok += ok
+            self._errors += len(fresh) - ok - int(np.count_nonzero(still))
             if still.any():
                 self._open = np.concatenate([self._open, np.flatnonzero(still) + self._hi])
             self._hi = hi
@@ -82,7 +89,8 @@ def snapshot(p: Progress, rec: Records, errors: ErrorCount | None = None) -> Liv
         lat = lat[:: len(lat) // _SAMPLE + 1]
     if len(lag) > _SAMPLE:
         lag = lag[:: len(lag) // _SAMPLE + 1]
-    n_errors = (errors or ErrorCount()).update(rec, hi)
+    count = errors or ErrorCount()
+    n_errors = count.update(rec, hi)
     return LiveSnapshot(
         now_s=now,
         due=p.due,
@@ -93,6 +101,7 @@ def snapshot(p: Progress, rec: Records, errors: ErrorCount | None = None) -> Liv
         due_recent=hi - lo,
         ok_recent=int(np.count_nonzero(rec.select(slice(lo, hi)).ok_mask())),
         errors=n_errors,
+        ok_total=count.ok,
         latency_sample_s=lat,
         lag_sample_s=lag,
     )
@@ -111,6 +120,7 @@ def merge(snaps: list[LiveSnapshot]) -> LiveSnapshot:
         due_recent=sum(s.due_recent for s in snaps),
         ok_recent=sum(s.ok_recent for s in snaps),
         errors=sum(s.errors for s in snaps),
+        ok_total=sum(s.ok_total for s in snaps),
         latency_sample_s=np.concatenate([s.latency_sample_s for s in snaps]),
         lag_sample_s=np.concatenate([s.lag_sample_s for s in snaps]),
     )

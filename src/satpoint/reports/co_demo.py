@@ -41,7 +41,7 @@ class ClosedLoopView(LiveView):
         line = Text()
         line.append(f"{self.title} ", style="bold")
         line.append(f"t={s.now_s:6.1f}/{self.duration_s:g}s users {self.users} ")
-        line.append(f"sending {s.due_recent / WINDOW_S:7.1f}/s answered {s.ok_recent / WINDOW_S:7.1f}/s ")
+        line.append(f"sending {s.due_recent / WINDOW_S:7.1f}/s answered {self.answered_rps(s):7.1f}/s ")
         line.append(f"p50 {_fmt_ms(p50)} ms p99 {_fmt_ms(p99)} ms (from actual send) ")
         line.append(f"in-flight {s.inflight} ")
         line.append(f"errors {s.errors}", style="red" if s.errors else "")
