@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from satpoint.plan import Arrival
+from satpoint.plan import Arrival, parse_arrival
 
 Mode = Literal["open_loop", "closed_loop"]
 Kind = Literal["run", "find"]
@@ -85,8 +85,7 @@ class LoadOptions:
     ray: RayOptions | None = None
 
     def validate(self) -> LoadOptions:
-        if self.arrival not in ("constant", "poisson"):
-            raise ValueError("arrival must be constant or poisson")
+        parse_arrival(self.arrival)  # a PlanError (a ValueError) naming the valid processes
         if self.procs < 1 or (self.max_inflight is not None and self.max_inflight < 1):
             raise ValueError("procs and max_inflight must be >= 1")
         if self.timeout_s <= 0 or self.drain_s < 0:

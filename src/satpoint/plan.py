@@ -17,12 +17,78 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-Arrival = Literal["constant", "poisson"]
+#: an arrival process, as written: ``constant``, ``poisson``, ``gamma:CV`` or ``onoff:ON_S,OFF_S,PEAK``
+#: (``parse_arrival``); a segment replayed from a recorded trace says ``trace``
+Arrival = str
 FloatArray = npt.NDArray[np.float64]
+#: the arrival of a segment whose due times came from a recorded trace (``satpoint.traffic``)
+TRACE_ARRIVAL = "trace"
 
 
 class PlanError(ValueError):
     """A load plan that cannot be run (non-monotonic targets, negative durations...)."""
+
+
+ARRIVAL_HELP = (
+    "constant, poisson, gamma:CV (renewal, gamma gaps with coefficient of variation CV; 1 is poisson) or "
+    "onoff:ON_S,OFF_S,PEAK (Markov-modulated Poisson: ON and OFF periods of mean ON_S and OFF_S seconds, "
+    "PEAK x the mean rate while ON, the mean rate kept over the cycle)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalSpec:
+    """A parsed arrival process.  ``gamma``: gaps ~ Gamma(shape 1/cv^2) with mean 1/rate.  ``onoff``:
+    exponential ON and OFF periods (means ``on_s``, ``off_s``, in seconds of the run), rate ``peak`` x the
+    plan's rate while ON and ``off_factor`` x while OFF, so the mean over the cycle is the plan's rate."""
+
+    kind: Literal["constant", "poisson", "gamma", "onoff"]
+    cv: float = 1.0
+    on_s: float = 0.0
+    off_s: float = 0.0
+    peak: float = 1.0
+
+    @property
+    def off_factor(self) -> float:
+        return (self.on_s + self.off_s - self.on_s * self.peak) / self.off_s if self.kind == "onoff" else 1.0
+
+    @property
+    def text(self) -> str:
+        """The canonical spelling (``gamma:2``, ``onoff:1,9,5``)."""
+        if self.kind == "gamma":
+            return f"gamma:{self.cv:g}"
+        if self.kind == "onoff":
+            return f"onoff:{self.on_s:g},{self.off_s:g},{self.peak:g}"
+        return self.kind
+
+
+def parse_arrival(text: str) -> ArrivalSpec:
+    """``constant``, ``poisson``, ``gamma:CV`` or ``onoff:ON_S,OFF_S,PEAK``; a ``PlanError`` saying why not."""
+    kind, _, args = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind in ("constant", "poisson") and not args:
+        return ArrivalSpec(kind)  # type: ignore[arg-type]
+    try:
+        nums = [float(a) for a in args.split(",")] if args else []
+    except ValueError:
+        nums = []
+    if kind == "gamma" and len(nums) == 1:
+        cv = nums[0]
+        if not (math.isfinite(cv) and 0.0 < cv <= 100.0):
+            raise PlanError(f"arrival {text!r}: the coefficient of variation must be in (0, 100]")
+        return ArrivalSpec("gamma", cv=cv)
+    if kind == "onoff" and len(nums) == 3:
+        on_s, off_s, peak = nums
+        if not all(math.isfinite(v) and v > 0 for v in nums):
+            raise PlanError(f"arrival {text!r}: ON_S, OFF_S and PEAK must be numbers > 0")
+        most = (on_s + off_s) / on_s
+        if not 1.0 <= peak <= most + 1e-9:
+            raise PlanError(
+                f"arrival {text!r}: PEAK must be in [1, {most:g}]: above (ON_S + OFF_S) / ON_S the OFF periods "
+                "would need a negative rate to keep the mean"
+            )
+        return ArrivalSpec("onoff", on_s=on_s, off_s=off_s, peak=min(peak, most))
+    raise PlanError(f"unknown arrival process {text!r}: expected {ARRIVAL_HELP}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +197,19 @@ class RateCurve:
             if t < p.t0 + p.dur:
                 return p.r0 + (p.r1 - p.r0) * max(0.0, t - p.t0) / p.dur
         return self.pieces[-1].r1
+
+    def count_at(self, times: FloatArray) -> FloatArray:
+        """The expected count L(t) at each of ``times`` (clipped to the curve's span)."""
+        t = np.clip(np.asarray(times, dtype=np.float64), 0.0, self.duration_s)
+        starts = np.array([p.t0 for p in self.pieces])
+        which = np.clip(np.searchsorted(starts, t, side="right") - 1, 0, len(self.pieces) - 1)
+        out = np.empty_like(t)
+        for k, p in enumerate(self.pieces):
+            sel = which == k
+            if sel.any():
+                x = t[sel] - p.t0
+                out[sel] = p.n0 + p.r0 * x + 0.5 * (p.r1 - p.r0) / p.dur * x * x
+        return out
 
     def inverse(self, counts: FloatArray) -> FloatArray:
         """Times at which the expected count reaches each of ``counts`` (sorted, < total)."""

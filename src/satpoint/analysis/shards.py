@@ -20,7 +20,7 @@ from satpoint.analysis.verdicts import Verdict
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Segment
 from satpoint.metrics.stats import StageMetrics
-from satpoint.plan import Arrival
+from satpoint.plan import TRACE_ARRIVAL
 
 #: a stage missing more than this share of its planned requests is not the server's measurement
 MISSING_SHARE = 0.01
@@ -38,7 +38,8 @@ def shard_judge(seg: Segment) -> Callable[[StageMetrics], StageMetrics]:
     """A function that amends a judged stage of ``seg`` with its dead generator processes (identity when
     none died; the schedule is regenerated once, on first use, when one did)."""
     lost = lost_shards(seg)
-    if not lost or seg.purpose == "closed_loop":
+    if not lost or seg.purpose == "closed_loop" or seg.arrival == TRACE_ARRIVAL:
+        # a replayed trace's schedule is not regenerated from the plan (its rows say what was due)
         return lambda m: m
     due: list[np.ndarray[Any, Any]] = []
 
@@ -46,8 +47,7 @@ def shard_judge(seg: Segment) -> Callable[[StageMetrics], StageMetrics]:
         if m.verdict in (Verdict.FAILING, Verdict.INCOMPLETE):
             return m
         if not due:
-            arrival: Arrival = "poisson" if seg.arrival == "poisson" else "constant"
-            due.append(due_times(seg.stages, arrival, seg.seed, seg.start_rps))
+            due.append(due_times(seg.stages, seg.arrival, seg.seed, seg.start_rps))
         lo, hi = np.searchsorted(due[0], [m.window_start_s, m.window_end_s], side="left")
         planned = int(hi - lo)
         missing = planned - m.requests

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from satpoint.plan import parse_arrival
 from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT, check_runtime, parse_runtime
 
 KnobType = Literal["int", "float", "choice", "text", "path"]
@@ -80,6 +81,13 @@ class Knob:
 
 _PROTOCOL = Knob("protocol", "choice", "rest or grpc (client side)", choices=("rest", "grpc"), client_side=True)
 _BATCH = Knob("batch", "int", "rows per request: the input size (client side)", minimum=1, client_side=True)
+_ARRIVAL = Knob(
+    "arrival",
+    "text",
+    "arrival process of the load (client side): constant, poisson, gamma:CV, onoff:ON_S,OFF_S,PEAK",
+    client_side=True,
+    check=lambda text: parse_arrival(text).text,
+)
 _CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", minimum=1)
 _DEMO_MODEL = Knob("demo_model", "choice", "demo model", choices=tuple(DEMO_MODELS))
 
@@ -117,6 +125,7 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         Knob("max_batch_time", "float", "adaptive batching wait, seconds", minimum=0),
         _PROTOCOL,
         _BATCH,
+        _ARRIVAL,
         _CPUS,
         Knob("runtime", "text", f"artefact of the demo model: {RUNTIME_CHOICES_TEXT}", check=runtime_value),
         _DEMO_MODEL,
@@ -127,16 +136,18 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         Knob("service_ms", "float", "mean service time, ms", minimum=0.001),
         _PROTOCOL,
         _BATCH,
+        _ARRIVAL,
         _CPUS,
     ),
     "triton": (
         *TRITON_KNOBS,
         _PROTOCOL,
         _BATCH,
+        _ARRIVAL,
         _CPUS,
         _DEMO_MODEL,
     ),
-    "remote": (_PROTOCOL, _BATCH, *TRITON_KNOBS),
+    "remote": (_PROTOCOL, _BATCH, _ARRIVAL, *TRITON_KNOBS),
 }
 
 
@@ -228,7 +239,7 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
         if name in seen:
             raise ValueError(f"knob {name!r} is set twice")
         seen.add(name)
-        values = tuple(knob.parse(v) for v in raw.split(","))
+        values = tuple(knob.parse(v) for v in split_values(raw, knob))
         if len(set(values)) != len(values):
             raise ValueError(f"{name}: a value is listed twice ({raw})")
         dims.append(Dimension(knob, values))
@@ -239,6 +250,21 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
         if missing:
             raise ValueError(f"--reconfigure uses {{{'}, {'.join(missing)}}} but no --set gives it values")
     return dims
+
+
+def split_values(raw: str, knob: Knob) -> list[str]:
+    """A ``--set`` value list split at its commas; for ``arrival``, the commas inside ``onoff:ON,OFF,PEAK``
+    stay with their value (``arrival=poisson,onoff:1,9,5,gamma:2`` is three values)."""
+    parts = raw.split(",")
+    if knob is not _ARRIVAL:
+        return parts
+    out: list[str] = []
+    for part in parts:
+        if out and out[-1].strip().startswith("onoff:") and out[-1].count(",") < 2:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
 
 
 @dataclass(frozen=True)

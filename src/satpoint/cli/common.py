@@ -28,6 +28,7 @@ from satpoint.analysis.summary_model import RunSummary
 from satpoint.analysis.thresholds import format_result
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
+from satpoint.plan import ARRIVAL_HELP
 from satpoint.redact import redact_text, secret_values
 from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
@@ -41,7 +42,7 @@ err_console = Console(stderr=True, width=None if Console(stderr=True).is_termina
 HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
 PayloadOpt = Annotated[Path | None, typer.Option(help="OIP request JSON or JSONL file")]
 ProtocolOpt = Annotated[str, typer.Option(help="rest or grpc")]
-ArrivalOpt = Annotated[str, typer.Option(help="constant or poisson")]
+ArrivalOpt = Annotated[str, typer.Option(help=ARRIVAL_HELP)]
 GrpcRawOpt = Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")]
 HtmlOpt = Annotated[bool, typer.Option(help="write report.html")]
 BatchOpt = Annotated[int, typer.Option(help="replaces -1 in input shapes")]

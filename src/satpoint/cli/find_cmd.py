@@ -160,7 +160,7 @@ def find(
         managed = url is None
         s_cpus, g_cpus = api.split_cpus() if managed else (None, None)
         load = LoadOptions(
-            arrival=arrival, seed=seed, max_inflight=max_inflight, procs=procs,  # type: ignore[arg-type]
+            arrival=arrival, seed=seed, max_inflight=max_inflight, procs=procs,
             timeout_s=timeout, drain_s=min(5.0, timeout), grpc_connections=grpc_connections,
             ray=ray_options(ray, ray_hosts, procs_per_host, procs),
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else None if ray else g_cpus,

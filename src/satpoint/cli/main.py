@@ -141,7 +141,7 @@ def run(
             if duration is not None or think_ms:
                 raise fail("--duration and --think-ms belong to the closed loop (--users)")
             load = LoadOptions(
-                arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),  # type: ignore[arg-type]
+                arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:

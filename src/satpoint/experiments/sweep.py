@@ -341,6 +341,8 @@ def _measure(
             if srv.info is not None:
                 m["server"] = {k: srv.info.get(k) for k in ("kind", "settings", "startup_s", "cpus", "versions")}
             load = cfg.load
+            if "arrival" in point.values:  # a client-side knob: the generator's arrival process
+                load = replace(load, arrival=str(point.values["arrival"]))
             if cfg.server.kind != "remote" and load.generator_cpus is None and load.ray is None:
                 load = replace(load, generator_cpus=_generator_cpus())
             watch = ObserveOptions(server_pids=srv.pids, metrics_urls=srv.metrics_urls).validate()
