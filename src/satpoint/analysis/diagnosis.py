@@ -16,6 +16,9 @@ spikes).  Every line is ``{kind, text, evidence}``; kinds:
   exposes one, else the client's service time against the server's own inference time);
 - ``batching_idle``: adaptive (MLServer) or dynamic (Triton) batching is on but batches hold about one
   request;
+- ``cpu_throttled``: the server's CPU quota (a CPU limit, ``server_cpu_limit``) throttled it in at least
+  ``THROTTLED_SHARE`` of the CFS periods at saturation, or below it with a p99 at least ``THROTTLED_TAIL``
+  times the p50: the quota, not the cores, is what limits it (capacity, or the latency tail);
 - ``memory_growing``: peak RSS grows across stages;
 - ``latency_spikes``: latency spikes at a regular period in the per-second intervals (GC or similar);
 - ``counts_agree`` / ``counts_disagree``: the server's request count against satpoint's answers.
@@ -32,6 +35,8 @@ import numpy as np
 CPU_BOUND_FRAC = 0.9
 CROSS_CHECK = 0.01  # as analysis.server_side.CROSS_CHECK_TOLERANCE
 BATCH_IDLE = 1.2
+THROTTLED_SHARE = 0.2  # periods throttled, of all CFS periods in the stage
+THROTTLED_TAIL = 2.0  # p99/p50 below saturation for throttling to be named as the latency limit
 MEMORY_GROWTH_FRAC = 0.2
 MEMORY_GROWTH_MIN_MB = 50.0
 SPIKE_FACTOR = 5.0  # a second whose p99 exceeds this many times the stage's median p50 ...
@@ -222,6 +227,38 @@ def _batch_lines(summary: Mapping[str, Any], stages: list[Mapping[str, Any]]) ->
     return []
 
 
+def _throttled(stage: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    th = (stage.get("server") or {}).get("cpu_throttling") or {}
+    share = th.get("throttled_share")
+    return th if isinstance(share, (int, float)) and share >= THROTTLED_SHARE else None
+
+
+def _throttle_lines(summary: Mapping[str, Any], at: list[Mapping[str, Any]], stages: list[Any]) -> list[Line]:
+    limit = ((summary.get("server") or {}).get("settings") or {}).get("cpu_limit_cores")
+    quota = f"its CPU limit of {limit:g} cores" if isinstance(limit, (int, float)) else "its cgroup's CPU quota"
+    hot = [(s, th) for s in sorted(at, key=lambda s: s["offered_rps"]) if (th := _throttled(s)) is not None]
+    where = "at saturation"
+    if not hot:  # below saturation: throttling stalls requests while the server keeps up on average
+        for s in sorted(stages, key=lambda s: -s["offered_rps"]):
+            lat = s.get("latency_ms") or {}
+            p50, p99 = lat.get("p50"), lat.get("p99")
+            th = _throttled(s)
+            if s["verdict"] == "stable" and th is not None and p50 and p99 and p99 >= THROTTLED_TAIL * p50:
+                hot, where = [(s, th)], f"below saturation (p99 {p99:.1f} ms against p50 {p50:.1f} ms)"
+                break
+    if not hot:
+        return []
+    s, th = hot[0]
+    text = (
+        f"CPU throttled: {where}, at {s['offered_rps']:.0f} rps, {quota} throttled the server in "
+        f"{th['throttled_share']:.0%} of the 100 ms periods ({th['throttled_periods']} of {th['periods']}; "
+        f"{th.get('throttled_ms_per_s') or 0:.0f} ms stalled per second) → raise the CPU limit, or run fewer "
+        "busy threads than the quota pays for"
+    )
+    ev = {k: th.get(k) for k in ("periods", "throttled_periods", "throttled_share", "throttled_s")}
+    return [_line("cpu_throttled", text, stage=s["index"] + 1, offered_rps=s["offered_rps"], limit_cores=limit, **ev)]
+
+
 def _memory_lines(stages: list[Mapping[str, Any]]) -> list[Line]:
     rss = [
         (s, float(s["server"]["rss_mb"]["max"]))
@@ -342,6 +379,7 @@ def diagnose(
     if summary.get("kind") == "find" and not at and stages:
         out.append(_not_saturated_line(summary))  # and nothing about a saturation that never happened
     else:
+        out += _throttle_lines(summary, at, stages)
         out += _cpu_lines(summary, at)
         out += _queue_lines(at)
         out += _batch_lines(summary, at or stages)

@@ -49,6 +49,28 @@ def run_clock(
 # -- resources ------------------------------------------------------------------------------------------
 
 
+def stage_throttling(
+    s: dict[str, npt.NDArray[np.float64]], idx: npt.NDArray[np.intp], wall_s: float
+) -> dict[str, Any] | None:
+    """CFS throttling of the server's own cgroup over the samples ``idx`` (None: no cgroup counters):
+    periods, periods throttled and their share, seconds throttled (summed over the CPUs) and per second."""
+    cols = ("cg_periods", "cg_throttled_periods", "cg_throttled_s")
+    if any(c not in s for c in cols):
+        return None
+    first, last = idx[0], idx[-1]
+    vals = [(float(s[c][first]), float(s[c][last])) for c in cols]
+    if not all(np.isfinite(v).all() for v in vals):
+        return None
+    periods, throttled, secs = (max(0.0, b - a) for a, b in vals)
+    return {
+        "periods": int(periods),
+        "throttled_periods": int(throttled),
+        "throttled_share": round(throttled / periods, 4) if periods else None,
+        "throttled_s": round(secs, 4),
+        "throttled_ms_per_s": round(secs * 1000 / wall_s, 2) if wall_s > 0 else None,
+    }
+
+
 def stage_resources(
     seg: Segment, m: StageMetrics, obs: Observations, allowed: float | None, batch_size: int
 ) -> dict[str, Any] | None:
@@ -100,6 +122,9 @@ def stage_resources(
         out["cpus_busy_cores"] = round(cores_busy, 4)
         out["other_cores"] = round(max(0.0, cores_busy - mean), 4)
     out["gpus"] = stage_gpus(seg, m, obs)
+    out["cpu_throttling"] = stage_throttling(s, idx, wall)
+    peak = s["cg_memory_peak_bytes"][idx] if "cg_memory_peak_bytes" in s else np.array([])
+    out["cgroup_memory_peak_mb"] = round(float(peak.max()) / 2**20, 2) if np.isfinite(peak).any() else None
     if m.completed_rps and m.completed_rps > 0:
         per_req = mean / m.completed_rps * 1e6
         out["cpu_us_per_request"] = round(per_req, 2)

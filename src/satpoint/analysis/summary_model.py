@@ -71,6 +71,17 @@ class GpuStage(BaseModel):
     mem_total_mb: float
 
 
+class CpuThrottling(BaseModel):
+    """A stage's CFS throttling (the server's cgroup ``cpu.stat`` over the steady window)."""
+
+    model_config = _CONFIG
+    periods: int  # 100 ms periods in which the server's cgroup ran
+    throttled_periods: int  # of which it used up its quota and was stalled
+    throttled_share: float | None = None  # throttled_periods / periods
+    throttled_s: float  # time stalled, summed over the CPUs (v1 throttled_time, v2 throttled_usec)
+    throttled_ms_per_s: float | None = None  # throttled_s per second of the window, in ms
+
+
 class ServerResources(BaseModel):
     """A stage's ``server`` block: the server's process tree over the steady window (psutil samples)."""
 
@@ -91,6 +102,10 @@ class ServerResources(BaseModel):
     ctx_switches_per_s: CtxSwitches
     #: per GPU NVML sees (a local server on a machine with NVML); [] otherwise
     gpus: list[GpuStage] = []
+    #: CFS throttling of the server's own cgroup (a CPU limit), None without one
+    cpu_throttling: CpuThrottling | None = None
+    #: the memory peak of the server's own cgroup so far (a memory limit), None without one
+    cgroup_memory_peak_mb: float | None = None
 
 
 class CrossCheck(BaseModel):
@@ -362,6 +377,8 @@ class RunSummary(BaseModel):
     observed: Observed | None = None  # None: nothing on the server side was watched
     diagnosis: list[DiagnosisLine] = []
     flamegraph: Flamegraph | None = None  # None: no flame graph was asked for
+    #: a replayed trace (``run --trace``): what was replayed and its fidelity per stage (None: no trace)
+    trace: dict[str, Any] | None = None
 
     @property
     def thresholds_passed(self) -> bool:

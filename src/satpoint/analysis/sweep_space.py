@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from satpoint.plan import parse_arrival
+from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
 from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT, check_runtime, parse_runtime
 
 KnobType = Literal["int", "float", "choice", "text", "path"]
@@ -92,6 +93,37 @@ _CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", min
 _DEMO_MODEL = Knob("demo_model", "choice", "demo model", choices=tuple(DEMO_MODELS))
 
 
+#: a limit knob's value for "no limit"
+NO_LIMIT = "none"
+
+
+def cpu_limit_value(text: str) -> str:
+    """A ``server_cpu_limit`` value in canonical form: cores (``1.5``; ``1500m`` is ``1.5``) or ``none``."""
+    return NO_LIMIT if text.lower() == NO_LIMIT else f"{parse_cpu_limit(text):g}"
+
+
+def memory_limit_value(text: str) -> str:
+    """A ``server_memory_limit`` value as given (``256M``, ``1Gi``) once checked, or ``none``."""
+    if text.lower() == NO_LIMIT:
+        return NO_LIMIT
+    parse_memory(text)
+    return text.replace(" ", "")
+
+
+_CPU_LIMIT = Knob(
+    "server_cpu_limit",
+    "text",
+    "a CPU limit as Kubernetes sets it: a CFS quota of that many cores per 100 ms (0.5, 1.5, 1500m; none)",
+    check=cpu_limit_value,
+)
+_MEMORY_LIMIT = Knob(
+    "server_memory_limit",
+    "text",
+    "a memory limit as Kubernetes sets it (256M, 512Mi, 1G; none): a breach is an OOM kill",
+    check=memory_limit_value,
+)
+
+
 def runtime_value(text: str) -> str:
     """A ``runtime`` knob value in canonical form (``pruned:.50`` is ``pruned:0.5``); a ValueError
     naming the valid ones otherwise."""
@@ -127,6 +159,8 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _BATCH,
         _ARRIVAL,
         _CPUS,
+        _CPU_LIMIT,
+        _MEMORY_LIMIT,
         Knob("runtime", "text", f"artefact of the demo model: {RUNTIME_CHOICES_TEXT}", check=runtime_value),
         _DEMO_MODEL,
         Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
@@ -224,10 +258,24 @@ Value = int | float | str
 class Dimension:
     knob: Knob
     values: tuple[Value, ...]
+    #: knobs that vary together with ``knob`` (``--set a+b=1+x,2+y``), and their values: one tuple per value
+    together: tuple[Knob, ...] = ()
+    together_values: tuple[tuple[Value, ...], ...] = ()
+
+    def options(self) -> list[tuple[tuple[str, Value], ...]]:
+        """The (knob, value) pairs of each of this dimension's values."""
+        if not self.together:
+            return [((self.knob.name, v),) for v in self.values]
+        names = [self.knob.name, *(k.name for k in self.together)]
+        return [
+            tuple(zip(names, (v, *rest), strict=True))
+            for v, rest in zip(self.values, self.together_values, strict=True)
+        ]
 
 
 def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = None) -> list[Dimension]:
-    """``["workers=0,1,2", "protocol=rest,grpc"]`` → dimensions, checked (duplicates, types, ranges)."""
+    """``["workers=0,1,2", "protocol=rest,grpc"]`` → dimensions, checked (duplicates, types, ranges).  Knobs
+    joined by ``+`` vary together, value by value: ``server_cpus+server_cpu_limit=1+none,2+1`` is two points."""
     dims: list[Dimension] = []
     seen: set[str] = set()
     for item in items:
@@ -235,14 +283,27 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
         name = name.strip()
         if not sep or not name:
             raise ValueError(f"--set takes KNOB=V1,V2,…; got {item!r} (valid knobs: {valid_knobs_text(kind)})")
-        knob = knob_for(name, kind, reconfigure)
-        if name in seen:
-            raise ValueError(f"knob {name!r} is set twice")
-        seen.add(name)
-        values = tuple(knob.parse(v) for v in split_values(raw, knob))
-        if len(set(values)) != len(values):
-            raise ValueError(f"{name}: a value is listed twice ({raw})")
-        dims.append(Dimension(knob, values))
+        names = [n.strip() for n in name.split("+")]
+        knobs = [knob_for(n, kind, reconfigure) for n in names]
+        for n in names:
+            if n in seen:
+                raise ValueError(f"knob {n!r} is set twice")
+            seen.add(n)
+        if len(knobs) == 1:
+            values = tuple(knobs[0].parse(v) for v in raw.split(","))
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}: a value is listed twice ({raw})")
+            dims.append(Dimension(knobs[0], values))
+            continue
+        rows = []
+        for combo in raw.split(","):
+            parts = combo.split("+")
+            if len(parts) != len(knobs):
+                raise ValueError(f"{name} takes {len(knobs)} values joined by + per point, got {combo!r}")
+            rows.append(tuple(k.parse(v) for k, v in zip(knobs, parts, strict=True)))
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"{name}: a point is listed twice ({raw})")
+        dims.append(Dimension(knobs[0], tuple(r[0] for r in rows), tuple(knobs[1:]), tuple(r[1:] for r in rows)))
     if not dims:
         raise ValueError(f"a sweep needs at least one --set KNOB=V1,V2 (valid knobs: {valid_knobs_text(kind)})")
     if kind == "remote" and reconfigure is not None:
@@ -250,21 +311,6 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
         if missing:
             raise ValueError(f"--reconfigure uses {{{'}, {'.join(missing)}}} but no --set gives it values")
     return dims
-
-
-def split_values(raw: str, knob: Knob) -> list[str]:
-    """A ``--set`` value list split at its commas; for ``arrival``, the commas inside ``onoff:ON,OFF,PEAK``
-    stay with their value (``arrival=poisson,onoff:1,9,5,gamma:2`` is three values)."""
-    parts = raw.split(",")
-    if knob is not _ARRIVAL:
-        return parts
-    out: list[str] = []
-    for part in parts:
-        if out and out[-1].strip().startswith("onoff:") and out[-1].count(",") < 2:
-            out[-1] += "," + part
-        else:
-            out.append(part)
-    return out
 
 
 @dataclass(frozen=True)
@@ -304,6 +350,5 @@ def _show(value: Value) -> str:
 
 def grid(dims: Sequence[Dimension]) -> list[Point]:
     """Every combination, the first dimension varying slowest."""
-    names = [d.knob.name for d in dims]
-    combos = itertools.product(*(d.values for d in dims))
-    return [Point(i + 1, tuple(zip(names, combo, strict=True))) for i, combo in enumerate(combos)]
+    combos = itertools.product(*(d.options() for d in dims))
+    return [Point(i + 1, tuple(pair for option in combo for pair in option)) for i, combo in enumerate(combos)]

@@ -38,7 +38,7 @@ from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import ObserveOptions, VerdictRules
 from satpoint.errors import SatpointError
 from satpoint.experiments.sweep_config import SweepConfig as SweepConfig  # re-exported: the public name
-from satpoint.experiments.sweep_servers import point_server
+from satpoint.experiments.sweep_servers import PointServer, point_server
 from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
@@ -334,8 +334,10 @@ def _measure(
     if budget_left is not None:
         fopts = replace(fopts, budget_s=max(10.0, min(fopts.budget_s, budget_left - _START_S[cfg.server.kind])))
     rules = VerdictRules(max_error_rate=cfg.max_error_rate, slo_ms=parse_slo(list(cfg.slo)))
+    watched: PointServer | None = None
     try:
         with point_server(cfg.server, point.values, stop=stop, on_event=on_event, log_dir=None) as srv:
+            watched = srv
             m["server_cores"] = srv.cores
             m.update(srv.actions)
             if srv.info is not None:
@@ -363,14 +365,23 @@ def _measure(
         summary = write_all(folder, session.results, html=True)
         m["figures"] = measurement_figures(summary, cfg.at_rps)
         m["status"] = "interrupted" if stop.is_set() else "done"
-        if m["status"] == "done" and m["figures"]["target_lost"]:
+        if srv.cgroup is not None:
+            m["limits"] = srv.cgroup.info()  # the limits and the cgroup's last counters (peak memory, OOM kills)
+        oom = srv.cgroup.oom_message() if srv.cgroup is not None else None
+        if m["status"] == "done" and oom is not None:  # a process of the server was killed: not its capacity
+            m["status"], m["error"] = "failed", f"the server was {oom}"
+            say(on_event, f"{point.id} {point.label}: measurement failed: {m['error']}", "warning")
+        elif m["status"] == "done" and m["figures"]["target_lost"]:
             _mark_lost(m, summary)
             say(on_event, f"{point.id} {point.label}: measurement failed: {m['error']}", "warning")
     except (SatpointError, ValueError, OSError, RuntimeError) as e:  # the target failed or went away, a disk
         # filled up, a library gave up: this measurement failed, the sweep goes on
         m["status"] = "interrupted" if stop.is_set() else "failed"
         m["error"] = str(e)
-        say(on_event, f"{point.id} {point.label}: measurement failed: {e}", "warning")
+        oom = watched.cgroup.oom_message() if watched is not None and watched.cgroup is not None else None
+        if oom is not None and oom not in m["error"]:  # the memory limit killed it: that is the cause to name
+            m["error"] = f"the server was {oom}; then: {e}"
+        say(on_event, f"{point.id} {point.label}: measurement failed: {m['error']}", "warning")
     m["duration_s"] = round(time.monotonic() - t0, 1)
     return m
 

@@ -21,7 +21,8 @@ from satpoint.analysis.sweep_space import (
 from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import Target
-from satpoint.experiments.sweep_servers import BaseServer
+from satpoint.experiments.sweep_servers import BaseServer, point_limits
+from satpoint.servers.cgroups import ResourceLimits, check_available
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ class SweepConfig:
         if self.server.kind == "mlserver":
             for p in points:  # an artefact that cannot be built (onnx-int8 or pruned:F without an MLP)
                 check_artefact_point(p.values, self.server.demo_model, self.server.runtime)
+            limited = [point_limits(p.values) for p in points]
+            wanted = ResourceLimits(
+                cpu_cores=min((x["cpu_limit"] for x in limited if "cpu_limit" in x), default=None),
+                memory_bytes=max((x["memory_limit"] for x in limited if "memory_limit" in x), default=None),
+            )
+            check_available(wanted)  # limits this machine cannot apply: refused before any server starts
         if self.server.kind in ("triton", "remote"):
             for p in points:
                 base_mbs = self.server.max_batch_size if self.server.kind == "triton" else None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.sweep_space import ENV_PREFIX, TRITON_KNOBS, ServerKind, placeholders
+from satpoint.analysis.sweep_space import ENV_PREFIX, NO_LIMIT, TRITON_KNOBS, ServerKind, placeholders
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
@@ -24,6 +24,7 @@ from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.experiments.reconfigure import run_reconfigure
 from satpoint.progress import OnEvent, say
 from satpoint.redact import REDACTED, is_secret_name, redact_text, redact_url, secret_values
+from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
 
 TRITON_KNOB_NAMES = frozenset(k.name for k in TRITON_KNOBS)
 
@@ -186,6 +187,8 @@ class PointServer:
     #: what satpoint can watch of this server: its process tree's root pids, its Prometheus endpoints
     pids: tuple[int, ...] = ()
     metrics_urls: tuple[str, ...] = ()
+    #: the cgroup of an embedded server run with a CPU or memory limit (``servers.cgroups.ChildCgroup``)
+    cgroup: Any = None
 
 
 def cores_for(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[int, ...] | None:
@@ -198,6 +201,17 @@ def cores_for(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[int, ...] | N
     if int(n) > len(pool):
         raise ValueError(f"server_cpus={n}: this machine lets satpoint use {len(pool)} CPUs")
     return tuple(pool[: int(n)])
+
+
+def point_limits(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's ``server_cpu_limit``/``server_memory_limit`` knobs as ``MLServerSettings`` fields."""
+    out: dict[str, Any] = {}
+    cpu, mem = knobs.get("server_cpu_limit"), knobs.get("server_memory_limit")
+    if cpu is not None and str(cpu) != NO_LIMIT:
+        out["cpu_limit"] = parse_cpu_limit(str(cpu))
+    if mem is not None and str(mem) != NO_LIMIT:
+        out["memory_limit"] = parse_memory(str(mem))
+    return out
 
 
 def _client(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[str, int]:
@@ -239,13 +253,21 @@ def point_server(
                 value = knobs.get(name, getattr(base, name))
                 if value is not None:
                     kw[name] = Path(value) if name == "model_dir" else value
+            kw.update(point_limits(knobs))
             settings = MLServerSettings(**kw)
             say(on_event, f"starting the embedded MLServer ({_describe(kw)})")
             server = stack.enter_context(MLServerTarget(settings))
             target = server.target(protocol, **fields)
             say(on_event, f"MLServer ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
             cores = len(cpus) if cpus else os.cpu_count()
-            yield PointServer(target, server.info(), cores, pids=(server.pid,), metrics_urls=(server.metrics_url,))
+            yield PointServer(
+                target,
+                server.info(),
+                cores,
+                pids=(server.pid,),
+                metrics_urls=(server.metrics_url,),
+                cgroup=server.cgroup,
+            )
             return
         if base.kind == "triton":
             yield stack.enter_context(_triton_point(base, knobs, protocol, fields, on_event))

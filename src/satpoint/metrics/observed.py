@@ -7,7 +7,8 @@ Two files in the results folder, appended while the run goes by the observer pro
   switches are cumulative over the tree since the first sample (a process that appears later adds
   all of its CPU, one that exits keeps what it used), RSS and threads are the tree's sums at that moment;
   ``cpus_busy_s``: busy seconds (any process) of the CPUs the server may run on, cumulative, which
-  tells a server that had its cores to itself from one that shared them.
+  tells a server that had its cores to itself from one that shared them; ``cg_*``: the counters of the
+  server's own cgroup when it runs in one (CFS throttling, memory peak, OOM kills), else empty.
 - ``server-metrics.jsonl``: one line per scrape of a Prometheus endpoint: when, why (``start N`` /
   ``end N`` around segment N, ``tick`` in between), and every sample it returned (unknown metrics
   included), or the error.
@@ -54,6 +55,13 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "ctx_involuntary",
     "procs",
     "cpus_busy_s",
+    # the server's own cgroup, when it has one (a CPU or memory limit): CFS periods, throttled periods and
+    # time, memory peak and OOM kills, cumulative (empty: no cgroup of its own)
+    "cg_periods",
+    "cg_throttled_periods",
+    "cg_throttled_s",
+    "cg_memory_peak_bytes",
+    "cg_oom_kills",
 )
 
 #: one Prometheus sample: (name, labels, value)
@@ -149,7 +157,7 @@ def format_sample_row(values: dict[str, float]) -> str:
     """One CSV line of ``server-samples.csv`` (the observer process writes these)."""
     out = []
     for c in SAMPLE_COLUMNS:
-        v = values[c]
+        v = values.get(c, math.nan)
         out.append(f"{v:.6f}" if c.endswith("_s") else str(int(v)) if math.isfinite(v) else "nan")
     return ",".join(out) + "\n"
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from satpoint.metrics.cgroup_fs import ControllerDir, process_dirs, read_stats
+
 
 @dataclass
 class _Seen:
@@ -38,6 +40,17 @@ class TreeSampler:
     _system: float = 0.0
     _vol: float = 0.0
     _invol: float = 0.0
+    #: the server's own cgroups (cpu, memory) when it has any apart from ours (None: not looked up yet)
+    _cgroups: dict[str, ControllerDir] | None = None
+
+    def cgroups(self) -> dict[str, ControllerDir]:
+        """The cpu and memory cgroups of the first root that are not this process's own (a server started
+        with a CPU or memory limit, or one in a container): their counters describe the server alone."""
+        if self._cgroups is None and self.roots:
+            theirs, _ = process_dirs(self.roots[0])
+            ours, _ = process_dirs("self")
+            self._cgroups = {c: d for c, d in theirs.items() if c not in ours or ours[c].path != d.path}
+        return self._cgroups or {}
 
     def processes(self) -> list[psutil.Process]:
         out: dict[int, psutil.Process] = {}
@@ -83,6 +96,8 @@ class TreeSampler:
         per_cpu = psutil.cpu_times(percpu=True)
         wanted = range(len(per_cpu)) if self.cpus is None else [c for c in self.cpus if c < len(per_cpu)]
         busy = sum(_busy(per_cpu[c]) for c in wanted)
+        cg = self.cgroups()
+        counters = read_stats(cg.get("cpu"), cg.get("memory"))
         return {
             "mono_s": time.monotonic(),
             "unix_s": time.time(),
@@ -94,6 +109,11 @@ class TreeSampler:
             "ctx_involuntary": self._invol,
             "procs": float(alive),
             "cpus_busy_s": busy,
+            "cg_periods": counters["periods"],
+            "cg_throttled_periods": counters["throttled_periods"],
+            "cg_throttled_s": counters["throttled_s"],
+            "cg_memory_peak_bytes": counters["memory_peak_bytes"],
+            "cg_oom_kills": counters["oom_kills"],
         }
 
 

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from satpoint.servers.cgroups import ChildCgroup, check_available
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
     artifact_filename,
@@ -116,8 +117,13 @@ class MLServerTarget(EmbeddedServer):
         self._train_s: float | None = None
         self._removed_env: list[str] = []
         self._onnx_threads: tuple[int, str] | None = None
+        self._cgroup: ChildCgroup | None = None
 
-    # -- lifecycle -------------------------------------------------------------------------------------
+    # -- lifecycle
+
+    def _check_startable(self) -> None:
+        # a CPU or memory limit that cannot be applied here is refused before anything starts
+        check_available(self._settings.limits)
 
     def _start(self) -> None:
         s = self._settings
@@ -144,8 +150,13 @@ class MLServerTarget(EmbeddedServer):
             http, grpc, metrics_port = free_ports(3, HOST)
             self._ports = Ports(http=http, grpc=grpc, metrics=metrics_port)
             _write_json(workdir / "settings.json", self._server_settings(workdir, self._ports))
+            argv = [sys.executable, "-c", _MLSERVER_MAIN, "start", str(workdir)]
+            if s.limits.any:
+                self._remove_cgroup()  # a failed attempt's, emptied by its stop
+                self._cgroup = ChildCgroup.create(s.limits)
+                argv = self._cgroup.wrap(argv)  # in the cgroup from its first instruction
             process = ManagedProcess(
-                [sys.executable, "-c", _MLSERVER_MAIN, "start", str(workdir)],
+                argv,
                 log_path=log_path,
                 env=env,
                 cwd=workdir,
@@ -162,11 +173,15 @@ class MLServerTarget(EmbeddedServer):
                     self._ready_timeout_s,
                     f"MLServer model {s.served_model_name!r}",
                     fail_patterns=_BIND_FAILURES,
+                    abort=self._cgroup.oom_message if self._cgroup is not None else None,
                 )
-            except TargetError:
+            except TargetError as e:
                 self._remember_pids()
                 process.stop(min(self._stop_grace_s, _FAILED_START_GRACE_S))
                 self._remember_pids()
+                oom = self._cgroup.oom_message() if self._cgroup is not None else None
+                if oom is not None and oom not in str(e):
+                    raise TargetError(f"MLServer was {oom} while starting (log: {process.log_path})") from e
                 log = process.log_text().lower()
                 if attempt < _START_ATTEMPTS and any(p in log for p in _BIND_FAILURES):
                     continue
@@ -177,6 +192,23 @@ class MLServerTarget(EmbeddedServer):
 
     def _keep_workdir_after_stop(self) -> bool:
         return self._keep_workdir
+
+    def stop(self) -> None:
+        """Stop the server (see ``EmbeddedServer.stop``), then remove its cgroup, on every path."""
+        try:
+            super().stop()
+        finally:
+            self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        if self._cgroup is not None and not self._cgroup.removed:
+            self._cgroup.remove()
+
+    @property
+    def cgroup(self) -> ChildCgroup | None:
+        """The cgroup holding the server when it runs with a CPU or memory limit (its counters stay readable
+        after the stop: ``stats()``, ``oom_message()``)."""
+        return self._cgroup
 
     # -- what callers need -----------------------------------------------------------------------------
 
@@ -234,6 +266,7 @@ class MLServerTarget(EmbeddedServer):
             "removed_env": list(self._removed_env),
             "train_s": self._train_s,
             "startup_s": self._startup_s,
+            "limits": self._cgroup.info() if self._cgroup is not None else None,
         }
 
     # -- internals -------------------------------------------------------------------------------------

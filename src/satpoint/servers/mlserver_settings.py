@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.redact import REDACTED, is_secret_name, redact_text
+from satpoint.servers.cgroups import ResourceLimits
 from satpoint.servers.demo_model import check_runtime, demo_model, intra_op_threads
 
 __all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
@@ -60,6 +61,10 @@ class MLServerSettings:
     demo_model: str = DEFAULT_DEMO_MODEL
     runtime: str = DEFAULT_RUNTIME
     model_dir: Path | None = None
+    #: a CPU limit as Kubernetes sets it (a CFS quota, cores per 100 ms period) and a memory limit (bytes):
+    #: the server runs in a child cgroup of satpoint's own (``servers.cgroups``); None: no limit
+    cpu_limit: float | None = None
+    memory_limit: int | None = None
     # the model folder's model-settings.json as read when these settings were made (not a parameter)
     _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -103,6 +108,9 @@ class MLServerSettings:
             raise ValueError(f"input_datatype must be one of {INPUT_DATATYPES}, got {self.input_datatype!r}")
         env = {str(k): str(v) for k, v in self.env.items()}
         object.__setattr__(self, "env", env)
+        ResourceLimits(
+            cpu_cores=self.cpu_limit, memory_bytes=self.memory_limit
+        )  # a ValueError for a CPU limit under 1 ms per period or a memory limit under 1 MiB
         if self.cpus is not None:
             cpus = tuple(int(c) for c in self.cpus)
             if not cpus or len(set(cpus)) != len(cpus) or min(cpus) < 0:
@@ -118,6 +126,11 @@ class MLServerSettings:
             name = (self._folder_settings or {}).get("name")
             return name if isinstance(name, str) and name else self.model_dir.resolve().name
         return self.demo_model
+
+    @property
+    def limits(self) -> ResourceLimits:
+        """The CPU and memory limits as a cgroup sets them (``limits.any`` False: none)."""
+        return ResourceLimits(cpu_cores=self.cpu_limit, memory_bytes=self.memory_limit)
 
     @property
     def effective_max_batch_size(self) -> int:
@@ -159,6 +172,8 @@ class MLServerSettings:
             "demo_model": None if own else self.demo_model,
             "runtime": None if own else self.runtime,
             "model_dir": str(self.model_dir) if self.model_dir is not None else None,
+            "cpu_limit_cores": self.cpu_limit,
+            "memory_limit_bytes": self.memory_limit,
         }
 
 

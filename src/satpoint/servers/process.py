@@ -289,12 +289,14 @@ class ManagedProcess:
         *,
         interval_s: float = 0.1,
         fail_patterns: Sequence[str] = (),
+        abort: Callable[[], str | None] | None = None,
     ) -> float:
         """Poll ``check`` until it returns True; returns the seconds waited. Raises :class:`TargetError`
         (with the log tail) if the process exits first or ``timeout_s`` passes. Exceptions raised by
         ``check`` count as "not ready yet" (the last one is quoted on timeout). If the log written since
         start contains one of ``fail_patterns`` (case-insensitive), fail at once: some servers hang
-        instead of exiting when, e.g., a port is taken."""
+        instead of exiting when, e.g., a port is taken.  ``abort`` (polled too) returns a reason to fail at
+        once (e.g. the memory limit killed a process of the server), or None."""
         popen = self._require_started()
         patterns = [p.lower() for p in fail_patterns]
         started = time.monotonic()
@@ -312,6 +314,9 @@ class ManagedProcess:
                     return time.monotonic() - started
             except Exception as exc:
                 last_error = exc
+            reason = abort() if abort is not None else None
+            if reason is not None:
+                raise TargetError(f"{self._name}: {what}: {reason} (log: {self._log_path}).\n{self._tail_block()}")
             if patterns:
                 log = self.log_text().lower()
                 hit = next((p for p in patterns if p in log), None)
