@@ -86,7 +86,7 @@ def series_from_samples(samples: list[tuple[F64, F64]], step_s: float | None = N
     if step_s is None:
         gaps = np.concatenate([np.diff(t) for t, _ in samples])
         if len(gaps) == 0:
-            raise PromRatesError("one sample gives no step: give the step")
+            raise PromRatesError("one sample gives no step (the query's): export at least two")
         step_s = float(np.median(gaps))
     parts = [(*_intervals(t, v, step_s), v) for t, v in clean if len(t)]
     if not parts:
@@ -124,16 +124,24 @@ def read_prom_json(path: Path, select: Mapping[str, str] | None = None) -> RateS
         seen = [s.get("metric", {}) for s in series][:5]
         raise PromRatesError(f"{path}: no series matches {dict(select or {})}; series: {seen}")
     samples: list[tuple[F64, F64]] = []
-    for n, s in enumerate(chosen):
+    gaps: list[F64] = []  # the step is the query's, common to all series, selected or not
+    for n, s in enumerate(series):
         try:
             arr = np.array([(float(t), float(v)) for t, v in s.get("values", [])], dtype=np.float64)
         except (TypeError, ValueError) as e:
             raise PromRatesError(f"{path}: series {n} ({s.get('metric', {})}): bad sample ({e})") from None
-        if len(arr):
+        arr = arr.reshape(-1, 2)
+        gaps.append(np.diff(np.sort(arr[:, 0])))
+        if len(arr) and any(s is c for c in chosen):
             samples.append((arr[:, 0], arr[:, 1]))
     if not samples:
         raise PromRatesError(f"{path}: the series have no samples")
-    return series_from_samples(samples)
+    all_gaps = np.concatenate(gaps)
+    step = float(np.median(all_gaps)) if len(all_gaps) else None
+    try:
+        return series_from_samples(samples, step)
+    except PromRatesError as e:
+        raise PromRatesError(f"{path}: {e}") from None
 
 
 def read_prom_csv(path: Path) -> RateSeries:
