@@ -43,7 +43,8 @@ def service_times(n: int, service: Service, seed: int = 0) -> F64:
         return np.full(n, float(s))
     if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError("the service-time sample must be non-empty, finite and >= 0")
-    return np.random.default_rng(seed).choice(s.ravel(), size=n, replace=True)
+    drawn: F64 = np.random.default_rng(seed).choice(s.ravel(), size=n, replace=True)
+    return drawn
 
 
 def _lindley_done(a: F64, s: F64) -> F64:
@@ -78,6 +79,7 @@ def fifo_sojourn(arrivals_s: npt.ArrayLike, service_s: npt.ArrayLike, slots: int
         return np.zeros(0)
     if np.any(np.diff(a) < 0):
         raise ValueError("arrival times must be sorted")
+    done: F64
     rel = a - a[0]  # relative times keep the precision that epoch seconds would spend on the date
     if slots == 1:
         done = _lindley_done(rel, s)
