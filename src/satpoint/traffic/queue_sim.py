@@ -50,7 +50,8 @@ def service_times(n: int, service: Service, seed: int = 0) -> F64:
 def _lindley_done(a: F64, s: F64) -> F64:
     """Completion times of one FIFO slot (a sorted)."""
     c = np.cumsum(s)
-    return c + np.maximum.accumulate(a - (c - s))
+    best: F64 = np.maximum.accumulate(a - (c - s))
+    return c + best
 
 
 def _heap_done(a: F64, s: F64, slots: int) -> F64:
@@ -80,7 +81,7 @@ def fifo_sojourn(arrivals_s: npt.ArrayLike, service_s: npt.ArrayLike, slots: int
     if np.any(np.diff(a) < 0):
         raise ValueError("arrival times must be sorted")
     done: F64
-    rel = a - a[0]  # relative times keep the precision that epoch seconds would spend on the date
+    rel: F64 = a - a[0]  # relative times keep the precision that epoch seconds would spend on the date
     if slots == 1:
         done = _lindley_done(rel, s)
     elif slots >= n:
