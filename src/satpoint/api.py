@@ -46,7 +46,7 @@ from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.triton import TritonSettings, TritonTarget
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_fleet
-from satpoint.target_hold import hold_from_idle
+from satpoint.target_hold import hold_from_idle, run_target_stage
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -162,6 +162,7 @@ def run(
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     observe: ObserveOptions | None = None,
+    hold_rps: float | None = None,
 ) -> RunResult:
     """A staged open-loop load test: every stage ramps to its target rate and holds it; each is judged.
 
@@ -170,7 +171,9 @@ def run(
     ``summary.thresholds``.  ``observe`` names a local server's pids and Prometheus endpoints to watch
     (each stage's ``server`` and ``server_metrics``, the ``diagnosis``); with ``observe.flamegraph``,
     py-spy records the server during the hold of its ``stage`` (1-based; default the last) into
-    ``flamegraph.svg`` and ``profile.speedscope.json`` (``summary.flamegraph``).
+    ``flamegraph.svg`` and ``profile.speedscope.json`` (``summary.flamegraph``).  ``hold_rps`` (``run
+    --baseline``: the baseline's per-replica target): after the stages, that rate is held alone from idle,
+    one more segment (``satpoint.target_hold``; the first stage's ramp, the plan's longest hold).
 
     Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
     before any load is sent (also a plan whose rows would not fit in memory).  Once measuring has
@@ -200,6 +203,8 @@ def run(
                 plan, title="run", flamegraph_stage=None if flame_stage is None else flame_stage - 1
             ),
         )
+        if hold_rps is not None:
+            hold_from_idle(session, FindOptions(), hold_rps, run_target_stage(plan, hold_rps))
     return _finish_run(session, html)
 
 

@@ -1,12 +1,16 @@
-"""``find --baseline DIR``: after the search, hold the baseline's per-replica target alone, from idle.
+"""``find``/``run --baseline DIR``: after the search (the run's stages), hold the baseline's per-replica target
+alone, from idle.
 
-One more segment of the find's folder (purpose ``analysis.diff_target.TARGET_HOLD_PURPOSE``, which the
-search's replay ignores): a cool-down until the server answers at low-load speed again, a ramp from zero and
-a hold as long as the search's confirmation of its own answer.  ``satpoint diff`` judges it
-(``analysis.diff_target.judge_target_hold``).  It runs after the search, outside its ``--budget-s``.
+One more segment of the folder (purpose ``analysis.diff_target.TARGET_HOLD_PURPOSE``, which the search's
+replay ignores): a cool-down until the server answers at low-load speed again, a ramp from zero and a hold as
+long as the search's confirmation of its own answer (``run``: the plan's first ramp and its longest hold,
+``run_target_stage``).  ``satpoint diff`` judges it (``analysis.diff_target.judge_target_hold``).  It runs
+after the search, outside its ``--budget-s``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE
 from satpoint.analysis.holds import cooldown_max_s, stage_hold
@@ -29,15 +33,22 @@ def target_stage(opts: FindOptions, rate_rps: float, latency_s: float | None) ->
     return Stage(rate_rps, opts.ramp_s, max(hold, min(2 * hold, 2 * opts.max_hold_s)))
 
 
-def hold_from_idle(session: Session, opts: FindOptions, rate_rps: float) -> Segment | None:
-    """Hold ``rate_rps`` from idle as one more segment of the session's folder; None when it was not measured
-    (the run was stopped, or the target had gone away)."""
+def run_target_stage(plan: Sequence[Stage], rate_rps: float) -> Stage:
+    """``run --baseline``: the hold at ``rate_rps`` as the run's own plan measures: its first stage's ramp and
+    its longest hold."""
+    return Stage(rate_rps, plan[0].ramp_s, max(s.hold_s for s in plan))
+
+
+def hold_from_idle(session: Session, opts: FindOptions, rate_rps: float, stage: Stage | None = None) -> Segment | None:
+    """Hold ``rate_rps`` from idle as one more segment of the session's folder (``stage``: this hold instead
+    of ``target_stage``'s, ``run --baseline``); None when it was not measured (the run was stopped, or the
+    target had gone away)."""
     if session.stop.is_set() or session.results.header.get(HEADER_KEY) is not None:
         say(session.on_event, f"the baseline's target of {rate_rps:.1f} rps was not held: the search did not finish")
         return None
     prepared = session.prepared
     svc = prepared.latency_hint_s
-    stage = target_stage(opts, rate_rps, svc)
+    stage = stage or target_stage(opts, rate_rps, svc)
     say(session.on_event, f"holding the baseline's per-replica target, {rate_rps:.1f} rps, from idle")
     try:
         wait_until_idle(

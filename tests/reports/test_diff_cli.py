@@ -182,14 +182,14 @@ def test_find_baseline_reads_the_target_and_tolerates_an_older_summary(folders: 
                                                                        tmp_path: Path) -> None:  # fmt: skip
     base, _, same = folders
     assert noted_baseline_target(None, console) == (None, "")
-    rate, note = noted_baseline_target(base, console)  # a folder without summary.json at all
+    rate, note = noted_baseline_target(base, console, "run")  # a (run) folder without summary.json at all
     assert rate is None and "no summary.json" in note
     (base / "summary.json").write_text(json.dumps({"kind": "find", "saturation_rps": 300.0}))  # an older layout
-    rate, note = noted_baseline_target(base, console)
+    rate, note = noted_baseline_target(base, console, "run")
     assert rate is None and "older layout" in note
     rec = {"margin": 0.15, "saturation_rps": 300.0, "target_rps_per_replica": 255.0}
     (base / "summary.json").write_text(json.dumps({"kind": "find", "recommendation": rec}))
-    assert noted_baseline_target(base, console) == (255.0, "")
+    assert noted_baseline_target(base, console, "run") == (255.0, "")
     # why no target was held is in the diff's notes
     assert baseline_gate(base, same, 0, "the baseline's summary.json has no target") == 0
     assert "the baseline's summary.json has no target" in json.loads((same / "diff.json").read_text())["notes"]

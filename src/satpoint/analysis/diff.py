@@ -173,15 +173,23 @@ def diff_folders(
     tool_version: str = "",
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> DiffDoc:
-    """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99."""
-    if base.kind != new.kind:
+    """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99.
+
+    A ``run`` is also compared with a ``find`` baseline (``run --baseline FIND_DIR``, the cheap check against
+    the last search: its per-replica target held, and latency at the rates both held stably)."""
+    if base.kind != new.kind and (base.kind, new.kind) != ("find", "run"):
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
     notes: list[str] = []
     metrics: list[MetricDiff] = []
+    if base.kind != new.kind:
+        notes.append(
+            "the base is a find, the new folder a run: the saturation point is not compared (a run does not "
+            "search), latency only at the rates both held stably"
+        )
     if base.kind == "sweep":
         metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance)
     else:
-        if base.kind == "find":
+        if base.kind == new.kind == "find":
             reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
             metrics.append(
                 saturation_diff(
@@ -192,7 +200,7 @@ def diff_folders(
                     reasons,
                 )
             )
-        matched, rate_notes = match_rates(base.stages(), new.stages(), stable_only=base.kind == "find")
+        matched, rate_notes = match_rates(base.stages(), new.stages(), stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
         for rate, b, n in matched:
             metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance))
@@ -203,9 +211,11 @@ def diff_folders(
                 "(run both with the same --stage rates, or sweep with --at-rps)"
             )
         notes.extend(_interrupted_notes(base, new))
-    doc = make_doc(base.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
+    doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
-    return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc) if new.kind == "find" else None)
+    if new.kind == "sweep":
+        return doc
+    return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
 
 
 def _interrupted_notes(base: Folder, new: Folder) -> list[str]:

@@ -7,6 +7,9 @@ search's confirmation), as one more segment of its folder (purpose ``TARGET_HOLD
 ignores it).  Its stage verdict is the answer: ``stable`` (within the ``--slo``, when one is given: a stage
 over it is ``slo_violated``) holds the target; anything else does not.  One measurement, and a crisp one:
 the question is not "by how much did capacity move" but "does today's scaling still work".
+
+``run --baseline DIR`` does the same after the run's stages (the hold: the plan's first ramp and its longest
+hold), with the target of a ``find`` baseline, or of a ``run`` baseline that held one itself (carried forward).
 """
 
 from __future__ import annotations
@@ -36,13 +39,25 @@ class TargetHold(BaseModel):
     text: str
 
 
-def baseline_target(summary: Mapping[str, Any]) -> tuple[float | None, str]:
+def baseline_target(summary: Mapping[str, Any], purposes: Mapping[int, str] | None = None) -> tuple[float | None, str]:
     """The per-replica target in a baseline's ``summary.json`` and, when there is none, why (an older
-    layout without ``recommendation.target_rps_per_replica``, a ``run`` folder, a search without answer)."""
+    layout without ``recommendation.target_rps_per_replica``, a ``run`` folder, a search without answer).
+
+    A ``run`` folder has one when it held a target itself (``run --baseline`` against a folder that had one:
+    a stage of purpose ``TARGET_HOLD_PURPOSE`` in ``purposes``, its segments' purposes): the target is carried
+    forward, so a CI job that keeps its last ``run`` as the baseline keeps holding the same target."""
     rec = summary.get("recommendation")
     target = rec.get("target_rps_per_replica") if isinstance(rec, Mapping) else None
     if isinstance(target, int | float) and target > 0:
         return float(target), ""
+    held = held_target(summary, purposes or {})
+    if summary.get("kind") == "run" and held is not None:
+        return held, ""
+    if summary.get("kind") == "run":
+        return None, (
+            "the baseline is a run folder that held no per-replica target (only a find's recommendation, or a run "
+            "--baseline that held one, gives one): no target was held"
+        )
     if summary.get("kind") not in (None, "find"):
         return None, f"the baseline is a {summary.get('kind')} folder: it has no per-replica target to hold"
     if isinstance(rec, Mapping) or (rec is None and "recommendation" in summary):
@@ -53,18 +68,32 @@ def baseline_target(summary: Mapping[str, Any]) -> tuple[float | None, str]:
     )
 
 
+def held_target(summary: Mapping[str, Any], purposes: Mapping[int, str]) -> float | None:
+    """The rate a folder's hold at a baseline's target ran at (None: it has no such hold)."""
+    stage = _hold_stage(summary, purposes)
+    return None if stage is None else float(stage["target_rps"])
+
+
+def _hold_stage(summary: Mapping[str, Any], purposes: Mapping[int, str]) -> Mapping[str, Any] | None:
+    return next(
+        (st for st in summary.get("stages") or [] if purposes.get(int(st["segment"])) == TARGET_HOLD_PURPOSE),
+        None,
+    )
+
+
 def _fmt(v: float | None, unit: str) -> str:
     return "-" if v is None else f"{v:.2f} {unit}" if unit == "ms" else f"{v:.1f} {unit}"
 
 
 def judge_target_hold(
-    new_summary: Mapping[str, Any], purposes: Mapping[int, str], base_summary: Mapping[str, Any] | None = None
+    new_summary: Mapping[str, Any],
+    purposes: Mapping[int, str],
+    base_summary: Mapping[str, Any] | None = None,
+    base_purposes: Mapping[int, str] | None = None,
 ) -> TargetHold | None:
-    """The hold at the baseline's target in a ``find`` folder (None: it has none), judged by its stage."""
-    stage = next(
-        (st for st in new_summary.get("stages") or [] if purposes.get(int(st["segment"])) == TARGET_HOLD_PURPOSE),
-        None,
-    )
+    """The hold at the baseline's target in a ``find`` or ``run`` folder (None: it has none), judged by its
+    stage."""
+    stage = _hold_stage(new_summary, purposes)
     if stage is None:
         return None
     rate = float(stage["target_rps"])
@@ -72,14 +101,15 @@ def judge_target_hold(
     held = None if verdict in ("incomplete", "") or stage.get("interrupted") else verdict == "stable"
     lat = stage.get("latency_ms") or {}
     slo = new_summary.get("slo") or None
-    base_target = baseline_target(base_summary)[0] if base_summary is not None else None
+    base_target = baseline_target(base_summary, base_purposes)[0] if base_summary is not None else None
+    after = "the run's stages" if new_summary.get("kind") == "run" else "the search"
     answer = {True: "yes", False: f"no ({verdict})", None: f"not judged ({verdict or 'no verdict'})"}[held]
     slo_text = ", ".join(f"{k}<{v if isinstance(v, str) else f'{v:g}ms'}" for k, v in (slo or {}).items())
     within = f" (within the SLO {slo_text})" if slo_text and held else f" (SLO {slo_text})" if slo_text else ""
     text = (
         f"holds the baseline's target of {rate:.1f} rps: {answer}, p99 {_fmt(lat.get('p99'), 'ms')}{within}; "
         f"throughput {_fmt(stage.get('throughput_rps'), 'rps')}, p50 {_fmt(lat.get('p50'), 'ms')}, held alone from "
-        "idle after the search (one measurement)"
+        f"idle after {after} (one measurement)"
     )
     if base_target is not None and abs(base_target - rate) > 1e-3 * max(rate, 1.0):
         text += f"; the base folder's own target is {base_target:.1f} rps"

@@ -118,11 +118,14 @@ class DiffDoc(BaseModel):
         if hold is None:
             return self
         verdict: Outcome = self.verdict
+        notes = self.notes
+        if not self.metrics and hold.held is not None:  # the hold is the one thing compared (run vs a find)
+            verdict, notes = "no_change", [n for n in notes if n != NOTHING_COMPARED]
         if hold.held is False:
             verdict = "regression"
         elif hold.held is None and verdict in ("improvement", "no_change"):
             verdict = "inconclusive"
-        return self.model_copy(update={"target_hold": hold, "verdict": verdict})
+        return self.model_copy(update={"target_hold": hold, "verdict": verdict, "notes": notes})
 
 
 # the rule -----------------------------------------------------------------------------------------------
@@ -250,6 +253,10 @@ def metric_diff(
     )
 
 
+#: the note of a diff without a metric
+NOTHING_COMPARED = "nothing could be compared"
+
+
 def make_doc(
     compared: str,
     base: dict[str, Any],
@@ -266,7 +273,7 @@ def make_doc(
     overall: Outcome = next((v for v in order if counts[v]), "no_change")
     if not metrics:
         overall = "inconclusive"
-        notes = [*notes, "nothing could be compared"]
+        notes = [*notes, NOTHING_COMPARED]
     return DiffDoc(
         schema_version=DIFF_SCHEMA_VERSION,
         tool_version=tool_version,

@@ -180,7 +180,7 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
-        hold_rps, hold_note = noted_baseline_target(baseline, console)  # refuses one that is no results folder
+        hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
         with interruptible() as stop, EventPrinter(console, secrets) as printer:

@@ -59,8 +59,22 @@ from satpoint.cli.find_cmd import find
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
+from satpoint.cli.trace_opts import (
+    SpeedOpt,
+    TraceFormatOpt,
+    TraceOpt,
+    TracePeakOpt,
+    TraceStageOpt,
+    TraceTimeColumnOpt,
+    TraceTimeUnitOpt,
+    TraceWindowOpt,
+    refuse_trace_options,
+    run_trace_cli,
+    trace_options,
+)
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
+from satpoint.reports.diff_files import noted_baseline_target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
@@ -123,8 +137,17 @@ def run(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     baseline: BaselineOpt = None,
+    trace: TraceOpt = None,
+    trace_format: TraceFormatOpt = None,
+    trace_time_column: TraceTimeColumnOpt = "timestamp",
+    trace_time_unit: TraceTimeUnitOpt = "auto",
+    speed: SpeedOpt = 1.0,
+    trace_window: TraceWindowOpt = None,
+    trace_peak: TracePeakOpt = None,
+    trace_stage_s: TraceStageOpt = 60.0,
 ) -> None:
-    """Run a staged open-loop load test and judge every stage (or a closed loop with --users)."""
+    """Run a staged open-loop load test and judge every stage (or a closed loop with --users, or replay a
+    recorded trace with --trace)."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
@@ -135,6 +158,28 @@ def run(
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
         common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
+        hold_rps, hold_note = noted_baseline_target(baseline, console, "run")  # refused here, before measuring
+        if trace is not None:
+            if stage or users is not None:
+                raise fail("--trace replays a recorded trace: no --stage, no --users")
+            replay = trace_options(
+                trace, trace_format, trace_time_column, trace_time_unit, speed, trace_window, trace_peak,
+                trace_stage_s, seed,
+            )  # fmt: skip
+            load = LoadOptions(
+                "constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
+                grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
+            )  # fmt: skip
+            with interruptible() as stop, EventPrinter(console, secrets) as printer:
+                replayed = run_trace_cli(target, replay, load.validate(), printer, stop, common)
+            print_summary(console, replayed.summary.model_dump(), str(replayed.out_dir))
+            return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary))
+        refuse_trace_options(
+            {
+                "--trace-format": trace_format is not None, "--speed": speed != 1.0,
+                "--trace-window": trace_window is not None, "--trace-peak": trace_peak is not None,
+            }
+        )  # fmt: skip
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
@@ -145,7 +190,9 @@ def run(
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
-                result = api.run(target, stage, load=load.validate(), on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
+                result = api.run(
+                    target, stage, load=load.validate(), on_event=printer, stop=stop, hold_rps=hold_rps, **common,  # type: ignore[arg-type]
+                )  # fmt: skip
         else:
             if stage:
                 raise fail("--stage (open loop) and --users (closed loop) are mutually exclusive")
@@ -155,13 +202,17 @@ def run(
                 raise fail("a closed loop runs in one generator process (--procs 1, no --ray)")
             if flamegraph:
                 raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
+            if hold_rps is not None:
+                hold_note = (
+                    f"a closed loop does not hold the baseline's target of {hold_rps:.1f} rps (an open-loop rate)"
+                )
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run_closed_loop(
                     target, users, duration, think_ms=think_ms, timeout_s=timeout, drain_s=drain, seed=seed,
                     grpc_connections=grpc_connections, on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
-        return baseline_gate(baseline, result.out_dir, exit_code(result.summary))
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
 
     guarded(body, secrets)
 

@@ -44,17 +44,28 @@ def load_folder(path: Path) -> Folder:
     return Folder(str(path), str(doc.get("kind")), doc, rows, {seg.index: seg.purpose for seg in results.segments})
 
 
-def read_baseline_target(path: Path) -> tuple[float | None, str]:
-    """``find --baseline DIR``, before measuring: the per-replica target in the baseline's ``summary.json``,
-    or None and why (see ``analysis.diff_target.baseline_target``).  A folder that is not a results folder
-    is refused at once, not after the measurement."""
+#: the baseline kinds each measuring command diffs against (``run --baseline``: a run, or a find's target)
+BASELINE_KINDS = {"find": ("find",), "run": ("run", "find")}
+
+
+def read_baseline_target(path: Path, kind: str = "find") -> tuple[float | None, str]:
+    """``find``/``run --baseline DIR``, before measuring: the per-replica target in the baseline's
+    ``summary.json`` (a ``run`` baseline's: the target it held itself), or None and why (see
+    ``analysis.diff_target.baseline_target``).  A folder that is not a results folder, or one of a kind the
+    ``kind`` command's diff cannot compare (``BASELINE_KINDS``), is refused at once, not after the measurement."""
     if (path / SWEEP_FILE).is_file():
         raise ValueError(f"--baseline {path} is a sweep folder: give a find or run results folder")
     if not (path / RESULTS_FILE).is_file():
         raise FileNotFoundError(f"--baseline {path} is not a results folder (no {RESULTS_FILE})")
+    header = json.loads((path / RESULTS_FILE).read_text())
+    base_kind = str(header.get("kind") or "run")  # as ``Results.kind`` reads it
+    if base_kind not in BASELINE_KINDS.get(kind, (kind,)):
+        raise ValueError(f"--baseline {path} is a {base_kind} folder: {kind} --baseline compares with a "
+                         f"{' or '.join(BASELINE_KINDS.get(kind, (kind,)))} folder")  # fmt: skip
     if not (path / SUMMARY_FILE).is_file():
         return None, f"the baseline folder has no {SUMMARY_FILE}: its per-replica target was not held"
-    return baseline_target(json.loads((path / SUMMARY_FILE).read_text()))
+    purposes = {int(sd["index"]): str(sd["purpose"]) for sd in header.get("segments") or []}
+    return baseline_target(json.loads((path / SUMMARY_FILE).read_text()), purposes)
 
 
 def parse_tolerances(tolerance: str, error_tolerance: str, tail_tolerance: str) -> tuple[float, float, float]:
@@ -71,12 +82,12 @@ def html_path(json_out: Path, html: Path | None, no_html: bool) -> Path | None:
     return None if no_html else html or json_out.with_name(DIFF_HTML)
 
 
-def noted_baseline_target(baseline: Path | None, console: Console) -> tuple[float | None, str]:
-    """``find --baseline``, before measuring: the baseline's per-replica target to hold after the search
-    (None: none, and the note that says why, printed now and kept for the diff)."""
+def noted_baseline_target(baseline: Path | None, console: Console, kind: str = "find") -> tuple[float | None, str]:
+    """``find``/``run --baseline``, before measuring: the baseline's per-replica target to hold after the
+    search or the run's stages (None: none, and the note that says why, printed now and kept for the diff)."""
     if baseline is None:
         return None, ""
-    rate, note = read_baseline_target(baseline)
+    rate, note = read_baseline_target(baseline, kind)
     if note:
         console.print(f"note: {escape(note)}")
     return rate, note
@@ -124,8 +135,9 @@ DIFF_HTML = "diff.html"
 
 #: ``satpoint diff``'s longer option help (the command line keeps one line per option)
 HELP = {
-    "baseline": "then satpoint diff against this baseline: exit 3 on a regression (find: also hold the baseline's "
-    "per-replica target from idle; not held is a regression)",
+    "baseline": "then satpoint diff against this baseline: exit 3 on a regression; also hold the baseline's "
+    "per-replica target from idle (a find's recommendation; run: also a find folder, or a run that held one), "
+    "not held is a regression",
     "tolerance": "the change that matters, relative, for the saturation point, p50, service p50 and throughput: "
     "5% or 0.05 (default 5%)",
     "tail_tolerance": "the same for p90 and p99 of latency and service time (default 20%: in A/A pairs on a shared "
