@@ -121,6 +121,9 @@ def aggregate(p: PointInput) -> dict[str, Any]:
             "cpu_cores_at_saturation": _nested(ms, "server_at_saturation", "cpu_cores"),
             "cpu_us_per_request": spread([_cpu_us(m) for m in ms]),
             "rss_mb_max": spread([m.get("rss_mb_max") for m in ms]),
+            "memory_peak_mb": spread([m.get("memory_peak_mb") for m in ms]),
+            "throttled_share_at_saturation": _nested(ms, "server_at_saturation", "throttled_share"),
+            "throttled_share_at_operating_point": _nested(ms, "server_at_operating_point", "throttled_share"),
             "diagnosis": sorted({k for m in ms for k in m.get("diagnosis") or [] if k}),
         },
         # Triton's statistics: the batch size its scheduler achieved at and above the saturation point

@@ -81,6 +81,11 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
             (float(m) for st in stages if (m := ((st.get("server") or {}).get("rss_mb") or {}).get("max"))),
             default=None,
         ),
+        # the server's own cgroup (a memory limit): its memory peak over the measurement
+        "memory_peak_mb": max(
+            (float(m) for st in stages if (m := (st.get("server") or {}).get("cgroup_memory_peak_mb"))),
+            default=None,
+        ),
         "diagnosis": [d.get("kind") for d in summary.get("diagnosis") or []],
         "interrupted": bool(summary.get("interrupted")),
         "target_lost": summary.get("target_lost") is not None,
@@ -140,6 +145,9 @@ def _server_figures(stage: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "allowed_cores": srv.get("allowed_cores"),
         "cpu_us_per_request": srv.get("cpu_us_per_request"),
         "cpu_us_per_inference": srv.get("cpu_us_per_inference"),
+        # under a CPU limit: the share of CFS periods throttled and the ms stalled per second
+        "throttled_share": (srv.get("cpu_throttling") or {}).get("throttled_share"),
+        "throttled_ms_per_s": (srv.get("cpu_throttling") or {}).get("throttled_ms_per_s"),
     }
 
 

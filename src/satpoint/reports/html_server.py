@@ -9,7 +9,16 @@ from satpoint.reports.html_data import FolderData
 from satpoint.reports.html_tables import esc, fmt_ms, fmt_num, fmt_rps, table
 
 
-def _server_row(n: int, s: dict[str, Any], purpose: str) -> list[str]:
+def _throttled(srv: dict[str, Any]) -> str:
+    """A stage's CFS throttling under a CPU limit: share of periods throttled and ms stalled per second."""
+    th = srv.get("cpu_throttling") or {}
+    share = th.get("throttled_share")
+    if share is None:
+        return "–"
+    return esc(f"{share:.0%}, {th.get('throttled_ms_per_s') or 0:.0f}")
+
+
+def _server_row(n: int, s: dict[str, Any], purpose: str, throttled: bool = False) -> list[str]:
     srv = s.get("server") or {}
     blocks = [b for b in s.get("server_metrics") or [] if b.get("source")]
     # Triton's statistics endpoint, when read, says queue, compute and batch size per request exactly
@@ -31,6 +40,7 @@ def _server_row(n: int, s: dict[str, Any], purpose: str) -> list[str]:
         fmt_rps(met.get("rps")),
         fmt_num(cores.get("mean"), 2),
         fmt_num(srv.get("allowed_cores"), 2),
+        *([_throttled(srv)] if throttled else []),
         fmt_num(srv.get("cpu_us_per_request"), 0),
         fmt_num((srv.get("rss_mb") or {}).get("max"), 0),
         fmt_ms(met.get("handler_mean_ms")),
@@ -46,12 +56,13 @@ def _server_row(n: int, s: dict[str, Any], purpose: str) -> list[str]:
 def server_table(f: FolderData) -> str:
     """Per stage: the server's CPU, memory, GPUs and its own metrics beside the client's figures."""
     segs = {s.index: s for s in f.results.segments}
+    throttled = any((s.get("server") or {}).get("cpu_throttling") for s in f.summary.get("stages", []))
     rows = []
     for n, s in enumerate(f.summary.get("stages", []), start=1):
         if not s.get("server") and not s.get("server_metrics"):
             continue
         seg = segs.get(int(s.get("segment", -1)))
-        rows.append(_server_row(n, s, seg.purpose if seg else ""))
+        rows.append(_server_row(n, s, seg.purpose if seg else "", throttled))
     if not rows:
         return '<p class="muted">nothing was seen of the server (see below)</p>'
     head = [
@@ -62,6 +73,7 @@ def server_table(f: FolderData) -> str:
         "server counted/s",
         "CPU cores",
         "allowed",
+        *(["throttled (periods, ms/s)"] if throttled else []),
         "CPU µs/req",
         "RSS MB",
         "handler ms",

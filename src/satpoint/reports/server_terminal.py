@@ -19,7 +19,7 @@ def server_table(stages: list[dict[str, Any]]) -> Table | None:
     if not rows:
         return None
     t = Table(title="server side (steady window of each stage)", title_justify="left")
-    heads = (
+    heads: tuple[str, ...] = (
         "#",
         "offered",
         "cores",
@@ -32,6 +32,9 @@ def server_table(stages: list[dict[str, Any]]) -> Table | None:
         "srv inf ms",
         "check",
     )
+    throttled = any((s.get("server") or {}).get("cpu_throttling") for _, s in rows)  # a CPU limit: a column
+    if throttled:
+        heads = (*heads[:5], "throttled", *heads[5:])
     for c in heads:
         t.add_column(c, justify="right")
     for n, s in rows:
@@ -41,12 +44,16 @@ def server_table(stages: list[dict[str, Any]]) -> Table | None:
         met = (s.get("server_metrics") or [{}])[0]
         cc = met.get("cross_check") or {}
         check = "-" if not cc else ("ok " if cc["agrees"] else "OFF ") + _f(cc.get("difference"), "+.2%")
+        th = srv.get("cpu_throttling") or {}
+        share = th.get("throttled_share")
+        quota = [f"{share:.0%} {th.get('throttled_ms_per_s') or 0:.0f} ms/s" if share is not None else "-"]
         t.add_row(
             str(n),
             _f(s["offered_rps"], ".1f"),
             _f(cores.get("mean")),
             _f(cores.get("p95")),
             _f(srv.get("allowed_cores"), "g"),
+            *(quota if throttled else []),
             _f(srv.get("other_cores")),
             _f(per, ".0f"),
             _f((srv.get("rss_mb") or {}).get("max"), ".0f"),

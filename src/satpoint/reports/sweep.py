@@ -67,6 +67,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
     batched = any(r["batch"] != 1 for r in rows)
     tri = any(r.get("triton") for r in rows)
     quality = has_quality(doc)
+    srv = [r.get("server") or {} for r in rows]
+    limited = any(x.get("throttled_share_at_saturation") or x.get("memory_peak_mb") for x in srv)  # cgroup limits
     cols = [("point", "left"), ("knobs", "left"), ("n", "right"), ("saturation rps", "right")]
     if batched:
         cols.append(("inferences/s", "right"))
@@ -80,6 +82,8 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
         ("server µs/req", "right"),
         ("vs 1 worker (of ideal)", "right"),
     ]
+    if limited:
+        cols += [("throttled at sat./85 %", "right"), ("cgroup peak MB", "right")]
     if quality:
         cols += [(h, "right") for h in QUALITY_HEADS]
     for col, just in cols:
@@ -113,6 +117,11 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
             median_range(r["server"]["cpu_us_per_request"], ".0f"),
             scaling_text(r.get("scaling")),
         ]
+        if limited:
+            x = r.get("server") or {}
+            sat_th, op_th = x.get("throttled_share_at_saturation"), x.get("throttled_share_at_operating_point")
+            share = "/".join(f"{v['median']:.0%}" if v else "-" for v in (sat_th, op_th))
+            cells += [share, median_range(x.get("memory_peak_mb"), ".0f")]
         if quality:
             cells += quality_cells(r)
         t.add_row(*cells)
@@ -157,6 +166,9 @@ CSV_COLUMNS = (
     "server_cpu_cores_at_saturation",
     "server_cpu_us_per_request",
     "server_rss_mb_max",
+    "server_memory_peak_mb",
+    "server_throttled_share_at_saturation",
+    "server_throttled_share_at_operating_point",
     "triton_batch_at_saturation",
     "triton_queue_ms_at_saturation",
     "triton_batch_above_saturation",
@@ -216,6 +228,9 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "server_cpu_cores_at_saturation": _m(r["server"]["cpu_cores_at_saturation"]),
                 "server_cpu_us_per_request": _m(r["server"]["cpu_us_per_request"]),
                 "server_rss_mb_max": _m(r["server"]["rss_mb_max"], "max"),
+                "server_memory_peak_mb": _m(r["server"].get("memory_peak_mb"), "max"),
+                "server_throttled_share_at_saturation": _m(r["server"].get("throttled_share_at_saturation")),
+                "server_throttled_share_at_operating_point": _m(r["server"].get("throttled_share_at_operating_point")),
                 "triton_batch_at_saturation": _m((r.get("triton") or {}).get("batch_at_saturation")),
                 "triton_queue_ms_at_saturation": _m((r.get("triton") or {}).get("queue_ms_at_saturation")),
                 "triton_batch_above_saturation": _m((r.get("triton") or {}).get("batch_above_saturation")),
