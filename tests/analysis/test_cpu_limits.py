@@ -74,3 +74,18 @@ def test_diagnosis_names_throttling_at_saturation_and_in_the_tail() -> None:
     assert "below saturation" in line["text"]
     summary["stages"] = [_stage(0, 100, "stable", 0.3, p50=2.0, p99=3.0), _stage(2, 250, "saturated", 0.05)]
     assert "cpu_throttled" not in [d["kind"] for d in diagnose(summary, {})]
+
+
+def test_a_sweep_with_a_limit_this_machine_cannot_apply_is_refused_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from satpoint.experiments.sweep_config import SweepConfig
+    from satpoint.servers import cgroups
+
+    why = "cgroup v2 at /sys/fs/cgroup offers no cpu controller here (cgroup.controllers: hugetlb)"
+    monkeypatch.setattr(cgroups, "process_dirs", lambda pid, controllers: ({}, dict.fromkeys(controllers, why)))
+    cfg = SweepConfig(sets=("server_cpu_limit=0.5,1",))
+    with pytest.raises(cgroups.CgroupUnavailable) as e:
+        cfg.validate()
+    assert str(e.value) == f"a CPU limit (0.5 cores) cannot be applied on this machine: {why}"
+    SweepConfig(sets=("server_cpu_limit=none",)).validate()  # no limit: nothing to refuse
