@@ -92,6 +92,12 @@ def find(
     server_cpus: Annotated[
         str | None, typer.Option(help="CPUs for the embedded server (default: all but the last)")
     ] = None,
+    server_cpu_limit: Annotated[
+        str | None, typer.Option(help="embedded MLServer: a CPU limit as Kubernetes sets it (CFS quota, cores: 1.5)")
+    ] = None,
+    server_memory_limit: Annotated[
+        str | None, typer.Option(help="embedded MLServer: a memory limit as Kubernetes sets it (512M, 1Gi)")
+    ] = None,
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs for the generator (default: the last)")] = None,
     workers: Annotated[int, typer.Option(help="embedded MLServer parallel_workers")] = 1,
     max_batch_size: Annotated[
@@ -170,12 +176,14 @@ def find(
         embedded = None
         if not managed and server != "mlserver":
             raise fail("--server names the embedded server: leave it out with --url")
+        if not managed and (server_cpu_limit or server_memory_limit):
+            raise fail("--server-cpu-limit/--server-memory-limit limit the embedded server: leave them out with --url")
         if managed:
             cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
             embedded = embedded_settings(
                 server, served, cpus, workers=workers, mlserver_debug=mlserver_debug, max_batch_size=max_batch_size,
                 max_batch_time=max_batch_time, max_queue_delay_us=max_queue_delay_us, instances=instances,
-                preferred_batch_size=preferred_batch_size,
+                preferred_batch_size=preferred_batch_size, cpu_limit=server_cpu_limit, memory_limit=server_memory_limit,
             )  # fmt: skip
         else:
             assert url is not None and model is not None

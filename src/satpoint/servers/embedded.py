@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from satpoint.errors import ConfigError
+from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
 from satpoint.servers.mlserver import MLServerSettings
 from satpoint.servers.triton import TritonSettings
 
@@ -33,6 +34,8 @@ def embedded_settings(
     max_queue_delay_us: int | None = None,
     instances: int | None = None,
     preferred_batch_size: int | None = None,
+    cpu_limit: str | None = None,
+    memory_limit: str | None = None,
 ) -> MLServerSettings | TritonSettings:
     """The settings of the embedded ``server`` (``mlserver`` or ``triton``) from command-line options;
     ``served`` holds the model options given (demo_model/runtime/model_dir). A ``ConfigError`` names the
@@ -42,13 +45,26 @@ def embedded_settings(
     triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances}
     triton["preferred_batch_size"] = preferred_batch_size
     if server == "triton":
-        _refuse(server, {"workers": workers != 1, "max_batch_time": max_batch_time, "mlserver_debug": mlserver_debug})
+        mlserver_only: dict[str, object] = {
+            "workers": workers != 1,
+            "max_batch_time": max_batch_time,
+            "mlserver_debug": mlserver_debug,
+        }
+        mlserver_only |= {"server_cpu_limit": cpu_limit, "server_memory_limit": memory_limit}
+        _refuse(server, mlserver_only)
         try:
             return TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     _refuse(server, triton)
+    try:
+        cores = parse_cpu_limit(cpu_limit) if cpu_limit is not None else None
+        memory = parse_memory(memory_limit) if memory_limit is not None else None
+    except ValueError as e:
+        raise ConfigError(f"--server-cpu-limit/--server-memory-limit: {e}") from None
     return MLServerSettings(
+        cpu_limit=cores,
+        memory_limit=memory,
         parallel_workers=workers,
         debug=mlserver_debug,
         max_batch_size=max_batch_size,
