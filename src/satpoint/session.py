@@ -57,7 +57,7 @@ from satpoint.metrics.results import (
 )
 from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import LOG_FILE, SPEEDSCOPE_FILE, find_py_spy, record_command
-from satpoint.plan import PlanError, RateCurve, Stage, spans
+from satpoint.plan import FloatArray, PlanError, RateCurve, Stage, spans
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
 
@@ -135,13 +135,19 @@ def run_segment(
     checkpoint: CheckpointSpec | None = None,
     fleet: Fleet | None = None,
     descending: bool = False,
+    due_s: FloatArray | None = None,
+    arrival: str | None = None,
 ) -> Segment:
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
-    (checkpointed to ``checkpoint`` while it runs, if given).  ``descending`` allows falling targets (a
+    (checkpointed to ``checkpoint`` while it runs, if given).  ``due_s`` (with ``arrival``, what the
+    segment records as its arrival process): the due times to send at instead of the plan's own, e.g. a
+    replayed trace; the stages then only cut the run into judged stages.  ``descending`` allows falling targets (a
     sequence satpoint plans itself, ``find --hysteresis``; a user's plan must rise).  With ``fleet``, the
     schedule runs on its hosts (each regenerates its own rows) and the merged rows come back; the hosts'
     figures are kept under the generator's ``ray`` key."""
     check_plan_fits(stages, start_rps, descending=descending)
+    if due_s is not None and fleet is not None:
+        raise PlanError("a replayed trace runs on this machine's generator processes (--procs), not on --ray hosts")
     seed = opts.seed + seed_offset
     cap = planned_inflight(target, opts, stages, start_rps)
     builder = replace(target.builder, max_inflight=cap)
@@ -159,7 +165,7 @@ def run_segment(
         procs = fleet.size * fleet.options.procs_per_host
     else:
         out = run_schedule(
-            due_times(stages, opts.arrival, seed, start_rps, descending=descending),
+            due_times(stages, opts.arrival, seed, start_rps, descending=descending) if due_s is None else due_s,
             builder,
             dopts,
             procs=opts.procs,
@@ -204,7 +210,7 @@ def run_segment(
         index=index,
         purpose=purpose,
         stages=list(stages),
-        arrival=opts.arrival,
+        arrival=arrival or opts.arrival,
         seed=seed,
         started_unix=out.started_unix,
         records=out.records,
@@ -400,18 +406,22 @@ class Session:
         append: bool = True,
         flamegraph_stage: int | None = None,
         descending: bool = False,
+        due_s: FloatArray | None = None,
+        arrival: str | None = None,
+        generator_extra: dict[str, Any] | None = None,
     ) -> Segment:
         """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
         does) and return it.  If it fails, the rows it checkpointed are appended before the error
         propagates.  ``flamegraph_stage`` (0-based, in ``stages``): py-spy records the server during
         that stage's hold (the observer's ``flamegraph`` options).  ``descending``: falling targets
-        allowed (``find --hysteresis``'s step-down)."""
+        allowed (``find --hysteresis``'s step-down).  ``due_s``/``arrival``: send at these due times (a
+        replayed trace, ``run_segment``); ``generator_extra`` is added to the segment's generator block."""
         index = len(self.results.segments)
         self._started(index, purpose, stages, title or purpose)
         # the cap is known before the load starts: in the running segment's header, a segment rebuilt from
         # its checkpoints (the run never returned its own figures) still says what it ran with
         cap = planned_inflight(self.prepared, self.config.load, stages, start_rps)
-        checkpoint = self._begin(index, purpose, stages, start_rps, max_inflight=cap)
+        checkpoint = self._begin(index, purpose, stages, start_rps, arrival=arrival, max_inflight=cap)
         self._mark(f"start {index}")
         flame = self._flame_begin(index, stages, start_rps, flamegraph_stage)
         try:
@@ -429,6 +439,8 @@ class Session:
                 checkpoint=checkpoint,
                 fleet=self.fleet,
                 descending=descending,
+                due_s=due_s,
+                arrival=arrival,
             )
         except BaseException as e:
             self._mark(f"end {index}")
@@ -437,6 +449,8 @@ class Session:
             raise
         self._mark(f"end {index}")
         self._flame_end(flame, seg)
+        if generator_extra:
+            seg.generator.update(generator_extra)
         return self._finish(seg, append)
 
     def flamegraph_not_recorded(self, why: str) -> None:
@@ -564,7 +578,11 @@ BYTES_PER_ROW = 160
 
 def check_plan_fits(stages: list[Stage], start_rps: float = 0.0, *, descending: bool = False) -> None:
     """Refuse, before anything starts, a plan whose rows would not fit in the memory available."""
-    rows = RateCurve(stages, start_rps, descending=descending).total
+    check_rows_fit(RateCurve(stages, start_rps, descending=descending).total)
+
+
+def check_rows_fit(rows: float) -> None:
+    """Refuse, before anything starts, a schedule of ``rows`` requests that would not fit in memory."""
     need = rows * BYTES_PER_ROW
     available = psutil.virtual_memory().available
     if need > 0.8 * available:

@@ -20,8 +20,9 @@ from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.records import Records
 from satpoint.metrics.results import RELOCATED_KEY, Results, Segment, relocation_warning
 from satpoint.metrics.stats import StageMetrics, intervals, stage_metrics
-from satpoint.plan import Stage, StageSpan
+from satpoint.plan import TRACE_ARRIVAL, Stage, StageSpan
 from satpoint.redact import redact_url
+from satpoint.traffic.fidelity import overall, stage_fidelity
 
 
 def rules_from(results: Results) -> VerdictRules:
@@ -221,6 +222,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "warnings": warnings,
         "observed": observed_block(results),
         "flamegraph": flamegraph_block(h, stage_docs),
+        "trace": trace_block(results),
     }
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
@@ -237,6 +239,17 @@ def build_summary(results: Results) -> dict[str, Any]:
     summary["thresholds"] = results_thresholds(h, summary, {s.index: s.purpose for s in results.segments})
     summary["diagnosis"] = diagnose(summary, stage_seconds(results, stages))
     return summary
+
+
+def trace_block(results: Results) -> dict[str, Any] | None:
+    """A replayed trace (``run --trace``): what was replayed (the header's ``trace``) and, per stage, how
+    faithfully (``traffic.fidelity``: send lag against the trace's own times, share sent > 1 ms late)."""
+    info = results.header.get("trace")
+    seg = next((s for s in results.segments if s.arrival == TRACE_ARRIVAL), None)
+    if not isinstance(info, dict) or seg is None:
+        return None
+    rows = stage_fidelity(seg.records, seg.spans)
+    return {**info, "fidelity": rows, "fidelity_overall": overall(rows)}
 
 
 def stage_seconds(

@@ -290,7 +290,7 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
                 raise ValueError(f"knob {n!r} is set twice")
             seen.add(n)
         if len(knobs) == 1:
-            values = tuple(knobs[0].parse(v) for v in raw.split(","))
+            values = tuple(knobs[0].parse(v) for v in split_values(raw, knobs[0]))
             if len(set(values)) != len(values):
                 raise ValueError(f"{name}: a value is listed twice ({raw})")
             dims.append(Dimension(knobs[0], values))
@@ -311,6 +311,21 @@ def parse_set(items: Sequence[str], kind: ServerKind, reconfigure: str | None = 
         if missing:
             raise ValueError(f"--reconfigure uses {{{'}, {'.join(missing)}}} but no --set gives it values")
     return dims
+
+
+def split_values(raw: str, knob: Knob) -> list[str]:
+    """A ``--set`` value list split at its commas; for ``arrival``, the commas inside ``onoff:ON,OFF,PEAK``
+    stay with their value (``arrival=poisson,onoff:1,9,5,gamma:2`` is three values)."""
+    parts = raw.split(",")
+    if knob is not _ARRIVAL:
+        return parts
+    out: list[str] = []
+    for part in parts:
+        if out and out[-1].strip().startswith("onoff:") and out[-1].count(",") < 2:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
 
 
 @dataclass(frozen=True)

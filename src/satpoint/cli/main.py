@@ -66,11 +66,7 @@ from satpoint.cli.trace_opts import (
     TracePeakOpt,
     TraceStageOpt,
     TraceTimeColumnOpt,
-    TraceTimeUnitOpt,
     TraceWindowOpt,
-    refuse_trace_options,
-    run_trace_cli,
-    trace_options,
 )
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
@@ -78,6 +74,8 @@ from satpoint.reports.diff_files import noted_baseline_target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
+from satpoint.trace_replay import run_trace
+from satpoint.traffic.trace_plan import TraceOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -140,7 +138,6 @@ def run(
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
     trace_time_column: TraceTimeColumnOpt = "timestamp",
-    trace_time_unit: TraceTimeUnitOpt = "auto",
     speed: SpeedOpt = 1.0,
     trace_window: TraceWindowOpt = None,
     trace_peak: TracePeakOpt = None,
@@ -159,27 +156,17 @@ def run(
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
         common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
         hold_rps, hold_note = noted_baseline_target(baseline, console, "run")  # refused here, before measuring
-        if trace is not None:
-            if stage or users is not None:
-                raise fail("--trace replays a recorded trace: no --stage, no --users")
-            replay = trace_options(
-                trace, trace_format, trace_time_column, trace_time_unit, speed, trace_window, trace_peak,
-                trace_stage_s, seed,
-            )  # fmt: skip
-            load = LoadOptions(
-                "constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
-                grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
-            )  # fmt: skip
+        if trace is not None:  # a recorded trace's arrival times instead of --stage
+            replay = TraceOptions(trace, trace_format, trace_time_column, "auto", speed, trace_window, trace_peak,
+                                  trace_stage_s, seed, stages=len(stage or ()), users=users)  # fmt: skip
+            load = LoadOptions("constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
+                               grpc_connections=grpc_connections,
+                               ray=ray_options(ray, ray_hosts, procs_per_host, procs))  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
-                replayed = run_trace_cli(target, replay, load.validate(), printer, stop, common)
+                replayed = run_trace(target, replay, load=load, on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
             print_summary(console, replayed.summary.model_dump(), str(replayed.out_dir))
             return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary))
-        refuse_trace_options(
-            {
-                "--trace-format": trace_format is not None, "--speed": speed != 1.0,
-                "--trace-window": trace_window is not None, "--trace-peak": trace_peak is not None,
-            }
-        )  # fmt: skip
+        TraceOptions.refuse_without_trace(trace_format, speed, trace_window, trace_peak)
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")

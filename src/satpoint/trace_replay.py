@@ -1,0 +1,136 @@
+"""``run --trace``: replay a recorded trace's arrival times on the open-loop engine, judged per stage.
+
+The trace is scanned and sliced by ``satpoint.traffic`` (streamed, never held whole), its slice becomes
+the run's due times (``(t - slice start) / speed``) and stages (``stage_s`` seconds of trace each, see
+``traffic.trace_plan``), and the segment runs like any other: latency from the intended (trace) time,
+verdicts per stage, every row kept.  The header's ``trace`` block says what was replayed (file, slice,
+the busiest window when ``--trace-peak`` chose it, speed, counts); ``summary.json``'s ``trace`` block adds
+the replay's fidelity per stage (send lag against the trace's own times, share sent > 1 ms late).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from satpoint.analysis.summary_model import RunSummary, parse_summary
+from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
+from satpoint.analysis.thresholds import parse_thresholds
+from satpoint.config import LoadOptions, ObserveOptions, RunConfig, VerdictRules
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.spec import Target
+from satpoint.errors import ConfigError
+from satpoint.metrics.results import write_header
+from satpoint.observe.observer import Observer
+from satpoint.plan import TRACE_ARRIVAL
+from satpoint.progress import OnEvent, say
+from satpoint.reports.files import write_all
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_rows_fit
+from satpoint.traffic.trace_plan import TraceOptions, TraceSchedule, build
+
+#: the header's key for what was replayed
+HEADER_KEY = "trace"
+
+
+@dataclass(frozen=True)
+class TraceRunResult:
+    """A finished (or interrupted) replay: its ``summary.json`` as a typed object, and its folder."""
+
+    summary: RunSummary
+    out_dir: Path
+
+
+def plan_trace(trace: TraceOptions, on_event: OnEvent | None = None) -> TraceSchedule:
+    """The slice to replay, its due times and stages (refused with the memory estimate if too large);
+    says what it found (the busiest window, when asked) through ``on_event``."""
+    sched = build(trace, fits=check_rows_fit)
+    info = sched.info
+    say(
+        on_event,
+        f"trace {trace.path}: {info['rows']:,} requests from {info['first']} to {info['last']} "
+        f"({info['span_s']:.0f} s); busiest second {info['peak_rps_1s']:.0f} rps, busiest minute "
+        f"{info['peak_rps_60s']:.1f} rps" + ("" if info["in_order"] else "; out of order in the file (sorted)"),
+    )
+    peak = info.get("peak_window")
+    if peak is not None:
+        say(
+            on_event,
+            f"busiest {trace.peak}: {peak['start']} to {peak['end']} (+{peak['start_offset_s']:.0f} s to "
+            f"+{peak['end_offset_s']:.0f} s), {peak['arrivals']:,} requests, {peak['mean_rps']} rps on average",
+        )
+    due = sched.due_s
+    burst = int(np.bincount(np.floor(due).astype(np.int64)).max()) if len(due) else 0
+    info["replay_peak_rps_1s"] = burst
+    say(
+        on_event,
+        f"replaying {info['window_start']} .. {info['window_end']} at speed {trace.speed:g}: "
+        f"{info['replayed']:,} requests over {info['run_s']:.1f} s ({info['mean_rps']} rps on average, "
+        f"{burst} in the busiest second) in {len(sched.stages)} stages of {trace.stage_s / trace.speed:g} s",
+    )
+    if info["columns"]:
+        say(
+            on_event,
+            "the trace's " + ", ".join(info["columns"]) + " column(s) are read and counted (summary.json's trace "
+            "block), not applied: every request goes to --model with the --payload requests in turn",
+            "warning",
+        )
+    return sched
+
+
+def run_trace(
+    target: Target,
+    trace: TraceOptions,
+    *,
+    load: LoadOptions | None = None,
+    max_error_rate: float = 0.01,
+    thresholds: Sequence[str] = (),
+    out: Path | str | None = None,
+    html: bool = True,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+    observe: ObserveOptions | None = None,
+) -> TraceRunResult:
+    """Replay ``trace`` against ``target``: one open-loop segment whose due times are the trace's.
+
+    Raises ``satpoint.errors.SatpointError`` or ``ValueError`` (a ``TraceError`` for the trace) before
+    any load is sent.  ``load.arrival`` is not used (the trace is the arrival process); ``load.procs``
+    shards the replay over generator processes as any schedule; ``--ray`` is refused."""
+    trace = trace.validate()
+    load = (load or LoadOptions()).validate()
+    if load.ray is not None:
+        raise ConfigError("--trace replays on this machine's generator processes (--procs), not on --ray hosts")
+    observe = (observe or ObserveOptions()).validate()
+    if observe.flamegraph is not None:
+        raise ConfigError("--flamegraph records a stage of a --stage plan, not of a replayed trace")
+    checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
+    sched = plan_trace(trace.validate(), on_event)
+    announce_target(target, on_event)
+    prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
+    out_dir = Path(out) if out is not None else Path("results") / f"trace-{_stamp()}"
+    with Observer(observe, out_dir) as observer:
+        session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
+        session.results.header[HEADER_KEY] = sched.info
+        write_header(session.out_dir, session.results)
+        try:
+            session.measure(sched.stages, title="trace", descending=True, due_s=sched.due_s, arrival=TRACE_ARRIVAL)
+        except LOST_ERRORS as e:
+            session.results.header[TARGET_LOST_KEY] = {"when": "as the run started", "error": str(e)}
+            write_header(session.out_dir, session.results)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                write_all(session.out_dir, session.results, html=False)
+            raise
+    summary = write_all(session.out_dir, session.results, html=html)
+    return TraceRunResult(parse_summary(summary), session.folder)
+
+
+def _stamp() -> str:
+    from datetime import datetime
+
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
