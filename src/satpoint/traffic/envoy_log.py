@@ -225,6 +225,16 @@ class _Reader:
             return None
         return _unescape(m.group(1)) if m.group(1) is not None else m.group(2)
 
+    def _json_column(self, sel: list[bytes], prefix: bytes, pattern: re.Pattern[bytes]) -> list[bytes | None]:
+        """``_json_field`` of every line: the plain search inlined, the rest line by line."""
+        n = len(prefix)
+        at = [ln.find(prefix) + n for ln in sel]
+        vals: list[bytes | None] = [ln[i : ln.find(b'"', i)] if i >= n else None for ln, i in zip(sel, at, strict=True)]
+        for j, v in enumerate(vals):
+            if v is None or b"\\" in v:
+                vals[j] = self._json_field(sel[j], prefix, pattern)
+        return vals
+
     def _json_fallback(self, ln: bytes) -> tuple[bytes, bytes] | str:
         """(stamp, path) through the JSON parser, or why the line is malformed."""
         try:
@@ -262,10 +272,8 @@ class _Reader:
                 [ln.split(b'"', 2)[1] if ln.count(b'"', 0, 200) >= 2 else b"" for ln in sel] if self.want_paths else []
             )
         else:
-            got = [self._json_field(ln, self.time_prefix, self.time_re) for ln in sel]
-            reqs = (
-                [self._json_field(ln, self.path_prefix, self.path_re) or b"" for ln in sel] if self.want_paths else []
-            )
+            got = self._json_column(sel, self.time_prefix, self.time_re)
+            reqs = [g or b"" for g in self._json_column(sel, self.path_prefix, self.path_re)] if self.want_paths else []
             for j in [j for j, g in enumerate(got) if not g]:
                 fb = self._json_fallback(sel[j])
                 if isinstance(fb, str):
@@ -286,14 +294,13 @@ class _Reader:
             self._malformed(stats, first_line + idx[j], why[j])
         models: list[str | None] = []
         if self.want_paths:
-            for j, req in enumerate(reqs):
-                if keep[j]:
-                    model, infer = self._model(req)
-                    if self.inference_only and not infer:
-                        keep[j] = False
-                        stats.filtered += 1
-                    else:
-                        models.append(model)
+            get, look = self.paths.get, self._model
+            pairs = [get(r) or look(r) for r in reqs]
+            if self.inference_only:
+                infer = np.fromiter((p[1] for p in pairs), dtype=bool, count=len(pairs))
+                stats.filtered += int((keep & ~infer).sum())
+                keep &= infer
+            models = [p[0] for p, k in zip(pairs, keep.tolist(), strict=True) if k]
         else:
             models = [None] * int(keep.sum())
         nums = np.asarray(idx, dtype=np.int64)[keep] + first_line
