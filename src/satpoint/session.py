@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import psutil
 
 from satpoint.analysis.flamegraph import profiles_seen, py_spy_counts, sample_count, top_functions
@@ -137,14 +138,16 @@ def run_segment(
     descending: bool = False,
     due_s: FloatArray | None = None,
     arrival: str | None = None,
+    payload_index: npt.NDArray[np.int64] | None = None,
 ) -> Segment:
     """Run one open-loop schedule (the stages, ramping from ``start_rps``) and package its rows
     (checkpointed to ``checkpoint`` while it runs, if given).  ``due_s`` (with ``arrival``, what the
     segment records as its arrival process): the due times to send at instead of the plan's own, e.g. a
-    replayed trace; the stages then only cut the run into judged stages.  ``descending`` allows falling targets (a
-    sequence satpoint plans itself, ``find --hysteresis``; a user's plan must rise).  With ``fleet``, the
-    schedule runs on its hosts (each regenerates its own rows) and the merged rows come back; the hosts'
-    figures are kept under the generator's ``ray`` key."""
+    replayed trace; the stages then only cut the run into judged stages.  ``payload_index``: each row's
+    payload (an index into the target's payloads) instead of the payloads in turn.  ``descending`` allows
+    falling targets (a sequence satpoint plans itself, ``find --hysteresis``; a user's plan must rise).  With
+    ``fleet``, the schedule runs on its hosts (each regenerates its own rows) and the merged rows come back;
+    the hosts' figures are kept under the generator's ``ray`` key."""
     check_plan_fits(stages, start_rps, descending=descending)
     if due_s is not None and fleet is not None:
         raise PlanError("a replayed trace runs on this machine's generator processes (--procs), not on --ray hosts")
@@ -156,6 +159,7 @@ def run_segment(
         drain_s=min(opts.drain_s, opts.timeout_s),
         warm_connections=opts.warm_connections,
         payload_count=len(target.payload_docs),
+        payload_index=payload_index,
     )
     fleet_block: dict[str, Any] | None = None
     if fleet is not None:
@@ -409,6 +413,7 @@ class Session:
         due_s: FloatArray | None = None,
         arrival: str | None = None,
         generator_extra: dict[str, Any] | None = None,
+        payload_index: npt.NDArray[np.int64] | None = None,
     ) -> Segment:
         """Run an open-loop segment, append it to the folder (unless ``append`` is False: the caller
         does) and return it.  If it fails, the rows it checkpointed are appended before the error
@@ -441,6 +446,7 @@ class Session:
                 descending=descending,
                 due_s=due_s,
                 arrival=arrival,
+                payload_index=payload_index,
             )
         except BaseException as e:
             self._mark(f"end {index}")

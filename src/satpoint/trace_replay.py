@@ -32,6 +32,7 @@ from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_rows_fit
 from satpoint.traffic.trace_plan import TraceOptions, TraceSchedule, build
+from satpoint.traffic.trace_read import TraceError
 
 #: the header's key for what was replayed
 HEADER_KEY = "trace"
@@ -72,11 +73,14 @@ def plan_trace(trace: TraceOptions, on_event: OnEvent | None = None) -> TraceSch
         f"{info['replayed']:,} requests over {info['run_s']:.1f} s ({info['mean_rps']} rps on average, "
         f"{burst} in the busiest second) in {len(sched.stages)} stages of {trace.stage_s / trace.speed:g} s",
     )
-    if info["columns"]:
+    if sched.payload_index is not None:
+        say(on_event, "the trace's payload column picks each request's --payload request (0-based)")
+    unused = [c for c in info["columns"] if c != "payload"]
+    if unused:
         say(
             on_event,
-            "the trace's " + ", ".join(info["columns"]) + " column(s) are read and counted (summary.json's trace "
-            "block), not applied: every request goes to --model with the --payload requests in turn",
+            "the trace's " + ", ".join(unused) + " column(s) are read and counted (summary.json's trace block), "
+            "not applied: every request goes to --model with --batch-size",
             "warning",
         )
     return sched
@@ -111,6 +115,12 @@ def run_trace(
     sched = plan_trace(trace.validate(), on_event)
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    pay = sched.payload_index
+    if pay is not None and len(pay) and (int(pay.min()) < 0 or int(pay.max()) >= len(prepared.payload_docs)):
+        raise TraceError(
+            f"the trace's payload column holds {int(pay.min())}..{int(pay.max())}; the requests given "
+            f"(--payload) are numbered 0..{len(prepared.payload_docs) - 1}"
+        )
     config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
     out_dir = Path(out) if out is not None else Path("results") / f"trace-{_stamp()}"
     with Observer(observe, out_dir) as observer:
@@ -118,7 +128,14 @@ def run_trace(
         session.results.header[HEADER_KEY] = sched.info
         write_header(session.out_dir, session.results)
         try:
-            session.measure(sched.stages, title="trace", descending=True, due_s=sched.due_s, arrival=TRACE_ARRIVAL)
+            session.measure(
+                sched.stages,
+                title="trace",
+                descending=True,
+                due_s=sched.due_s,
+                arrival=TRACE_ARRIVAL,
+                payload_index=pay,
+            )
         except LOST_ERRORS as e:
             session.results.header[TARGET_LOST_KEY] = {"when": "as the run started", "error": str(e)}
             write_header(session.out_dir, session.results)

@@ -209,3 +209,13 @@ def test_fidelity_measures_lag_against_the_trace_times() -> None:
     assert rows[0]["lag_ms"]["max"] == pytest.approx(2.0)
     assert rows[1]["late_fraction"] == pytest.approx(0.2) and rows[1]["never_sent"] == 1  # 0.5 ms is on time
     assert overall(rows)["late_fraction"] == pytest.approx(0.2)
+
+
+def test_the_payload_column_follows_its_rows_through_window_and_sorting(tmp_path: Path) -> None:
+    path = tmp_path / "pay.csv"
+    rows = [(T0 + 5, 5), (T0 + 1, 1), (T0 + 3, 3), (T0 + 2, 2), (T0 + 9, 9), (T0 + 0, 0)]
+    path.write_text("timestamp,payload\n" + "".join(f"{t},{p}\n" for t, p in rows))
+    sched = build(TraceOptions(path, window="1..6", chunk_rows=2))
+    assert sched.due_s.tolist() == [0.0, 1.0, 2.0, 4.0]
+    assert sched.payload_index is not None and sched.payload_index.tolist() == [1, 2, 3, 5]
+    assert build(TraceOptions(csv_trace(tmp_path / "no.csv", ["1767225600"]))).payload_index is None

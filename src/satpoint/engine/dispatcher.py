@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from satpoint.engine.timer import WakeTimer
 from satpoint.metrics.checkpoint import RowCheckpoint
@@ -34,6 +35,9 @@ class DispatchOptions:
     drain_s: float = 10.0  # after the last due time, wait at most this long for outstanding requests
     warm_connections: int = 8
     payload_count: int = 1
+    #: each row's payload (an index into the prepared payloads), e.g. a replayed trace's ``payload`` column;
+    #: None: the payloads in turn (row ``i`` sends payload ``i % payload_count``)
+    payload_index: npt.NDArray[np.int64] | None = None
 
 
 @dataclass(slots=True)
@@ -207,6 +211,9 @@ class OpenLoopDispatcher(Housekeeping):
         self._finished = self._loop.create_future()
         self._transport = self._factory(self.rec, self._on_free)
         self._send = self._transport.try_send
+        if self._opts.payload_index is not None:  # each row's own payload (the hot loops' i % npay is ignored)
+            raw_send, rows = self._send, array("q", np.asarray(self._opts.payload_index, dtype=np.int64).tobytes())
+            self._send = lambda i, _: raw_send(i, rows[i])
         await self._transport.prepare(self._opts.warm_connections)
         keeper = self._loop.create_task(self._housekeeping(self._opts.timeout_s))
         self._timer = WakeTimer(self._loop, self._tick)

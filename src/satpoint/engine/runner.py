@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import resource_tracker
 from types import FrameType
 from typing import Any
@@ -86,6 +86,13 @@ class RunOutput:
 
 def _shard_rows(due_s: FloatArray, shard: int, procs: int) -> FloatArray:
     return due_s[shard::procs]
+
+
+def _shard_options(options: DispatchOptions, shard: int, procs: int) -> DispatchOptions:
+    """A shard's dispatch options: its rows' payloads, when every row has its own (``payload_index``)."""
+    if options.payload_index is None:
+        return options
+    return replace(options, payload_index=options.payload_index[shard::procs])
 
 
 def split_max_inflight(build: FactoryBuilder, procs: int) -> tuple[FactoryBuilder, int | None]:
@@ -335,7 +342,7 @@ def run_schedule(
                     _shard_rows(due_s, k, procs),
                     t0,
                     shard_build,
-                    options,
+                    _shard_options(options, k, procs),
                     progress_q,
                     result_q,
                     child_stop,

@@ -283,6 +283,8 @@ class TraceSchedule:
     due_s: FloatArray
     stages: list[Stage]
     info: dict[str, Any]
+    #: each row's ``payload`` column (an index into ``--payload``), when the trace has one
+    payload_index: np.ndarray[Any, np.dtype[np.int64]] | None = None
 
 
 def _iso(t: float) -> str:
@@ -324,17 +326,23 @@ def build(
     if fits is not None:
         fits(sc.rows_between(lo, hi))
     parts: list[FloatArray] = []
+    pays: list[np.ndarray[Any, np.dtype[np.int64]]] = []
     for ch in iter_chunks(opts.path, opts.format, opts.time_column, opts.time_unit, opts.seed, opts.chunk_rows):
         t = ch.times
-        sel = t[(t >= lo) & (t < hi)]
-        if len(sel):
-            parts.append(sel)
+        keep = (t >= lo) & (t < hi)
+        if keep.any():
+            parts.append(t[keep])
+            if ch.payload is not None:
+                pays.append(ch.payload[keep])
     if not parts:
         raise TraceError(f"the slice {_iso(lo)} .. {_iso(hi)} of the trace holds no request")
     times = np.concatenate(parts)
-    del parts
+    payload = np.concatenate(pays) if len(pays) == len(parts) else None
+    del parts, pays
     if not sc.in_order:
-        times.sort(kind="stable")
+        order = np.argsort(times, kind="stable")
+        times = times[order]
+        payload = payload[order] if payload is not None else None
     due: FloatArray = (times - lo) / opts.speed
     del times
     duration = (hi - lo) / opts.speed
@@ -350,4 +358,4 @@ def build(
             "mean_rps": round(len(due) / duration, 3) if duration > 0 else None,
         }
     )
-    return TraceSchedule(due, stages, info)
+    return TraceSchedule(due, stages, info, payload)
