@@ -217,6 +217,8 @@ class FindOptions:
             raise ValueError("ramp >= 0, 0 < min hold <= max hold and min requests >= 1 are required")
         if self.repeats < 1:
             raise ValueError("repeats must be >= 1")
+        if not 0 <= self.cooldown_s <= 600:
+            raise ValueError("cooldown must be between 0 and 600 s")
         return self
 
     def describe(self, start_rps: float, slo: dict[str, float]) -> dict[str, Any]:

@@ -12,7 +12,9 @@ import pytest
 from satpoint.servers.sim_process import SimServer
 
 pytestmark = pytest.mark.slow
+# the sim drains at once: no rest between stages (the idle probes still check it)
 FAST = ["--ramp", "0.5", "--min-hold", "2.5", "--max-hold", "3", "--min-requests", "500", "--no-html"]
+FAST += ["--cooldown", "0"]
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,8 @@ def test_grpc_find_estimates_capacity(tmp_path: Path) -> None:
             "3",
             "--min-requests",
             "500",
+            "--cooldown",
+            "0",
             "--out",
             str(tmp_path),
             "--no-html",

@@ -77,6 +77,9 @@ def find(
     emit_k8s: Annotated[Path | None, typer.Option(help="write Seldon Core 2 Model + HPA YAML here")] = None,
     start_rps: Annotated[float | None, typer.Option(help="first stage rate (default: from a probe)")] = None,
     growth: Annotated[float, typer.Option(help="staircase factor between stages")] = 2.0,
+    cooldown: Annotated[
+        float, typer.Option(help="rest between stages, s (at least 5 after an overload unless 0; probes check idle)")
+    ] = 2.0,
     max_rps: Annotated[float, typer.Option(help="never offer more than this")] = 50_000.0,
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed")] = 0,
@@ -160,7 +163,7 @@ def find(
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
-            confirm=confirm, repeats=repeats, hysteresis=hysteresis,
+            confirm=confirm, repeats=repeats, hysteresis=hysteresis, cooldown_s=cooldown,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
         )  # fmt: skip
         managed = url is None
