@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,3 +85,24 @@ def test_the_rest_builder_can_be_split_and_a_builder_without_a_cap_is_kept() -> 
         raise NotImplementedError
 
     assert split_max_inflight(plain, 4) == (plain, None)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin to one of them")
+def test_a_shard_run_in_place_gives_the_caller_its_cpus_back() -> None:
+    # a sweep runs its one-process generator in place: pinned to the generator's CPU for the run, it must
+    # pick the next point's server cores from every CPU satpoint may use afterwards
+    before = os.sched_getaffinity(0)
+    gen_cpu = max(before)
+    seen: list[set[int]] = []
+
+    def stop() -> bool:  # called at every housekeeping tick, in the shard's thread
+        seen.append(os.sched_getaffinity(0))
+        return False
+
+    factory, _ = fake_factory(answer_after(0.001))
+    due = np.arange(120, dtype=np.float64) / 200.0  # 0.6 s
+    opts = DispatchOptions(timeout_s=5.0, drain_s=1.0, warm_connections=1)
+    rec, _ = run_shard(due, perf() + 0.05, lambda: factory, opts, None, stop, cpus=[gen_cpu])
+    assert len(rec) == 120
+    assert seen and all(s == {gen_cpu} for s in seen)  # pinned while it ran
+    assert os.sched_getaffinity(0) == before

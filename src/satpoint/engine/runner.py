@@ -124,9 +124,29 @@ def run_shard(
     shard: int = 0,
 ) -> tuple[Records, ShardStats]:
     """Run one shard's rows on a fresh event loop; with ``checkpoint``, its rows are appended to its
-    checkpoint file about once a second and once more, complete, when it ends."""
-    if cpus:
-        os.sched_setaffinity(0, cpus)
+    checkpoint file about once a second and once more, complete, when it ends.  Pinned to ``cpus`` while
+    it runs; the calling thread's CPUs are restored after (run in place, the caller goes on: a sweep's
+    next point picks its server's cores from the CPUs satpoint may use, not the generator's)."""
+    if not cpus:
+        return _run_shard(due_s, t0, build, options, on_snapshot, stop_requested, checkpoint, shard)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        return _run_shard(due_s, t0, build, options, on_snapshot, stop_requested, checkpoint, shard)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _run_shard(
+    due_s: FloatArray,
+    t0: float,
+    build: FactoryBuilder,
+    options: DispatchOptions,
+    on_snapshot: Callable[[LiveSnapshot], None] | None,
+    stop_requested: Callable[[], bool],
+    checkpoint: CheckpointSpec | None,
+    shard: int,
+) -> tuple[Records, ShardStats]:
     # whatever the cap (--max-inflight, automatic, a Ray host's share): this process's own limit, raised,
     # and no more connections than it leaves room for
     fd_limit = raise_fd_limit()
