@@ -16,8 +16,9 @@ Three paths, all exact:
   i - c and the queue is c interleaved single-slot queues (arrivals i = r mod c), each vectorised;
 - otherwise: the heap, ``heapq.heapreplace`` over Python floats, O(n log c).
 
-Measured on this project's 2-core machine (benchmarks/RESULTS.md, "Queue prediction"): 10^6 arrivals take
-well under a second on the vectorised paths and about a second through the heap.
+Measured on this project's 2-core machine (benchmarks/RESULTS.md, "Traffic importers and the queue
+prediction"): 10^6 arrivals take 0.04-0.05 s on the vectorised paths and 0.34-0.39 s through the heap
+(4 and 40 slots).
 """
 
 from __future__ import annotations
