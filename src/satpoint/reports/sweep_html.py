@@ -175,12 +175,22 @@ def _table_html(doc: Mapping[str, Any]) -> str:
         "diagnosis",
         "vs 1 worker",
     ]
+    srv = [r.get("server") or {} for r in sorted_rows(doc)]
+    limited = any(x.get("throttled_share_at_saturation") or x.get("memory_peak_mb") for x in srv)  # cgroup limits
+    if limited:
+        head += ["throttled periods at sat./85 %", "cgroup peak MB"]
     quality = has_quality(doc)
     if quality:
         head += list(QUALITY_HEADS)
     rows = []
     for r in sorted_rows(doc):
         sc = r.get("scaling")
+        x = r.get("server") or {}
+        th = (x.get("throttled_share_at_saturation"), x.get("throttled_share_at_operating_point"))
+        limit_cells = [
+            "/".join(f"{v['median']:.0%}" if v else "-" for v in th),
+            median_range(x.get("memory_peak_mb"), ".0f"),
+        ]
         rows.append(
             [
                 esc(r["id"]) + (" ★" if r["id"] in front else ""),
@@ -197,6 +207,7 @@ def _table_html(doc: Mapping[str, Any]) -> str:
                 esc(median_range(r["server"]["cpu_us_per_request"], ".0f")),
                 esc(", ".join(r["server"]["diagnosis"]) or "-"),
                 esc(scaling_text(sc)),
+                *([esc(c) for c in limit_cells] if limited else []),
                 *([esc(c) for c in quality_cells(r)] if quality else []),
             ]
         )
