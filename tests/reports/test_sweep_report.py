@@ -134,3 +134,26 @@ def test_report_rewrites_the_files_and_moves_nothing(tmp_path: Path) -> None:
     assert cut.is_dir() and [p.name for p in cut.parent.iterdir()] == ["m2"]
     assert out["measurements"][-1]["status"] == "running" and "resumed" not in out
     assert (tmp_path / "sweep.csv").is_file() and (tmp_path / "report.html").is_file()
+
+
+def test_points_under_a_cgroup_limit_show_their_throttling_and_memory_peak() -> None:
+    """The throttled share at saturation/85 % and the cgroup's memory peak: in the terminal table and the
+    HTML points table when a point ran under a limit; absent otherwise."""
+    plain = make_doc()
+    assert "throttled periods" not in render_sweep(plain)
+    doc = make_doc()
+    for m in doc["measurements"]:
+        f = m["figures"]
+        f["server_at_saturation"]["throttled_share"] = 0.42
+        f["server_at_operating_point"] = {"rps": 1.0, "cpu_cores": 0.5, "throttled_share": 0.05}
+        f["memory_peak_mb"] = 301.0
+    doc.update(
+        analyse(
+            SweepConfig.from_dict(doc["config"]), SweepConfig.from_dict(doc["config"]).points(), doc["measurements"]
+        )
+    )
+    page = render_sweep(doc)
+    assert "throttled periods at sat./85 %" in page and "42%/5%" in page and "301" in page
+    console = Console(record=True, width=260)
+    print_sweep(console, doc)
+    assert "42%" in console.export_text()
