@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from satpoint import api
+from satpoint.analysis.trace_headroom import search_params
 from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
@@ -51,13 +52,24 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.cli.trace_opts import (
+    StartSpeedOpt,
+    TraceFormatOpt,
+    TracePeakOpt,
+    TraceStageOpt,
+    TraceTimeColumnOpt,
+    TraceWindowOpt,
+)
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.diff_files import noted_baseline_target
 from satpoint.reports.find_terminal import print_find
+from satpoint.reports.headroom_terminal import print_headroom
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.servers.embedded import embedded_settings
+from satpoint.trace_headroom import find_headroom
+from satpoint.traffic.trace_plan import TraceOptions
 
 
 def find(
@@ -151,14 +163,39 @@ def find(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     baseline: BaselineOpt = None,
+    trace: Annotated[Path | None, typer.Option(help="search the speed factor at which this trace is sustained")] = None,
+    trace_format: TraceFormatOpt = None,
+    trace_time_column: TraceTimeColumnOpt = "timestamp",
+    trace_window: TraceWindowOpt = None,
+    trace_peak: TracePeakOpt = None,
+    trace_stage_s: TraceStageOpt = 60.0,
+    start_speed: StartSpeedOpt = 1.0,
 ) -> None:
-    """Find the single-replica saturation point and recommend an autoscaling target."""
+    """Find the single-replica saturation point and recommend an autoscaling target (or, with --trace, the
+    headroom: how many times as fast as recorded one replica sustains a trace)."""
     tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
         if url is not None and model is None:
             raise fail("--url needs --model")
+        if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)
+            if url is None or model is None:
+                raise fail("find --trace needs --url and --model (a running server)")
+            tgt = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+            replay = TraceOptions(trace, trace_format, trace_time_column, "auto", 1.0, trace_window, trace_peak,
+                                  trace_stage_s, seed)  # fmt: skip
+            load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
+                               parse_cpus(generator_cpus) if generator_cpus else None,
+                               grpc_connections=grpc_connections)  # fmt: skip
+            params = search_params(precision, growth, start_speed, confirm=confirm)
+            with interruptible() as stop, EventPrinter(console, secrets) as printer:
+                found = find_headroom(tgt, replay, params, load=load, budget_s=budget_s, cooldown_s=cooldown,
+                                      margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
+                                      emit_k8s=emit_k8s, on_event=printer, stop=stop)  # fmt: skip
+            print_headroom(console, found.block)
+            console.print(f"results: {found.out_dir}")
+            return 0 if found.block["speed"] is not None else 3
         served = embedded_model(url, demo_model, runtime, model_dir)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,

@@ -14,3 +14,5 @@ SpeedOpt = Annotated[float, typer.Option(help="--trace: replay X times as fast (
 TraceWindowOpt = Annotated[str | None, typer.Option(help="--trace: replay START..END only (2m..12m, or ISO times)")]
 TracePeakOpt = Annotated[str | None, typer.Option(help="--trace: replay the busiest window this long (10m), printed")]
 TraceStageOpt = Annotated[float, typer.Option(help="--trace: seconds of trace per judged stage")]
+StartSpeedOpt = Annotated[float, typer.Option(help="find --trace: the first speed factor tried")]
+ServerSlotsOpt = Annotated[int | None, typer.Option(help="--trace: the server's concurrency for the queue prediction")]

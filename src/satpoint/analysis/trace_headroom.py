@@ -1,0 +1,177 @@
+"""``find --trace``: the headroom factor, as pure functions of the replays measured so far.
+
+The rate search (``analysis.search``) is reused as it is, over the speed factor X instead of a rate:
+each "stage" of the search is a whole replay of the trace (or its ``--trace-window``/``--trace-peak``
+slice) at speed X, and a replay counts as stable when every one of its stages (a minute of trace each,
+judged against the trace's own rate in that minute) is stable (``replay_verdict``).  Staircase from the
+start speed by ``growth``, geometric bisection between the highest stable and the lowest unstable speed
+to ``precision``, retest of a contradicted replay, and a confirmation: the answer is replayed once more
+(``confirm_margin`` 0: at X itself) and, if that replay is not stable, it becomes the lowest unstable
+speed and the bisection goes on below it.  Every replay starts from idle (``fresh``).
+
+The headroom X says: one replica sustains this traffic played X times as fast.  Its busiest minute then
+arrives at ``X x peak_rps_per_minute``: that is the per-replica capacity *for this traffic's shape*
+(``capacity_rps``); at the autoscaling margin a replica is given ``capacity x (1 - margin)``, so the
+trace's own peak (played as recorded) needs ``ceil(1 / (X x (1 - margin)))`` replicas
+(``replicas_for_peak``): 1 when X is comfortably above 1, more when the recorded traffic is a fleet's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from satpoint.analysis.search import LIMITED, Measured, SearchParams, Step, bracket, next_step
+from satpoint.analysis.verdicts import Verdict
+from satpoint.plan import FloatArray
+
+#: the search's phase for the replays at 50 and 80 % of the answer (after the search, not part of it)
+PROFILE_FRACTIONS = (0.5, 0.8)
+#: more replays than this and the search stops (a guard: the bracket converges long before)
+MAX_REPLAYS = 40
+
+
+def search_params(
+    precision: float = 0.05,
+    growth: float = 2.0,
+    start_speed: float = 1.0,
+    max_speed: float = 1000.0,
+    confirm: bool = True,
+) -> SearchParams:
+    """The rate search's parameters read as speeds (X): the confirmation replays the answer itself."""
+    if not 0 < precision < 1:
+        raise ValueError(f"--precision must be in (0, 1), got {precision}")
+    if growth <= 1:
+        raise ValueError(f"--growth must be > 1, got {growth}")
+    if not 0 < start_speed <= max_speed:
+        raise ValueError(f"--start-speed must be in (0, {max_speed:g}], got {start_speed}")
+    return SearchParams(
+        start_rps=start_speed,
+        growth=growth,
+        precision=precision,
+        max_rps=max_speed,
+        min_rps=min(0.01, start_speed),
+        confirm_margin=0.0 if confirm else None,
+    )
+
+
+def replay_verdict(stage_verdicts: Sequence[str]) -> str:
+    """One replay's verdict from its stages': stable when all are; generator/client-limited when one was
+    (the replay said nothing about the server); else the first stage's verdict that was not stable."""
+    if not stage_verdicts:
+        return Verdict.INCOMPLETE.value
+    limited = [v for v in stage_verdicts if v in LIMITED]
+    if limited:
+        return limited[0]
+    return next((v for v in stage_verdicts if v != Verdict.STABLE), Verdict.STABLE.value)
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    history: list[Measured]
+    ended: str  # "converged" | "budget" | "stopped" | "limit"
+    speed: float | None  # the highest speed sustained (None: not even the lowest tried)
+    bracket: tuple[float | None, float | None]
+
+
+def search_speed(
+    measure: Callable[[Step], Measured | None],
+    params: SearchParams,
+    fits: Callable[[Step], bool] = lambda _s: True,
+) -> SearchOutcome:
+    """Run the rate search over speeds: ``measure(step)`` replays at ``step.rate_rps`` (= X) and returns
+    its ``Measured`` (None: interrupted); ``fits(step)`` says whether the budget still holds that replay."""
+    history: list[Measured] = []
+    ended = "converged"
+    while True:
+        step = next_step(history, params)
+        if step is None:
+            break
+        if len(history) >= MAX_REPLAYS:
+            ended = "limit"
+            break
+        if not fits(step):
+            ended = "budget"
+            break
+        m = measure(step)
+        if m is None:
+            ended = "stopped"
+            break
+        history.append(m)
+    b = bracket(history)
+    return SearchOutcome(history, ended, b.stable_rps, (b.stable_rps, b.unstable_rps))
+
+
+def trace_peaks(offsets_s: FloatArray) -> tuple[float, float]:
+    """The busiest whole minute's mean rate and the busiest whole second's count of a slice's arrivals
+    (seconds from its start, as recorded: speed 1).  A slice shorter than a minute: its mean rate."""
+    if len(offsets_s) == 0:
+        return 0.0, 0.0
+    sec = np.floor(np.asarray(offsets_s, dtype=np.float64)).astype(np.int64)
+    sec -= int(sec.min())
+    per_s = np.bincount(sec)
+    span = float(np.max(offsets_s) - np.min(offsets_s))
+    if len(per_s) < 60:
+        per_min = len(offsets_s) / max(span, 1.0)
+    else:
+        c = np.concatenate(([0], np.cumsum(per_s)))
+        per_min = float((c[60:] - c[:-60]).max()) / 60.0
+    return float(per_min), float(per_s.max())
+
+
+def replicas_for_peak(speed: float, margin: float) -> int:
+    """Replicas the trace's own peak needs when each replica is given ``speed x (1 - margin)`` of it."""
+    if speed <= 0 or not 0 <= margin < 1:
+        raise ValueError(f"speed must be > 0 and margin in [0, 1), got {speed}, {margin}")
+    return max(1, math.ceil(1.0 / (speed * (1.0 - margin)) - 1e-9))
+
+
+def latency_at(fraction: float, speed: float, stages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A replay's latency, for the profile at ``fraction`` of the headroom: the worst stage's (minute's)
+    p50/p99/p99.9, its verdict, the trace rate offered per second in that stage."""
+    verdict = replay_verdict([s["verdict"] for s in stages])
+    worst = max(stages, key=lambda s: s["latency_ms"].get("p99") or 0.0) if stages else None
+    lat = worst["latency_ms"] if worst else {}
+    return {
+        "fraction": fraction,
+        "speed": round(speed, 4),
+        "verdict": verdict,
+        "worst_stage": worst["index"] if worst else None,
+        "offered_rps": worst["offered_rps"] if worst else None,
+        "p50_ms": lat.get("p50"),
+        "p99_ms": lat.get("p99"),
+        "p999_ms": lat.get("p999"),
+    }
+
+
+def headroom_block(
+    outcome: SearchOutcome,
+    params: SearchParams,
+    peak_min: float,
+    peak_s: float,
+    margin: float,
+    replays: list[dict[str, Any]],
+    latency: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """``summary.json``'s ``trace_headroom`` block."""
+    x = outcome.speed
+    lo, hi = outcome.bracket
+    return {
+        "speed": None if x is None else round(x, 4),
+        "bracket": [None if lo is None else round(lo, 4), None if hi is None else round(hi, 4)],
+        "precision": params.precision,
+        "ended": outcome.ended,
+        "confirmed": params.confirm_margin is not None and outcome.ended == "converged" and x is not None,
+        "trace_peak_rps_per_minute": round(peak_min, 3),
+        "trace_peak_rps_per_second": peak_s,
+        "capacity_rps": None if x is None else round(x * peak_min, 3),
+        "margin": margin,
+        "target_rps_per_replica": None if x is None else round(x * peak_min * (1 - margin), 3),
+        "replicas_for_peak": None if x is None else replicas_for_peak(x, margin),
+        "replays": replays,
+        "latency_at": latency,
+    }

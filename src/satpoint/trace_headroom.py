@@ -1,0 +1,171 @@
+"""``find --trace``: the highest speed X at which one replica sustains a recorded trace (its headroom).
+
+The search over X is ``analysis.trace_headroom`` (the rate search reused over speeds); each of its steps
+is a whole ``run --trace`` replay (``trace_replay.run_trace``) at speed X, from idle, in a folder of its
+own under ``OUT/replays/``.  After the answer is confirmed (replayed once more at X), the trace is
+replayed at 50 % and 80 % of X when the budget holds them (the latency profile; 100 % is the
+confirmation).  ``OUT/summary.json`` is the answer's replay summary (its stages, fidelity, rows in its
+folder) with the additive ``trace_headroom`` block; ``OUT/headroom.json`` holds the same block alone.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from satpoint.analysis.capacity import recommend
+from satpoint.analysis.search import Measured, SearchParams, Step
+from satpoint.analysis.trace_headroom import (
+    PROFILE_FRACTIONS,
+    headroom_block,
+    latency_at,
+    replay_verdict,
+    search_speed,
+    trace_peaks,
+)
+from satpoint.analysis.verdicts import Verdict
+from satpoint.config import LoadOptions
+from satpoint.endpoints.spec import Target
+from satpoint.progress import OnEvent, say
+from satpoint.reports.k8s import max_replicas_choice, write_k8s
+from satpoint.session import check_rows_fit
+from satpoint.trace_replay import run_trace
+from satpoint.traffic.trace_plan import TraceOptions, build
+
+#: seconds a replay costs beyond its run time (connections, the session's files), for the budget
+OVERHEAD_S = 3.0
+
+
+@dataclass(frozen=True)
+class HeadroomResult:
+    block: dict[str, Any]  # summary.json's trace_headroom
+    out_dir: Path
+    k8s_files: tuple[Path, ...] = ()
+
+
+def find_headroom(
+    target: Target,
+    trace: TraceOptions,
+    params: SearchParams,
+    *,
+    load: LoadOptions | None = None,
+    budget_s: float = 600.0,
+    cooldown_s: float = 2.0,
+    margin: float = 0.15,
+    profile: bool = True,
+    max_error_rate: float = 0.01,
+    out: Path | str | None = None,
+    emit_k8s: Path | str | None = None,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> HeadroomResult:
+    """Search the speed factor at which ``trace`` is sustained by ``target`` (see the module's doc)."""
+    trace = trace.validate()
+    stop = stop or threading.Event()
+    out_dir = Path(out) if out is not None else Path("results") / f"find-trace-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recorded = build(replace(trace, speed=1.0), fits=check_rows_fit)  # the slice as recorded: its peaks and span
+    peak_min, peak_s = trace_peaks(recorded.due_s)
+    span_s = float(recorded.due_s[-1]) if len(recorded.due_s) else 0.0
+    say(
+        on_event,
+        f"find --trace: the slice spans {span_s:.0f} s, its busiest minute {peak_min:.1f} rps, its busiest second "
+        f"{peak_s:.0f} requests; searching the speed factor X from {params.start_rps:g} "
+        f"(precision {params.precision:g})",
+    )
+    started = time.monotonic()
+    replays: list[dict[str, Any]] = []
+    folders: dict[int, Path] = {}
+
+    def replay(speed: float, name: str) -> dict[str, Any] | None:
+        folder = out_dir / "replays" / f"{len(replays) + 1:02d}-{name}-x{speed:.4g}"
+        t0 = time.monotonic()
+        res = run_trace(
+            target, replace(trace, speed=speed), load=load, max_error_rate=max_error_rate, out=folder, html=False,
+            on_event=on_event, stop=stop,
+        )  # fmt: skip
+        stages = [s.model_dump() for s in res.summary.stages]
+        verdict = replay_verdict([s["verdict"] for s in stages])
+        if res.summary.interrupted or res.summary.target_lost is not None:
+            verdict = Verdict.INCOMPLETE.value
+        rec = {
+            "speed": round(speed, 4),
+            "phase": name,
+            "verdict": verdict,
+            "stages": len(stages),
+            "unstable_stages": sum(1 for s in stages if s["verdict"] != Verdict.STABLE),
+            "p99_ms_worst_stage": max((s["latency_ms"].get("p99") or 0.0 for s in stages), default=None),
+            "seconds": round(time.monotonic() - t0, 1),
+            "folder": str(res.out_dir.relative_to(out_dir))
+            if res.out_dir.is_relative_to(out_dir)
+            else str(res.out_dir),
+            "_stages": stages,
+        }
+        folders[len(replays)] = res.out_dir
+        replays.append(rec)
+        say(
+            on_event,
+            f"replay at speed {speed:.4g} ({name}): {verdict}, "
+            f"{rec['unstable_stages']}/{len(stages)} stages not stable",
+        )
+        return None if stop.is_set() else rec
+
+    def measure(step: Step) -> Measured | None:
+        if replays and step.fresh and cooldown_s > 0 and stop.wait(cooldown_s):
+            return None
+        rec = replay(step.rate_rps, step.phase)
+        return None if rec is None else Measured(step.rate_rps, rec["verdict"], step.phase)
+
+    def fits(speed: float) -> bool:
+        return time.monotonic() - started + span_s / speed + OVERHEAD_S + cooldown_s <= budget_s
+
+    outcome = search_speed(measure, params, lambda s: fits(s.rate_rps))
+    if outcome.ended == "budget":
+        say(on_event, f"budget of {budget_s:g} s reached: the headroom is known to the bracket only", "warning")
+    x = outcome.speed
+    latency: list[dict[str, Any]] = []
+    answer_i = None
+    if x is not None:
+        answer_i = max(
+            (
+                i
+                for i, r in enumerate(replays)
+                if abs(r["speed"] - round(x, 4)) < 1e-9 and r["verdict"] == Verdict.STABLE
+            ),
+            default=None,
+        )
+        if profile and not stop.is_set():
+            for f in PROFILE_FRACTIONS:
+                if not fits(x * f):
+                    say(on_event, f"budget: no replay at {f:.0%} of X", "warning")
+                    continue
+                if cooldown_s > 0 and stop.wait(cooldown_s):
+                    break
+                rec = replay(x * f, f"profile{int(f * 100)}")
+                if rec is None:
+                    break
+                latency.append(latency_at(f, x * f, rec["_stages"]))
+        if answer_i is not None:
+            latency.append(latency_at(1.0, x, replays[answer_i]["_stages"]))
+    public = [{k: v for k, v in r.items() if k != "_stages"} for r in replays]
+    block = headroom_block(outcome, params, peak_min, peak_s, margin, public, latency)
+    block["slice_span_s"] = round(span_s, 3)
+    block["slice_requests"] = len(recorded.due_s)
+    block["answer_folder"] = public[answer_i]["folder"] if answer_i is not None else None
+    summary: dict[str, Any] = {}
+    if answer_i is not None:  # the answer's replay summary, with the headroom beside it
+        src = folders[answer_i]
+        summary = json.loads((src / "summary.json").read_text())
+    summary["trace_headroom"] = block
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "headroom.json").write_text(json.dumps(block, indent=2) + "\n")
+    files: tuple[Path, ...] = ()
+    if emit_k8s is not None and x is not None:
+        rec_k8s = recommend(x * peak_min, margin, peak_rps=peak_min)
+        files = tuple(write_k8s(Path(emit_k8s), target.model, rec_k8s))
+        say(on_event, max_replicas_choice(rec_k8s)[1] + " (the trace's busiest minute)")
+    return HeadroomResult(block, out_dir, files)
