@@ -20,8 +20,9 @@ __all__ = ["DEFAULT_MAX_QUALITY_LOSS_PP", "MAX_QUALITY_LOSS_HELP", "artefact_cho
 #: the default of ``--max-quality-loss``: percentage points of held-out accuracy an artefact may lose
 DEFAULT_MAX_QUALITY_LOSS_PP = 1.0
 MAX_QUALITY_LOSS_HELP = (
-    "artefact sweeps (runtime/demo_model knobs): the held-out accuracy an artefact may lose against the sklearn "
-    f"reference, in percentage points, and still be recommended (default {DEFAULT_MAX_QUALITY_LOSS_PP:g})"
+    "artefact sweeps (runtime/demo_model knobs; model_dir with --eval-data): the accuracy an artefact may lose "
+    "against the reference (sklearn; the reference model folder), in percentage points, and still be recommended "
+    f"(default {DEFAULT_MAX_QUALITY_LOSS_PP:g})"
 )
 _EPS = 1e-9
 
@@ -38,9 +39,10 @@ def quality_text(q: Mapping[str, Any] | None) -> str:
         return "-"
     if q.get("error"):
         return f"quality not measured ({q['error']})"
+    dp = q.get("max_abs_proba_diff")
     return (
         f"accuracy {100 * q['accuracy']:.1f} % (loss {q['accuracy_loss_pp']:.1f} pp), "
-        f"agreement {100 * q['agreement']:.1f} %, max |Δp| {q['max_abs_proba_diff']:.3g}"
+        f"agreement {100 * q['agreement']:.1f} %, max |Δp| {'-' if dp is None else format(dp, '.3g')}"
     )
 
 
@@ -50,14 +52,17 @@ def artefact_choice(
     """The fastest point (by ``objective``) whose artefact loses at most ``max_loss_pp`` percentage
     points of held-out accuracy; None when the points are not of two or more artefacts with quality."""
     judged = [r for r in rows if _within(r, max_loss_pp) is not None]
-    artefacts = {(r["quality"].get("demo_model"), r["quality"].get("runtime")) for r in judged}
+    artefacts = {
+        (r["quality"].get("demo_model"), r["quality"].get("runtime"), r["quality"].get("model_dir")) for r in judged
+    }
     if len(artefacts) < 2:
         return None
     ok = [r for r in judged if _within(r, max_loss_pp)]
     over = [r for r in judged if not _within(r, max_loss_pp)]
     chosen = best(ok, objective) if ok else None
     fastest = best(judged, objective)
-    bound = f"accuracy loss at most {max_loss_pp:g} pp on the held-out split, --max-quality-loss"
+    split = "--eval-data" if any(r["quality"].get("model_dir") for r in judged) else "the held-out split"
+    bound = f"accuracy loss at most {max_loss_pp:g} pp on {split}, --max-quality-loss"
     if chosen is None:
         text = f"no artefact within the quality bound ({bound}) has a figure for the {OBJECTIVE_TEXT[objective]}"
     else:

@@ -93,6 +93,17 @@ def sweep(
     remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
     budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
     max_quality_loss: Annotated[float, typer.Option(help=MAX_QUALITY_LOSS_HELP)] = DEFAULT_MAX_QUALITY_LOSS_PP,
+    eval_data: Annotated[
+        Path | None,
+        typer.Option(
+            help="model folders (--model-dir, model_dir=): JSONL of inference requests, one per line, optionally "
+            'with "expected": {"name": "predict", "data": [labels]}; each folder is judged on it offline'
+        ),
+    ] = None,
+    reference_model_dir: Annotated[
+        Path | None,
+        typer.Option(help="with --eval-data: the model folder the others are compared with (default: the first)"),
+    ] = None,
     find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
     precision: Annotated[float, typer.Option(help="search precision (find's)")] = 0.05,
     profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
@@ -128,8 +139,11 @@ def sweep(
             console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
             return EXIT_OK
         if resume is not None:
-            if set_:
-                raise fail("--resume continues the sweep sweep.json describes: give no --set with it")
+            if set_ or eval_data or reference_model_dir:
+                raise fail(
+                    "--resume continues the sweep sweep.json describes: give no --set, --eval-data or "
+                    "--reference-model-dir with it"
+                )
             state = SweepState.resume(resume, headers)
             if state.cfg.server.reconfigure is not None:
                 console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
@@ -168,6 +182,7 @@ def sweep(
                 ),
                 repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
                 at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
+                eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
                 find=FindOptions(
                     precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP
@@ -43,6 +44,10 @@ class SweepConfig:
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     #: the accuracy (percentage points, held-out split) an artefact may lose and still be recommended
     max_quality_loss_pp: float = DEFAULT_MAX_QUALITY_LOSS_PP
+    #: a user's model folders judged on these requests (``servers.folder_quality``), against this folder
+    #: (None: the first point's)
+    eval_data: str | None = None
+    reference_model_dir: str | None = None
 
     def points(self) -> list[Point]:
         return grid(parse_set(self.sets, self.server.kind, self.server.reconfigure))
@@ -64,6 +69,8 @@ class SweepConfig:
             raise ValueError("--budget-s must be > 0")
         if not 0 <= self.max_quality_loss_pp <= 100:
             raise ValueError(f"--max-quality-loss is in percentage points, 0 to 100; got {self.max_quality_loss_pp:g}")
+        if self.reference_model_dir is not None and self.eval_data is None:
+            raise ValueError("--reference-model-dir is what --eval-data's answers are compared with: give --eval-data")
         if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
             raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
         if self.server.kind == "remote" and self.server.model is None:
@@ -88,6 +95,8 @@ class SweepConfig:
                 memory_bytes=max((x["memory_limit"] for x in limited if "memory_limit" in x), default=None),
             )
             check_available(wanted)  # limits this machine cannot apply: refused before any server starts
+        if self.eval_data is not None:
+            self._validate_eval_data(points)
         if self.server.kind in ("triton", "remote"):
             for p in points:
                 base_mbs = self.server.max_batch_size if self.server.kind == "triton" else None
@@ -99,6 +108,23 @@ class SweepConfig:
             if "rest" in protos and self.server.url is None:
                 raise ValueError("protocol=rest on a remote server needs --url")
         return self
+
+    def _validate_eval_data(self, points: list[Point]) -> None:
+        """``--eval-data`` judges model folders on the embedded MLServer: every point serves one, the file
+        reads as requests, the reference is a model folder."""
+        from satpoint.servers.folder_quality import read_eval_data
+        from satpoint.servers.mlserver_settings import read_model_folder
+
+        if self.server.kind != "mlserver" or any(
+            p.values.get("model_dir", self.server.model_dir) is None for p in points
+        ):
+            raise ValueError(
+                "--eval-data judges your model folders on the embedded MLServer (--model-dir or --set model_dir=…); "
+                "the demo models are judged on their held-out split without it"
+            )
+        read_eval_data(self.eval_data or "")
+        if self.reference_model_dir is not None:
+            read_model_folder(Path(self.reference_model_dir))
 
     def _validate_tls(self) -> None:
         """TLS options describe a remote server's https:// or grpcs:// URL, and name files that exist."""
@@ -121,6 +147,8 @@ class SweepConfig:
             "max_error_rate": self.max_error_rate,
             "budget_s": self.budget_s,
             "max_quality_loss_pp": self.max_quality_loss_pp,
+            "eval_data": self.eval_data,
+            "reference_model_dir": self.reference_model_dir,
             "find": {k: getattr(f, k) for k in f.__dataclass_fields__},
             "load": self.load.describe(),
         }
@@ -142,6 +170,8 @@ class SweepConfig:
             find=FindOptions(**fkw),
             load=LoadOptions.from_dict(dict(d.get("load") or {})),
             max_quality_loss_pp=float(d.get("max_quality_loss_pp", DEFAULT_MAX_QUALITY_LOSS_PP)),
+            eval_data=d.get("eval_data"),
+            reference_model_dir=d.get("reference_model_dir"),
         )
 
 

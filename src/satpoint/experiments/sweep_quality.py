@@ -5,6 +5,11 @@ point serving the user's ``model_dir`` has none), every distinct artefact is run
 split (``servers.artefact_quality``) and the figures are kept per point in ``sweep.json``
 (``artefact_quality``, shown as each point's ``quality``). A sweep of one plain ``sklearn`` artefact
 computes nothing. A failure is a warning: the sweep measures speed all the same.
+
+With ``--eval-data FILE`` the points serve the user's model folders instead: each distinct folder (and
+``--reference-model-dir``) is run offline on FILE's requests through its own MLServer runtime
+(``servers.folder_quality``), with the same figures per point. There a failure (the file's requests do not
+fit the model) stops the sweep before any server starts: the user asked for the comparison.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from satpoint.analysis.sweep_space import Point
 from satpoint.experiments.sweep_config import SweepConfig
 from satpoint.progress import OnEvent, say
 
-__all__ = ["point_artefacts", "sweep_quality"]
+__all__ = ["point_artefacts", "point_folders", "sweep_quality"]
 
 
 def point_artefacts(cfg: SweepConfig, points: Sequence[Point]) -> dict[str, tuple[str, str]]:
@@ -36,9 +41,34 @@ def point_artefacts(cfg: SweepConfig, points: Sequence[Point]) -> dict[str, tupl
     return out
 
 
+def point_folders(cfg: SweepConfig, points: Sequence[Point]) -> dict[str, str]:
+    """Point id → the model folder it serves (``model_dir`` knob or ``--model-dir``), in grid order."""
+    if cfg.server.kind != "mlserver":
+        return {}
+    out: dict[str, str] = {}
+    for p in points:
+        folder = p.values.get("model_dir", cfg.server.model_dir)
+        if folder is not None:
+            out[p.id] = str(folder)
+    return out
+
+
 def sweep_quality(cfg: SweepConfig, points: Sequence[Point], on_event: OnEvent | None = None) -> dict[str, Any]:
     """Point id → its artefact's quality figures (``{"error": …}`` when they could not be computed);
     empty when the sweep is not over artefacts."""
+    if cfg.eval_data is not None:
+        from satpoint.servers.folder_quality import folder_quality
+
+        folders = point_folders(cfg, points)
+        dirs = list(dict.fromkeys(folders.values()))
+        ref = cfg.reference_model_dir or (dirs[0] if dirs else None)
+        say(
+            on_event,
+            f"quality of {len(dirs)} model folder(s) on --eval-data {cfg.eval_data} against {ref} "
+            "(run offline through each folder's runtime, once each)",
+        )
+        by_folder = folder_quality(dirs, cfg.eval_data, cfg.reference_model_dir)
+        return {pid: by_folder[f] for pid, f in folders.items()}
     artefacts = point_artefacts(cfg, points)
     distinct = set(artefacts.values())
     if not distinct or (len(distinct) == 1 and next(iter(distinct))[1] == "sklearn"):

@@ -46,7 +46,7 @@ def quality_cells(r: Mapping[str, Any]) -> list[str]:
     return [
         f"{100 * q['accuracy']:.1f} ({q['accuracy_loss_pp']:+.1f})",
         f"{100 * q['agreement']:.1f}",
-        f"{q['max_abs_proba_diff']:.3g}",
+        "-" if q.get("max_abs_proba_diff") is None else f"{q['max_abs_proba_diff']:.3g}",
     ]
 
 

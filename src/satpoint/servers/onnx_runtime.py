@@ -12,7 +12,9 @@ main one and every parallel worker), never by ``import satpoint``.
 - ``predict()``: the first input decoded with MLServer's ``NumpyCodec`` (any numeric datatype, cast to
   float32; one row may come as a 1-D tensor), run, and the label output (``label``, int64 for a classifier
   converted with ``zipmap`` off; else the first output) returned as ``predict`` of shape ``[N, 1]``: the
-  answer ``mlserver_sklearn.SKLearnModel`` gives.
+  answer ``mlserver_sklearn.SKLearnModel`` gives. Like that runtime, a request naming the output
+  ``predict_proba`` gets the class probabilities (``probabilities``, ``[N, classes]``) under that name;
+  other requested names are ignored.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse
 from mlserver.utils import get_model_uri
 
-from satpoint.servers.demo_model import ONNX_FILENAME, ONNX_LABEL_OUTPUT, intra_op_threads
+from satpoint.servers.demo_model import ONNX_FILENAME, ONNX_LABEL_OUTPUT, ONNX_PROBA_OUTPUT, intra_op_threads
 
-__all__ = ["PREDICT_OUTPUT", "OnnxModel"]
+__all__ = ["PREDICT_OUTPUT", "PREDICT_PROBA_OUTPUT", "OnnxModel"]
 
 PREDICT_OUTPUT = "predict"
+PREDICT_PROBA_OUTPUT = "predict_proba"
 _log = logging.getLogger("mlserver")
 
 
@@ -59,6 +62,7 @@ class OnnxModel(MLModel):  # type: ignore[misc]  # mlserver ships no type inform
         width = inputs[0].shape[-1] if len(inputs[0].shape) == 2 else None
         self._n_features: int | None = width if isinstance(width, int) else None
         self._output_name: str = ONNX_LABEL_OUTPUT if ONNX_LABEL_OUTPUT in outputs else outputs[0]
+        self._proba_name: str | None = ONNX_PROBA_OUTPUT if ONNX_PROBA_OUTPUT in outputs else None
         _log.info(
             "satpoint ONNX runtime: model %s loaded from %s (onnxruntime %s, intra_op_num_threads=%d, "
             "inter_op_num_threads=1, output %r)",
@@ -72,9 +76,19 @@ class OnnxModel(MLModel):  # type: ignore[misc]  # mlserver ships no type inform
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         rows = input_rows(payload, self._n_features)
-        (label,) = self._session.run([self._output_name], {self._input_name: rows})
-        output = NumpyCodec.encode_output(PREDICT_OUTPUT, np.asarray(label))
-        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+        asked = [o.name for o in payload.outputs or [] if o.name in (PREDICT_OUTPUT, PREDICT_PROBA_OUTPUT)]
+        if not asked:
+            (label,) = self._session.run([self._output_name], {self._input_name: rows})
+            output = NumpyCodec.encode_output(PREDICT_OUTPUT, np.asarray(label))
+            return InferenceResponse(model_name=self.name, model_version=self.version, outputs=[output])
+        if PREDICT_PROBA_OUTPUT in asked and self._proba_name is None:
+            raise InferenceError(
+                f"this ONNX model has no {ONNX_PROBA_OUTPUT!r} output to answer {PREDICT_PROBA_OUTPUT!r}"
+            )
+        names = {PREDICT_OUTPUT: self._output_name, PREDICT_PROBA_OUTPUT: self._proba_name or ""}
+        results = self._session.run([names[a] for a in asked], {self._input_name: rows})
+        encoded = [NumpyCodec.encode_output(a, np.asarray(r)) for a, r in zip(asked, results, strict=True)]
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=encoded)
 
 
 def input_rows(payload: InferenceRequest, n_features: int | None) -> np.ndarray[Any, np.dtype[np.float32]]:
