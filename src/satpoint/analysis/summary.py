@@ -222,7 +222,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "warnings": warnings,
         "observed": observed_block(results),
         "flamegraph": flamegraph_block(h, stage_docs),
-        "trace": trace_block(results),
+        "trace": trace_block(results, stage_docs),
     }
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
@@ -241,15 +241,22 @@ def build_summary(results: Results) -> dict[str, Any]:
     return summary
 
 
-def trace_block(results: Results) -> dict[str, Any] | None:
-    """A replayed trace (``run --trace``): what was replayed (the header's ``trace``) and, per stage, how
-    faithfully (``traffic.fidelity``: send lag against the trace's own times, share sent > 1 ms late)."""
+def trace_block(results: Results, stage_docs: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """A replayed trace (``run --trace``): what was replayed (the header's ``trace``), per stage how
+    faithfully (``traffic.fidelity``: send lag against the trace's own times, share sent > 1 ms late) and,
+    given the stages, a simple queue's prediction beside the measurement (``analysis.trace_prediction``)."""
     info = results.header.get("trace")
     seg = next((s for s in results.segments if s.arrival == TRACE_ARRIVAL), None)
     if not isinstance(info, dict) or seg is None:
         return None
     rows = stage_fidelity(seg.records, seg.spans)
-    return {**info, "fidelity": rows, "fidelity_overall": overall(rows)}
+    block = {**info, "fidelity": rows, "fidelity_overall": overall(rows)}
+    if stage_docs is not None:
+        from satpoint.analysis.trace_prediction import prediction_block
+
+        mine = [d for d in stage_docs if d.get("segment") == seg.index]
+        block["prediction"] = prediction_block(seg.records, mine, info.get("server_slots"))
+    return block
 
 
 def stage_seconds(

@@ -60,6 +60,7 @@ from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.cli.trace_opts import (
+    ServerSlotsOpt,
     SpeedOpt,
     TraceFormatOpt,
     TraceOpt,
@@ -142,6 +143,7 @@ def run(
     trace_window: TraceWindowOpt = None,
     trace_peak: TracePeakOpt = None,
     trace_stage_s: TraceStageOpt = 60.0,
+    server_slots: ServerSlotsOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users, or replay a
     recorded trace with --trace)."""
@@ -158,7 +160,8 @@ def run(
         hold_rps, hold_note = noted_baseline_target(baseline, console, "run")  # refused here, before measuring
         if trace is not None:  # a recorded trace's arrival times instead of --stage
             replay = TraceOptions(trace, trace_format, trace_time_column, "auto", speed, trace_window, trace_peak,
-                                  trace_stage_s, seed, stages=len(stage or ()), users=users)  # fmt: skip
+                                  trace_stage_s, seed, stages=len(stage or ()), users=users,
+                                  server_slots=server_slots)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                                grpc_connections=grpc_connections,
                                ray=ray_options(ray, ray_hosts, procs_per_host, procs))  # fmt: skip

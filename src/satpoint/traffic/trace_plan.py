@@ -57,6 +57,7 @@ class TraceOptions:
     chunk_rows: int = CHUNK_ROWS
     stages: int = 0  # --stage options given with --trace (refused: the trace is the plan)
     users: int | None = None  # --users given with --trace (refused)
+    server_slots: int | None = None  # --server-slots: the server's concurrency (None: estimated)
 
     @staticmethod
     def refuse_without_trace(fmt: str | None, speed: float, window: str | None, peak: str | None) -> None:
@@ -86,6 +87,8 @@ class TraceOptions:
             parse_duration(self.peak, "--trace-peak")
         if self.chunk_rows < 1:
             raise TraceError("chunk_rows must be >= 1")
+        if self.server_slots is not None and self.server_slots < 1:
+            raise TraceError(f"--server-slots must be >= 1, got {self.server_slots}")
         return self
 
     def describe(self) -> dict[str, Any]:
@@ -99,6 +102,7 @@ class TraceOptions:
             "peak": self.peak,
             "stage_s": self.stage_s,
             "seed": self.seed,
+            "server_slots": self.server_slots,
         }
 
 
