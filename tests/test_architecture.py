@@ -31,7 +31,8 @@ def test_the_command_line_is_a_thin_shell() -> None:
     total = sum(_code_lines(p) for p in files)
     # 1050: run has three modes (--stage, --users, --trace); their options are lines of their own
     # 1080: find has two (a rate, or the speed factor of a trace with --trace)
-    assert total < 1080, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1090: run --trace's --server-slots (the queue prediction beside the replay)
+    assert total < 1090, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 
