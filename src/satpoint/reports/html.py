@@ -29,6 +29,7 @@ from satpoint.reports.html_tables import (
     stage_table,
     warnings_html,
 )
+from satpoint.reports.html_trace import has_trace, trace_section
 
 __all__ = ["render_report", "write_report"]
 
@@ -209,6 +210,8 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         nav.append('<a href="#latency-at">latency at load</a>')
     if any(has_hysteresis(f) for f in folders):
         nav.append('<a href="#hysteresis">hysteresis</a>')
+    if any(has_trace(f) for f in folders):
+        nav.append('<a href="#trace">replayed trace</a>')
     nav.append('<a href="#details">configuration</a>')
     out = [
         *page_head(title),
@@ -230,6 +233,7 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         if many:
             out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
         out.append(f'<div class="scroll">{stage_table(f)}</div>')
+    out.extend(trace_section(folders))
     if has_server:
         out.append('<h2 id="server">Inside the server</h2>')
         for f in folders:
