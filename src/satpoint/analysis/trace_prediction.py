@@ -13,8 +13,9 @@ What the queue is given, all from the replay itself:
   than ``MIN_SAMPLE`` of them (a server never idle): the ``MIN_SAMPLE`` least loaded requests instead
   (the fewest others in flight when sent, ties kept).
 - Busy throughput: where requests queued at the server (service time above ``QUEUED_FACTOR`` x the
-  sample's p50), the server's slots were all busy; the rate of completions between two such requests
-  (gaps no longer than one service time) is the server's capacity ``c / slot time``.
+  sample's p50), the server's slots were all busy; the rate of completions along runs of such requests
+  (gaps no longer than one service time, runs of at least ``MIN_RUN`` and 4 x the slots) is the server's
+  capacity ``c / slot time`` (see ``busy_throughput``).
 - Slots (the server's concurrency): ``--server-slots N`` when given; else estimated as
   ``round(busy throughput x mean service time)`` when the replay queued the server (at least
   ``MIN_BUSY_PAIRS`` busy gaps); else the most unqueued requests seen in service at once (the server was
@@ -48,6 +49,8 @@ MIN_SAMPLE = 50
 QUEUED_FACTOR = 1.5
 #: busy gaps needed to measure the busy throughput
 MIN_BUSY_PAIRS = 100
+#: a busy run counts when it holds at least this many gaps (and 4 x the slots, once known)
+MIN_RUN = 16
 #: measured within this fraction (or AGREE_MS) of predicted, on p50 and p99: a simple queue
 AGREE_FRAC = 0.15
 AGREE_MS = 1.0
@@ -121,17 +124,24 @@ def service_sample(rec: Records) -> tuple[F64, str]:
     return svc[ok & (flight <= least)], f"least_loaded (<= {int(least)} others in flight)"
 
 
-def busy_throughput(rec: Records, typical_s: float) -> float | None:
-    """Completions per second while the server's slots were all busy (None: it never queued enough)."""
+def busy_throughput(rec: Records, typical_s: float, min_run: int = MIN_RUN) -> float | None:
+    """Completions per second while the server's slots were all busy (None: it never queued enough).
+
+    Completions in time order; two successive ones are linked when both requests queued at the server and
+    the gap between them is at most one service time.  Runs of at least ``min_run`` links (short queueing
+    episodes are left out: their first and last gaps are biased) give the rate: links / time spanned."""
     ok = rec.ok_mask()
     order = np.argsort(rec.done[ok], kind="stable")
     done = rec.done[ok][order]
     queued = (rec.service_s()[ok] > QUEUED_FACTOR * typical_s)[order]
     gaps = np.diff(done)
-    pair = queued[1:] & queued[:-1] & (gaps <= typical_s)
-    n = int(np.count_nonzero(pair))
-    total = float(gaps[pair].sum())
-    return n / total if n >= MIN_BUSY_PAIRS and total > 0 else None
+    link = (queued[1:] & queued[:-1] & (gaps <= typical_s)).astype(np.int8)
+    edges = np.diff(np.concatenate(([0], link, [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # link runs [start, end)
+    long = (ends - starts) >= min_run
+    n = int((ends - starts)[long].sum())
+    span = float((done[ends[long]] - done[starts[long]]).sum())
+    return n / span if n >= MIN_BUSY_PAIRS and span > 0 else None
 
 
 def peak_unqueued(rec: Records, sample: F64) -> int:
@@ -157,11 +167,14 @@ def queue_model(rec: Records, slots: int | None) -> QueueModel | None:
         return None
     typical = float(np.percentile(sample, 50))
     mean = float(sample.mean())
-    busy = busy_throughput(rec, typical)
+    busy = busy_throughput(rec, typical, max(MIN_RUN, 4 * (slots or 0)))
     if slots is not None:
         c, c_source = slots, "given"
     elif busy is not None:
         c, c_source = max(1, round(busy * mean)), "busy_throughput"
+        if 4 * c > MIN_RUN:  # a larger server: longer runs, then its count again
+            busy = busy_throughput(rec, typical, 4 * c) or busy
+            c = max(1, round(busy * mean))
     else:
         c, c_source = peak_unqueued(rec, sample), "peak_concurrency"
     overhead = min(max(0.0, mean - c / busy), float(sample.min())) if busy is not None else 0.0
