@@ -180,9 +180,10 @@ def test_model_dir_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="give another with model_name"):
         MLServerSettings(model_dir=write_folder(tmp_path / "spaces", {"name": "my model", "implementation": "a.B"}))
     good = write_folder(tmp_path / "good", {"name": "mine", "implementation": "a.B", "max_batch_size": 8})
-    for kwargs in ({"demo_model": "digits-mlp"}, {"runtime": "onnx"}):
-        with pytest.raises(ValueError, match="exclude each other"):
-            MLServerSettings(model_dir=good, **kwargs)
+    with pytest.raises(ValueError, match="exclude each other"):
+        MLServerSettings(model_dir=good, demo_model="digits-mlp")
+    with pytest.raises(ValueError, match=r"exactly one \*\.onnx model; .* has no \*\.onnx file"):
+        MLServerSettings(model_dir=good, runtime="onnx")  # a runtime serves a folder's one ONNX model
 
 
 def test_model_dir_settings(tmp_path: Path) -> None:

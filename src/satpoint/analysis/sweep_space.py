@@ -22,6 +22,7 @@ from typing import Any, Literal
 from satpoint.plan import parse_arrival
 from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
 from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT, check_runtime, parse_runtime
+from satpoint.servers.folder_onnx import check_folder_onnx, find_folder_onnx
 
 KnobType = Literal["int", "float", "choice", "text", "path"]
 ServerKind = Literal["mlserver", "triton", "sim", "remote"]
@@ -131,12 +132,18 @@ def runtime_value(text: str) -> str:
     return f"pruned:{share:g}" if share is not None else kind
 
 
-def check_artefact_point(values: dict[str, Any], base_demo_model: str | None, base_runtime: str | None) -> None:
+def check_artefact_point(
+    values: dict[str, Any], base_demo_model: str | None, base_runtime: str | None, base_model_dir: str | None = None
+) -> None:
     """An embedded MLServer point's artefact that cannot be built (``onnx-int8`` or ``pruned:F`` on a model
-    without an MLP): a ``ValueError`` saying why, before anything starts."""
-    if values.get("model_dir") is not None:
-        return
+    without an MLP; a runtime a user's model folder cannot be served through): a ``ValueError`` saying why,
+    before anything starts."""
     runtime = values.get("runtime", base_runtime)
+    model_dir = values.get("model_dir", base_model_dir)
+    if model_dir is not None:
+        if runtime is not None and str(runtime) != "sklearn":  # the default: the folder served as it is
+            check_folder_onnx(find_folder_onnx(Path(model_dir), str(runtime)), str(runtime))
+        return
     if runtime is not None:
         check_runtime(str(runtime), str(values.get("demo_model", base_demo_model or "iris")))
 

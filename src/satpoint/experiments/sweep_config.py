@@ -88,7 +88,7 @@ class SweepConfig:
                 raise ValueError(f"server_cpus={too_many[0]}: satpoint may use {have} CPUs on this machine")
         if self.server.kind == "mlserver":
             for p in points:  # an artefact that cannot be built (onnx-int8 or pruned:F without an MLP)
-                check_artefact_point(p.values, self.server.demo_model, self.server.runtime)
+                check_artefact_point(p.values, self.server.demo_model, self.server.runtime, self.server.model_dir)
             limited = [point_limits(p.values) for p in points]
             wanted = ResourceLimits(
                 cpu_cores=min((x["cpu_limit"] for x in limited if "cpu_limit" in x), default=None),

@@ -59,7 +59,9 @@ from satpoint.servers.embedded_base import (
     prepend_pythonpath,
     satpoint_root,
 )
+from satpoint.servers.folder_onnx import find_folder_onnx, write_folder_onnx
 from satpoint.servers.mlserver_settings import (
+    DEFAULT_RUNTIME,
     MODEL_SETTINGS_FILE,
     MLServerSettings,
     folder_model_settings,
@@ -135,7 +137,11 @@ class MLServerTarget(EmbeddedServer):
         self._workdir = workdir
         env = self._server_env()
         model_dir = workdir / s.served_model_name
-        if s.model_dir is not None:
+        if s.model_dir is not None and s.runtime != DEFAULT_RUNTIME:
+            # the user's ONNX model (quantized for onnx-int8) written here, in the server's own folder
+            self._onnx_threads = onnx_threads(env)
+            write_folder_onnx(find_folder_onnx(s.model_dir, s.runtime), s.runtime, model_dir)
+        elif s.model_dir is not None:
             link_folder_entries(s.model_dir, model_dir)
         else:
             if serves_onnx(s.runtime):
@@ -285,6 +291,22 @@ class MLServerTarget(EmbeddedServer):
                 if given is not None and folder.get(key) != given
             }
             replaced = ", ".join(f"{k} ({v['yours']} -> {v['used']})" for k, v in overridden.items())
+            if s.runtime != DEFAULT_RUNTIME:
+                served = folder_model_settings(s)
+                return {
+                    "name": s.served_model_name,
+                    "source": "model_dir",
+                    "model_dir": str(s.model_dir.resolve()),
+                    "runtime": s.runtime,
+                    "onnx_file": str(find_folder_onnx(s.model_dir, s.runtime).resolve()),
+                    "implementation": served["implementation"],
+                    "artifact": "model.onnx",
+                    **batching,
+                    "overridden": overridden,
+                    "note": f"your ONNX model served through satpoint's runtime ({s.runtime}"
+                    + (", quantized with onnxruntime's quantize_dynamic" if s.runtime == "onnx-int8" else "")
+                    + ") from a copy in the server's folder",
+                }
             return {
                 "name": s.served_model_name,
                 "source": "model_dir",

@@ -21,7 +21,8 @@ from typing import Any
 
 from satpoint.redact import REDACTED, is_secret_name, redact_text
 from satpoint.servers.cgroups import ResourceLimits
-from satpoint.servers.demo_model import check_runtime, demo_model, intra_op_threads
+from satpoint.servers.demo_model import ONNX_FILENAME, check_runtime, demo_model, intra_op_threads
+from satpoint.servers.folder_onnx import check_folder_onnx, find_folder_onnx, folder_implementation
 
 __all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
 
@@ -40,8 +41,10 @@ class MLServerSettings:
     What it serves: the demo model ``demo_model`` (iris, digits-mlp, digits-forest) through ``runtime``
     (``sklearn``: ``mlserver_sklearn.SKLearnModel`` on ``model.joblib``; ``onnx``: the model converted with
     skl2onnx, served by :class:`satpoint.servers.onnx_runtime.OnnxModel`), or the user's MLServer model
-    folder ``model_dir`` (its ``model-settings.json``; mutually exclusive with a non-default demo model or
-    runtime). ``model_name`` is the name it is served under; None: the demo model's name, or the folder's
+    folder ``model_dir`` (its ``model-settings.json``; mutually exclusive with a non-default demo model; with
+    ``runtime`` onnx, onnx-int8 or openvino, the folder's one ``*.onnx`` model served through satpoint's
+    runtime, see :mod:`satpoint.servers.folder_onnx`, its ``model-settings.json`` then optional).
+    ``model_name`` is the name it is served under; None: the demo model's name, or the folder's
     ``name`` (else the folder's name). ``served_model_name`` is that name resolved. ``max_batch_size`` /
     ``max_batch_time_s`` None: the model's own (demo models: 1 and 0, no adaptive batching); given, they
     replace a model folder's values. ``input_name`` / ``input_datatype`` describe the demo model's input.
@@ -78,24 +81,22 @@ class MLServerSettings:
         if self.model_name is not None and not MODEL_NAME_RE.match(self.model_name):
             raise ValueError(f"model_name must match {MODEL_NAME_RE.pattern}, got {self.model_name!r}")
         demo_model(self.demo_model)  # a ValueError listing the valid names
-        check_runtime(self.runtime, self.demo_model)  # a ValueError naming the valid runtimes, or why not this one
+        if self.model_dir is None or self.runtime == DEFAULT_RUNTIME:
+            check_runtime(self.runtime, self.demo_model)  # a ValueError naming the valid runtimes, or why not
         if self.model_dir is not None:
-            chosen = [
-                f"{name}={value!r}"
-                for name, value, default in (
-                    ("demo_model", self.demo_model, DEFAULT_DEMO_MODEL),
-                    ("runtime", self.runtime, DEFAULT_RUNTIME),
-                )
-                if value != default
-            ]
-            if chosen:
+            if self.demo_model != DEFAULT_DEMO_MODEL:
                 raise ValueError(
-                    f"model_dir (your own model folder) and {' and '.join(chosen)} (a demo model) exclude each "
-                    "other: give one or the other"
+                    f"model_dir (your own model folder) and demo_model={self.demo_model!r} (a demo model) exclude "
+                    "each other: give one or the other"
                 )
             model_dir = Path(self.model_dir)
             object.__setattr__(self, "model_dir", model_dir)
-            folder = read_model_folder(model_dir)
+            if self.runtime != DEFAULT_RUNTIME:
+                # a user's ONNX model served through satpoint's runtimes: its model-settings.json is optional
+                check_folder_onnx(find_folder_onnx(model_dir, self.runtime), self.runtime)
+                folder = read_model_folder(model_dir) if (model_dir / MODEL_SETTINGS_FILE).is_file() else {}
+            else:
+                folder = read_model_folder(model_dir)
             object.__setattr__(self, "_folder_settings", folder)
             if self.model_name is None and not MODEL_NAME_RE.match(self.served_model_name):
                 raise ValueError(
@@ -159,6 +160,7 @@ class MLServerSettings:
         ``demo_model``/``runtime`` are None when a model folder is served; the environment with the
         values of secret names (``HF_TOKEN``, ``…_PASSWORD``) and credentials in values hidden."""
         own = self.model_dir is not None
+        folder_runtime = own and self.runtime != DEFAULT_RUNTIME
         return {
             "parallel_workers": self.parallel_workers,
             "debug": self.debug,
@@ -170,7 +172,7 @@ class MLServerSettings:
             "input_name": self.input_name,
             "input_datatype": self.input_datatype,
             "demo_model": None if own else self.demo_model,
-            "runtime": None if own else self.runtime,
+            "runtime": self.runtime if folder_runtime or not own else None,
             "model_dir": str(self.model_dir) if self.model_dir is not None else None,
             "cpu_limit_cores": self.cpu_limit,
             "memory_limit_bytes": self.memory_limit,
@@ -213,11 +215,19 @@ def folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
     and a relative ``parameters.uri`` made absolute (resolved against the user's folder, as MLServer would)."""
     assert s.model_dir is not None
     doc = s.folder_settings() or {}
+    if s.runtime != DEFAULT_RUNTIME:
+        # the derived folder (folder_onnx.write_folder_onnx): satpoint's runtime on its own model.onnx; the
+        # user's batching values kept, their runtime's parameters not (they are for another runtime)
+        doc = {k: doc[k] for k in ("max_batch_size", "max_batch_time") if k in doc}
+        doc["implementation"] = folder_implementation(s.runtime)
+        doc["parameters"] = {"uri": f"./{ONNX_FILENAME}"}
     doc["name"] = s.served_model_name
     if s.max_batch_size is not None:
         doc["max_batch_size"] = s.max_batch_size
     if s.max_batch_time_s is not None:
         doc["max_batch_time"] = s.max_batch_time_s
+    if s.runtime != DEFAULT_RUNTIME:
+        return doc  # its uri is the derived model.onnx beside it, not a file of the user's folder
     params = doc.get("parameters")
     uri = params.get("uri") if isinstance(params, dict) else None
     if isinstance(params, dict) and isinstance(uri, str) and uri:
