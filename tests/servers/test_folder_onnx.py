@@ -184,3 +184,31 @@ def test_openvino_serves_the_probabilities_cut(tmp_path: Path, onnx_models: dict
     labels, _ = openvino_predict(compile_openvino(str(out), 1).create_infer_request(), x)
     (expected, _) = ort.InferenceSession(onnx_models["mlp"], providers=["CPUExecutionProvider"]).run(None, {"input": x})
     assert np.array_equal(labels, expected)
+
+
+def test_eval_data_judges_each_runtime_of_a_folder(tmp_path: Path, onnx_models: dict[str, bytes]) -> None:
+    from satpoint.experiments.sweep_quality import sweep_quality
+    from satpoint.experiments.sweep_servers import BaseServer
+
+    mlp = _folder(tmp_path / "mlp", {"m.onnx": onnx_models["mlp"]})
+    x, y = _data()
+    eval_path = tmp_path / "eval.jsonl"
+    lines = []
+    for i in range(0, 60, 20):
+        rows = x[i : i + 20]
+        doc = {
+            "inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP32", "data": rows.ravel().tolist()}]
+        }
+        lines.append(json.dumps({**doc, "expected": {"name": "predict", "data": [int(v) for v in y[i : i + 20]]}}))
+    eval_path.write_text("\n".join(lines) + "\n")
+    runtimes = "runtime=onnx,onnx-int8,openvino" if _HAVE_OPENVINO else "runtime=onnx,onnx-int8"
+    cfg = SweepConfig(
+        sets=(runtimes,), server=BaseServer(kind="mlserver", model_dir=str(mlp)), eval_data=str(eval_path)
+    ).validate()
+    quality = sweep_quality(cfg, cfg.points())
+    assert [quality[p]["runtime"] for p in sorted(quality)] == runtimes.split("=")[1].split(",")
+    first = quality["p01"]
+    assert first["rows"] == 60 and first["agreement"] == 1.0 and "runtime=onnx" in first["reference"]
+    assert quality["p02"]["implementation"] == "satpoint.servers.onnx_runtime.OnnxModel"
+    assert quality["p02"]["max_abs_proba_diff"] is not None and quality["p02"]["max_abs_proba_diff"] > 0  # int8
+    assert sorted(p.name for p in mlp.iterdir()) == ["m.onnx"]

@@ -57,18 +57,24 @@ def sweep_quality(cfg: SweepConfig, points: Sequence[Point], on_event: OnEvent |
     """Point id → its artefact's quality figures (``{"error": …}`` when they could not be computed);
     empty when the sweep is not over artefacts."""
     if cfg.eval_data is not None:
-        from satpoint.servers.folder_quality import folder_quality
+        from satpoint.servers.folder_quality import variant_quality
+        from satpoint.servers.mlserver_settings import DEFAULT_RUNTIME
 
         folders = point_folders(cfg, points)
-        dirs = list(dict.fromkeys(folders.values()))
-        ref = cfg.reference_model_dir or (dirs[0] if dirs else None)
+        by_id = {p.id: p for p in points}
+        variants = {  # a runtime (onnx, onnx-int8, openvino) serves the folder's ONNX model as satpoint does
+            pid: (f, str(by_id[pid].values.get("runtime", cfg.server.runtime or DEFAULT_RUNTIME)))
+            for pid, f in folders.items()
+        }
+        judged = list(dict.fromkeys(variants.values()))
+        ref = cfg.reference_model_dir or (judged[0][0] if judged else None)
         say(
             on_event,
-            f"quality of {len(dirs)} model folder(s) on --eval-data {cfg.eval_data} against {ref} "
+            f"quality of {len(judged)} model folder artefact(s) on --eval-data {cfg.eval_data} against {ref} "
             "(run offline through each folder's runtime, once each)",
         )
-        by_folder = folder_quality(dirs, cfg.eval_data, cfg.reference_model_dir)
-        return {pid: by_folder[f] for pid, f in folders.items()}
+        by_variant = variant_quality(judged, cfg.eval_data, cfg.reference_model_dir)
+        return {pid: by_variant[v] for pid, v in variants.items()}
     artefacts = point_artefacts(cfg, points)
     distinct = set(artefacts.values())
     if not distinct or (len(distinct) == 1 and next(iter(distinct))[1] == "sklearn"):

@@ -42,7 +42,13 @@ from typing import Any
 import numpy as np
 
 from satpoint.servers.artefact_quality import quality_figures
-from satpoint.servers.mlserver_settings import MODEL_SETTINGS_FILE, MLServerSettings, folder_model_settings
+from satpoint.servers.folder_onnx import find_folder_onnx, write_folder_onnx
+from satpoint.servers.mlserver_settings import (
+    DEFAULT_RUNTIME,
+    MODEL_SETTINGS_FILE,
+    MLServerSettings,
+    folder_model_settings,
+)
 
 __all__ = [
     "EvalRequest",
@@ -50,6 +56,7 @@ __all__ = [
     "folder_quality",
     "predict_folder",
     "read_eval_data",
+    "variant_quality",
 ]
 
 PREDICT_OUTPUT = "predict"
@@ -184,20 +191,31 @@ def _decoded(output: Any) -> Any:
     return arr
 
 
-def predict_folder(model_dir: str | Path, requests: Sequence[EvalRequest], eval_path: str | Path) -> FolderAnswers:
-    """Load the folder's model through its MLServer runtime in this process and answer every request."""
-    return asyncio.run(_predict_folder(Path(model_dir), requests, Path(eval_path)))
+def predict_folder(
+    model_dir: str | Path, requests: Sequence[EvalRequest], eval_path: str | Path, runtime: str = DEFAULT_RUNTIME
+) -> FolderAnswers:
+    """Load the folder's model through its MLServer runtime in this process (with ``runtime`` onnx,
+    onnx-int8 or openvino: its ONNX model as satpoint serves it, derived in a temp folder) and answer
+    every request."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="satpoint-quality-") as tmp:
+        return asyncio.run(_predict_folder(Path(model_dir), requests, Path(eval_path), runtime, Path(tmp)))
 
 
-async def _predict_folder(model_dir: Path, requests: Sequence[EvalRequest], eval_path: Path) -> FolderAnswers:
+async def _predict_folder(
+    model_dir: Path, requests: Sequence[EvalRequest], eval_path: Path, runtime: str, tmp: Path
+) -> FolderAnswers:
     from mlserver.errors import MLServerError
     from mlserver.settings import ModelSettings
     from mlserver.types import InferenceRequest, RequestOutput
 
-    settings = MLServerSettings(model_dir=model_dir)
+    settings = MLServerSettings(model_dir=model_dir, runtime=runtime)
     doc = folder_model_settings(settings)
     doc["_source"] = str((model_dir / MODEL_SETTINGS_FILE).resolve())
     params = doc.setdefault("parameters", {})
+    if runtime != DEFAULT_RUNTIME:  # the served model.onnx, written outside the user's folder
+        params["uri"] = str(write_folder_onnx(find_folder_onnx(model_dir, runtime), runtime, tmp))
     if not params.get("uri"):  # MLServer's default when the folder is loaded from its repository
         params["uri"] = str(model_dir.resolve())
     try:
@@ -278,26 +296,36 @@ def folder_quality(
 ) -> dict[str, dict[str, Any]]:
     """Quality figures for every model folder (each run once), keyed by the folder as given; the reference
     is ``reference_dir``, else the first folder."""
-    folders = list(dict.fromkeys(str(d) for d in model_dirs))
+    variants = [(str(d), DEFAULT_RUNTIME) for d in model_dirs]
+    return {d: q for (d, _), q in variant_quality(variants, eval_data, reference_dir).items()}
+
+
+def variant_quality(
+    variants: Iterable[tuple[str, str]], eval_data: str | Path, reference_dir: str | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Quality figures for every (model folder, runtime) (each run once; runtime ``sklearn``: the folder as
+    it is, else its ONNX model as satpoint serves it), keyed as given; the reference is ``reference_dir``
+    served as it is, else the first variant."""
+    folders = list(dict.fromkeys((str(d), str(r)) for d, r in variants))
     if not folders:
         return {}
     requests = read_eval_data(eval_data)
-    ref = str(reference_dir) if reference_dir is not None else folders[0]
-    answers: dict[str, FolderAnswers] = {}
+    ref = (str(reference_dir), DEFAULT_RUNTIME) if reference_dir is not None else folders[0]
+    answers: dict[tuple[str, str], FolderAnswers] = {}
     for d in dict.fromkeys([ref, *folders]):
-        answers[d] = predict_folder(d, requests, eval_data)
+        answers[d] = predict_folder(d[0], requests, eval_data, d[1])
     ref_ans = answers[ref]
     expected = [x for r in requests for x in (r.expected or [])]
     has_expected = requests[0].expected is not None
     ref_labels = _label_array(ref_ans.labels)
     truth = _label_array(expected) if has_expected else ref_labels
     n_rows = int(ref_labels.size)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for d in folders:
         ans = answers[d]
         labels = _label_array(ans.labels)
         if labels.size != n_rows:
-            raise ValueError(f"{d} answered {labels.size} rows to --eval-data, the reference {ref} {n_rows}")
+            raise ValueError(f"{d[0]} answered {labels.size} rows to --eval-data, the reference {ref[0]} {n_rows}")
         both_proba = ans.proba is not None and ref_ans.proba is not None and ans.proba.shape == ref_ans.proba.shape
         zeros = np.zeros((n_rows, 1))
         figures = quality_figures(
@@ -311,10 +339,11 @@ def folder_quality(
             figures["max_abs_proba_diff"] = None
         out[d] = {
             "demo_model": None,
-            "runtime": None,
-            "model_dir": d,
+            "runtime": None if d[1] == DEFAULT_RUNTIME else d[1],
+            "model_dir": d[0],
             "implementation": ans.implementation,
-            "reference": f"model_dir {ref}"
+            "reference": f"model_dir {ref[0]}"
+            + ("" if ref[1] == DEFAULT_RUNTIME else f" runtime={ref[1]}")
             + (" (--reference-model-dir)" if reference_dir is not None else " (the first point's)"),
             "held_out": f"--eval-data {eval_data}: {len(requests)} requests, {n_rows} rows",
             "truth": (
