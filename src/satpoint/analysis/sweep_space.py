@@ -168,7 +168,13 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _CPUS,
         _CPU_LIMIT,
         _MEMORY_LIMIT,
-        Knob("runtime", "text", f"artefact of the demo model: {RUNTIME_CHOICES_TEXT}", check=runtime_value),
+        Knob(
+            "runtime",
+            "text",
+            f"artefact of the demo model: {RUNTIME_CHOICES_TEXT} (of a model_dir's one ONNX model: onnx, onnx-int8, "
+            "openvino)",
+            check=runtime_value,
+        ),
         _DEMO_MODEL,
         Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
     ),
