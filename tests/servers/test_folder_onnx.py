@@ -77,6 +77,8 @@ def test_onnx_and_int8_settings_and_artefact(tmp_path: Path, onnx_models: dict[s
         "max_batch_size": 8,
         "implementation": "satpoint.servers.onnx_runtime.OnnxModel",
         "parameters": {"uri": "./model.onnx"},
+        # MLServer lists inputs only when the settings declare them: the graph's, for satpoint's requests
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, _data()[0].shape[1]]}],
     }
     assert folder_onnx_bytes(user / "clf.onnx", "onnx") == onnx_models["mlp"]
 

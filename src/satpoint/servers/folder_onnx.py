@@ -31,6 +31,7 @@ __all__ = [
     "find_folder_onnx",
     "folder_implementation",
     "folder_onnx_bytes",
+    "folder_onnx_inputs",
     "write_folder_onnx",
 ]
 
@@ -69,6 +70,25 @@ def find_folder_onnx(model_dir: Path, runtime: str) -> Path:
             f"{what} (serve other folders as they are, without runtime)"
         )
     return found[0]
+
+
+def folder_onnx_inputs(path: Path) -> list[dict[str, object]]:
+    """The input to declare in the derived ``model-settings.json`` (MLServer lists a model's inputs in its
+    metadata only when the settings declare them, and satpoint builds requests from that metadata): the
+    ONNX graph's one input as FP32 ``[-1, features]``; none when the feature count is not fixed in the graph
+    (then requests come from ``--payload``)."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    initialized = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initialized]
+    if len(inputs) != 1 or not inputs[0].type.HasField("tensor_type"):
+        return []
+    dims = inputs[0].type.tensor_type.shape.dim
+    features = dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else 0
+    if features <= 0:
+        return []
+    return [{"name": inputs[0].name, "datatype": "FP32", "shape": [-1, int(features)]}]
 
 
 def check_folder_onnx(path: Path, runtime: str) -> None:

@@ -22,7 +22,12 @@ from typing import Any
 from satpoint.redact import REDACTED, is_secret_name, redact_text
 from satpoint.servers.cgroups import ResourceLimits
 from satpoint.servers.demo_model import ONNX_FILENAME, check_runtime, demo_model, intra_op_threads
-from satpoint.servers.folder_onnx import check_folder_onnx, find_folder_onnx, folder_implementation
+from satpoint.servers.folder_onnx import (
+    check_folder_onnx,
+    find_folder_onnx,
+    folder_implementation,
+    folder_onnx_inputs,
+)
 
 __all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
 
@@ -218,9 +223,12 @@ def folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
     if s.runtime != DEFAULT_RUNTIME:
         # the derived folder (folder_onnx.write_folder_onnx): satpoint's runtime on its own model.onnx; the
         # user's batching values kept, their runtime's parameters not (they are for another runtime)
+        declared = doc.get("inputs")
         doc = {k: doc[k] for k in ("max_batch_size", "max_batch_time") if k in doc}
         doc["implementation"] = folder_implementation(s.runtime)
         doc["parameters"] = {"uri": f"./{ONNX_FILENAME}"}
+        # the inputs the user declared, else the ONNX graph's (satpoint builds its requests from them)
+        doc["inputs"] = declared or folder_onnx_inputs(find_folder_onnx(s.model_dir, s.runtime))
     doc["name"] = s.served_model_name
     if s.max_batch_size is not None:
         doc["max_batch_size"] = s.max_batch_size
