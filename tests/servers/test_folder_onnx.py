@@ -172,6 +172,7 @@ def test_sweep_validates_runtimes_over_a_model_folder(tmp_path: Path, onnx_model
 
 
 @pytest.mark.skipif(not _HAVE_OPENVINO, reason="the openvino package is not installed")
+@pytest.mark.mlserver_in_process
 def test_openvino_serves_the_probabilities_cut(tmp_path: Path, onnx_models: dict[str, bytes]) -> None:
     from satpoint.servers.openvino_runtime import compile_openvino, openvino_predict
 
@@ -188,6 +189,7 @@ def test_openvino_serves_the_probabilities_cut(tmp_path: Path, onnx_models: dict
     assert np.array_equal(labels, expected)
 
 
+@pytest.mark.mlserver_in_process
 def test_eval_data_judges_each_runtime_of_a_folder(tmp_path: Path, onnx_models: dict[str, bytes]) -> None:
     from satpoint.experiments.sweep_quality import sweep_quality
     from satpoint.experiments.sweep_servers import BaseServer

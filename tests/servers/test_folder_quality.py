@@ -20,6 +20,10 @@ from satpoint.reports.sweep import quality_cells
 from satpoint.servers.demo_model import to_onnx_bytes
 from satpoint.servers.folder_quality import folder_quality, read_eval_data
 
+# the folder's runtime is loaded in process (MLServer's modules): apart from tritonclient (tests/conftest.py)
+pytestmark = pytest.mark.mlserver_in_process
+
+
 _SKLEARN = "mlserver_sklearn.SKLearnModel"
 _ONNX = "satpoint.servers.onnx_runtime.OnnxModel"
 
