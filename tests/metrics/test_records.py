@@ -57,6 +57,9 @@ EVERY_OUTCOME = make(
         (0.8, 0.800, 0.840, Outcome.GRPC_ERROR, 14, False),
         (0.9, 0.900, 0.905, Outcome.CONN_ERROR, 0, False),
         (0.95, 0.950, 0.950, Outcome.GENERATOR_RESOURCES, 0, False),
+        (0.96, 0.960, 0.990, Outcome.STREAM_BROKEN, 200, False),
+        (0.97, 0.970, 0.995, Outcome.STREAM_CUT, 200, False),
+        (0.98, 0.980, 0.999, Outcome.STREAM_ERROR, 200, False),
     ]
 )
 
@@ -248,6 +251,9 @@ MASK_TABLE = {
     Outcome.GRPC_ERROR: (False, False, True, False, True),
     Outcome.CONN_ERROR: (False, False, True, False, True),
     Outcome.GENERATOR_RESOURCES: (False, False, True, False, True),
+    Outcome.STREAM_BROKEN: (False, False, True, False, True),
+    Outcome.STREAM_CUT: (False, False, True, False, True),
+    Outcome.STREAM_ERROR: (False, False, True, False, True),
 }
 
 
@@ -286,6 +292,9 @@ def test_masks_on_every_outcome() -> None:
         Outcome.GRPC_ERROR,
         Outcome.CONN_ERROR,
         Outcome.GENERATOR_RESOURCES,
+        Outcome.STREAM_BROKEN,
+        Outcome.STREAM_CUT,
+        Outcome.STREAM_ERROR,
     }
     assert outcomes(rec.ok_mask()) == {Outcome.OK}
     assert outcomes(rec.censored_mask()) == {Outcome.TIMEOUT, Outcome.UNFINISHED, Outcome.NOT_SENT}

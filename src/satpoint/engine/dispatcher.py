@@ -38,6 +38,8 @@ class DispatchOptions:
     #: each row's payload (an index into the prepared payloads), e.g. a replayed trace's ``payload`` column;
     #: None: the payloads in turn (row ``i`` sends payload ``i % payload_count``)
     payload_index: npt.NDArray[np.int64] | None = None
+    #: each row's model in a model mix (``payloads.mix``), recorded in ``Records.model``; None: one model
+    model_index: npt.NDArray[np.int16] | None = None
 
 
 @dataclass(slots=True)
@@ -114,6 +116,8 @@ class OpenLoopDispatcher(Housekeeping):
         stop_requested: Callable[[], bool] | None = None,
     ) -> None:
         self.rec = Records.empty(np.asarray(due_s, dtype=np.float64))
+        if options.model_index is not None:  # a model mix: each row's model, drawn when the plan was made
+            self.rec.model[:] = options.model_index
         self.t0 = t0
         self._due = array("d", (self.rec.intended + t0).tobytes())
         self._n = len(self._due)
@@ -249,6 +253,8 @@ class OpenLoopDispatcher(Housekeeping):
         rec = self.rec
         rec.sent -= self.t0
         rec.done -= self.t0
+        if rec.stream is not None:  # a stream transport's chunk times (metrics.stream_records), raw until now
+            rec.stream = rec.stream.shifted(-self.t0)
         # rows that were never reached (stopped early) are dropped: they were never due
         if self.stopped_early and self._next < self._n:
             keep = np.zeros(self._n, dtype=np.bool_)

@@ -14,6 +14,14 @@ Frame layout (little endian)::
 
 (``b"SPCK"`` frames, from before the ``retried`` column, have 38-byte rows without it; they still read.)
 
+A streaming run (``Records.stream``, see ``metrics.stream_records``) follows each frame with a stream frame
+holding the stream columns of that frame's finished rows (a row's stream has ended once ``done`` is set)::
+
+    b"SPS1"  u32 flags (0)  i64 rows  i64 gaps   then rows x STREAM_ROW (44 bytes), then gaps x u32 (µs)
+
+each row's gaps contiguous, in row order.  Rows recovered from a file cut off mid-run keep the stream
+columns of the rows that had finished; rows still in flight lose theirs (they become ``UNFINISHED``).
+
 ``now_s`` is the run clock when the frame was taken and ``due`` the number of rows due by then (the
 shard's first ``due`` rows).  A final frame is written when the shard ends normally: its rows are the
 shard's records exactly.  Without one (the process was killed, the disk filled up), rows that were
@@ -48,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from satpoint.metrics.records import Outcome, Records
+from satpoint.metrics.stream_records import StreamRecords
 
 ROW = np.dtype(
     [
@@ -73,6 +82,19 @@ ROW_V1 = np.dtype(
         ("waited", "?"),
     ]
 )
+#: the stream columns of one finished row (``b"SPS1"`` frames)
+STREAM_ROW = np.dtype(
+    [
+        ("idx", "<i8"),
+        ("first", "<f8"),
+        ("last", "<f8"),
+        ("chunks", "<i4"),
+        ("max_gap", "<f8"),
+        ("gap_count", "<i4"),
+    ]
+)
+_STREAM_HEADER = struct.Struct("<4sIqq")
+_STREAM_MAGIC = b"SPS1"
 _HEADER = struct.Struct("<4sIqdq")
 _MAGIC = b"SPC2"
 _LAYOUTS = {_MAGIC: ROW, b"SPCK": ROW_V1}
@@ -174,7 +196,10 @@ class RowCheckpoint:
         header = _HEADER.pack(_MAGIC, _FINAL if final else 0, len(frame), now - t0, due)
         self.frames += 1
         self.rows_written += len(frame)
-        self._pool.submit(self._append, header + frame.tobytes())
+        data = header + frame.tobytes()
+        if rec.stream is not None:
+            data += _stream_frame(rec.stream, rows[~np.isnan(rec.done[rows])], t0)
+        self._pool.submit(self._append, data)
 
     def _append(self, data: bytes, force: bool = False) -> None:
         with self._lock:
@@ -226,6 +251,63 @@ class RowCheckpoint:
             self.error = self.error or f"checkpoint {self.path.name}: {e.strerror or e}"
 
 
+def _stream_frame(stream: StreamRecords, rows: npt.NDArray[np.int64], t0: float) -> bytes:
+    """The ``b"SPS1"`` frame of ``rows`` (finished rows; raw ``perf_counter`` chunk times, ``t0`` the origin)."""
+    part = stream.select(rows)
+    out = np.empty(len(rows), dtype=STREAM_ROW)
+    out["idx"] = rows
+    out["first"] = part.first_s - t0
+    out["last"] = part.last_s - t0
+    out["chunks"] = part.chunks
+    out["max_gap"] = part.max_gap_s
+    out["gap_count"] = part.gap_count
+    gaps = part.gaps_us.astype("<u4")
+    return _STREAM_HEADER.pack(_STREAM_MAGIC, 0, len(out), len(gaps)) + out.tobytes() + gaps.tobytes()
+
+
+def _read_stream_frame(data: bytes, pos: int) -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint32], int] | None:
+    """The rows and gaps of the stream frame at ``pos`` and the position after it (None: none, or cut short)."""
+    if pos + _STREAM_HEADER.size > len(data):
+        return None
+    magic, _flags, n, k = _STREAM_HEADER.unpack_from(data, pos)
+    end = pos + _STREAM_HEADER.size + n * STREAM_ROW.itemsize + 4 * k
+    if magic != _STREAM_MAGIC or n < 0 or k < 0 or end > len(data):
+        return None
+    rows = np.frombuffer(data, dtype=STREAM_ROW, count=n, offset=pos + _STREAM_HEADER.size)
+    gaps = np.frombuffer(data, dtype="<u4", count=k, offset=pos + _STREAM_HEADER.size + n * STREAM_ROW.itemsize)
+    return rows, gaps.astype(np.uint32), end
+
+
+def _recovered_streams(
+    idx: npt.NDArray[np.int64], frames: list[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32]]]
+) -> StreamRecords | None:
+    """The stream columns of the recovered rows ``idx`` (sorted) from the file's stream frames (last wins)."""
+    if not frames:
+        return None
+    out = StreamRecords.empty(len(idx))
+    rows = np.concatenate([f[0] for f in frames])
+    gaps = np.concatenate([f[1] for f in frames])
+    # each stream row's gaps start where the previous rows' (of all frames, in order) end
+    counts = rows["gap_count"].astype(np.int64)
+    starts = np.cumsum(counts) - counts
+    rev_idx: npt.NDArray[np.int64] = rows["idx"][::-1]
+    uniq, first = np.unique(rev_idx, return_index=True)
+    last: npt.NDArray[np.int64] = len(rows) - 1 - first
+    if not len(idx):
+        return out
+    pos: npt.NDArray[np.int64] = np.searchsorted(idx, uniq)
+    found = (pos < len(idx)) & (idx[np.minimum(pos, len(idx) - 1)] == uniq)
+    pos, last = pos[found], last[found]
+    out.first_s[pos] = rows["first"][last]
+    out.last_s[pos] = rows["last"][last]
+    out.chunks[pos] = rows["chunks"][last]
+    out.max_gap_s[pos] = rows["max_gap"][last]
+    out.gap_count[pos] = rows["gap_count"][last]
+    out.gap_start[pos] = np.where(counts[last] > 0, starts[last], -1)
+    out.gaps_buf, out.n_gaps = gaps, len(gaps)
+    return out.compacted()
+
+
 @dataclass
 class Recovered:
     records: Records
@@ -238,6 +320,7 @@ def read_shard_file(path: Path) -> Recovered | None:
     """The rows of one shard's checkpoint file (None if it holds no complete frame)."""
     data = Path(path).read_bytes()
     pos, parts = 0, []
+    streams: list[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32]]] = []
     now_s, due, final = 0.0, 0, False
     while pos + _HEADER.size <= len(data):
         magic, flags, n, t, d = _HEADER.unpack_from(data, pos)
@@ -254,6 +337,10 @@ def read_shard_file(path: Path) -> Recovered | None:
         parts.append(frame)
         now_s, due, final = float(t), int(d), bool(flags & _FINAL)
         pos = end
+        got = _read_stream_frame(data, pos)
+        if got is not None:
+            streams.append(got[:2])
+            pos = got[2]
     if not parts:
         return None
     rows = np.concatenate(parts)
@@ -270,6 +357,7 @@ def read_shard_file(path: Path) -> Recovered | None:
         status=latest["status"].astype(np.int32),
         waited=latest["waited"].astype(np.bool_),
         retried=latest["retried"].astype(np.bool_),
+        stream=_recovered_streams(uniq[uniq < due].astype(np.int64), streams),
     )
     if not final:
         _censor_open_rows(rec, now_s)

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.metrics.stream_records import StreamRecords
+
 
 class Outcome(IntEnum):
     OK = 0
@@ -30,6 +32,15 @@ class Outcome(IntEnum):
     #: the generator could not open a connection for want of its own resources (EMFILE, ENFILE, ENOBUFS:
     #: out of file descriptors or socket buffers): the generator's limit, never the server's
     GENERATOR_RESOURCES = 10
+    #: streams (``--stream``; see ``metrics.stream_records``), once the stream began (a 2xx head, a first message):
+    #: the server ended it before its end without saying why (REST: the connection closed cleanly without the
+    #: chunk terminator, which is how MLServer ends a stream whose model failed mid-way)
+    STREAM_BROKEN = 11
+    #: the connection (REST) or the HTTP/2 stream (gRPC: RST_STREAM, connection lost) was cut mid-stream
+    STREAM_CUT = 12
+    #: the server reported an error inside the stream: an SSE event carrying ``"error"`` (Triton), a gRPC
+    #: ``error_message`` (Triton) or a non-OK status after at least one message (MLServer)
+    STREAM_ERROR = 13
 
 
 #: outcomes whose latency is only known to be at least (end - intended): censored observations
@@ -55,6 +66,7 @@ F64 = npt.NDArray[np.float64]
 I8 = npt.NDArray[np.int8]
 I32 = npt.NDArray[np.int32]
 B1 = npt.NDArray[np.bool_]
+I16 = npt.NDArray[np.int16]
 
 
 @dataclass
@@ -72,12 +84,25 @@ class Records:
     #: just closed, a refused or GOAWAY'd gRPC stream); its latency still counts from ``intended``.
     #: Optional when constructing (all False); folders written before it existed load as all False.
     retried: B1 = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    #: per-request stream columns (first/last chunk, chunks, gaps) when the run streamed (``--stream``), else None;
+    #: a stream transport attaches them (``metrics.stream_records.attach``); folders without them load as None
+    stream: StreamRecords | None = None
+
+    #: each row's model in a model mix: an index into the results header's ``mix.models``
+    #: (``payloads.mix``).  Optional when constructing (all 0); folders written before it existed load as all 0.
+    model: I16 = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
 
     def __post_init__(self) -> None:
+        if len(self.model) != len(self.intended):
+            if len(self.model):
+                raise ValueError(f"model has {len(self.model)} rows, intended {len(self.intended)}")
+            self.model = np.zeros(len(self.intended), dtype=np.int16)
         if len(self.retried) != len(self.intended):
             if len(self.retried):
                 raise ValueError(f"retried has {len(self.retried)} rows, intended {len(self.intended)}")
             self.retried = np.zeros(len(self.intended), dtype=np.bool_)
+        if self.stream is not None and len(self.stream) != len(self.intended):
+            raise ValueError(f"stream columns have {len(self.stream)} rows, intended {len(self.intended)}")
 
     @classmethod
     def empty(cls, intended: F64) -> Records:
@@ -96,7 +121,7 @@ class Records:
         return len(self.intended)
 
     def columns(self) -> dict[str, npt.NDArray[np.generic]]:
-        return {
+        cols: dict[str, npt.NDArray[np.generic]] = {
             "intended": self.intended,
             "sent": self.sent,
             "done": self.done,
@@ -105,6 +130,11 @@ class Records:
             "waited": self.waited,
             "retried": self.retried,
         }
+        if self.model.any():  # a model mix (a single model's rows are all 0: its folders keep their columns)
+            cols["model"] = self.model
+        if self.stream is not None:
+            cols.update(self.stream.columns())
+        return cols
 
     @classmethod
     def from_columns(cls, cols: dict[str, npt.NDArray[np.generic]]) -> Records:
@@ -116,6 +146,8 @@ class Records:
             status=np.asarray(cols["status"], dtype=np.int32),
             waited=np.asarray(cols["waited"], dtype=np.bool_),
             retried=np.asarray(cols["retried"], dtype=np.bool_) if "retried" in cols else np.zeros(0, dtype=np.bool_),
+            model=np.asarray(cols["model"], dtype=np.int16) if "model" in cols else np.zeros(0, dtype=np.int16),
+            stream=StreamRecords.from_columns(cols),
         )
 
     def select(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.integer[Any]] | slice) -> Records:
@@ -128,6 +160,8 @@ class Records:
             self.status[rows],
             self.waited[rows],
             self.retried[rows],
+            None if self.stream is None else self.stream.select(rows),
+            model=self.model[rows],
         )
 
     def shifted(self, offset_s: float) -> Records:
@@ -140,6 +174,8 @@ class Records:
             self.status,
             self.waited,
             self.retried,
+            None if self.stream is None else self.stream.shifted(offset_s),
+            model=self.model,
         )
 
     @staticmethod
@@ -155,6 +191,8 @@ class Records:
             np.concatenate([p.status for p in parts]),
             np.concatenate([p.waited for p in parts]),
             np.concatenate([p.retried for p in parts]),
+            _merged_streams(parts),
+            model=np.concatenate([p.model for p in parts]),
         )
         order = np.argsort(cat.intended, kind="stable")
         return cat.select(order)
@@ -207,3 +245,10 @@ class Records:
         Answered errors are left out: they are counted in the error rate and by class instead.
         """
         return self.ok_mask() | self.censored_mask()
+
+
+def _merged_streams(parts: list[Records]) -> StreamRecords | None:
+    """The stream columns of shards laid end to end (a shard without them gets empty ones), or None if none has any."""
+    if all(p.stream is None for p in parts):
+        return None
+    return StreamRecords.concat([p.stream if p.stream is not None else StreamRecords.empty(len(p)) for p in parts])

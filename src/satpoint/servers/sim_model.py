@@ -80,6 +80,13 @@ class SimConfig:
     metastable_high: int | None = None
     metastable_low: int = 0
     metastable_factor: float = 1.0
+    #: streamed answers (``infer_stream``, ``ModelStreamInfer``; see ``stream_chunk_offsets``): the first chunk
+    #: ``stream_first_ms`` after service starts, then one every ``stream_gap_ms``, ``stream_chunks`` in all; the
+    #: stream holds its slot until its last chunk.  ``stream``: the command line asked for streams (``--stream``)
+    stream: bool = False
+    stream_first_ms: float = 20.0
+    stream_gap_ms: float = 5.0
+    stream_chunks: int = 10
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -105,6 +112,12 @@ class SimConfig:
             raise ConfigError(f"sim: model must be a non-empty name without '/', got {self.model!r}")
         self._check_fault()
         self._check_metastable()
+        if not (math.isfinite(self.stream_first_ms) and self.stream_first_ms >= 0):
+            raise ConfigError(f"sim: stream_first_ms must be >= 0, got {self.stream_first_ms}")
+        if not (math.isfinite(self.stream_gap_ms) and self.stream_gap_ms >= 0):
+            raise ConfigError(f"sim: stream_gap_ms must be >= 0, got {self.stream_gap_ms}")
+        if self.stream_chunks < 1:
+            raise ConfigError(f"sim: stream_chunks must be >= 1, got {self.stream_chunks}")
 
     def _check_metastable(self) -> None:
         high, low, factor = self.metastable_high, self.metastable_low, self.metastable_factor
@@ -206,6 +219,10 @@ class SimConfig:
             error_status=getattr(args, "error_status", None),
             error_framing=getattr(args, "error_framing", None),
             **metastable_fields(getattr(args, "metastable", None)),
+            stream=bool(getattr(args, "stream", False)),
+            stream_first_ms=getattr(args, "stream_first_ms", 20.0),
+            stream_gap_ms=getattr(args, "stream_gap_ms", 5.0),
+            stream_chunks=getattr(args, "stream_chunks", 10),
         )
 
     @property
@@ -217,6 +234,16 @@ class SimConfig:
     def capacity_rps(self) -> float:
         """Long-run completion rate when overloaded and never paused: ``slots / service_s``."""
         return self.slots / self.service_s
+
+    @property
+    def stream_offsets_s(self) -> tuple[float, ...]:
+        """When each chunk of a streamed answer leaves, seconds after its service starts."""
+        return stream_chunk_offsets(self.stream_first_ms, self.stream_gap_ms, self.stream_chunks)
+
+    @property
+    def stream_capacity_rps(self) -> float:
+        """Long-run rate of streamed requests when overloaded: ``slots`` / the time a stream holds its slot."""
+        return self.slots / max(self.stream_offsets_s[-1], 1e-9)
 
     @property
     def metastable(self) -> bool:
@@ -409,6 +436,13 @@ class FaultDraws:
         return self._draws.next()
 
 
+def stream_chunk_offsets(first_ms: float, every_ms: float, chunks: int) -> tuple[float, ...]:
+    """The sim's streamed answer, shared by its REST and gRPC sides: when each of ``chunks`` chunks leaves,
+    in seconds after the request starts service (the first after ``first_ms``, then one every ``every_ms``).
+    The stream holds its slot until the last one, so its service time is the last offset."""
+    return tuple((first_ms + i * every_ms) / 1000.0 for i in range(chunks))
+
+
 def _draws_and_pauses(config: SimConfig, origin_s: float) -> tuple[ServiceDraws, ErrorDraws, PauseCalendar | None]:
     """``config``'s seeded service-time and error draws, and its pauses counted from ``origin_s``."""
     service_seed, error_seed = np.random.SeedSequence(config.seed).spawn(2)
@@ -457,15 +491,18 @@ class SlotScheduler:
         service, errors, pauses = _draws_and_pauses(config, origin_s)
         return cls(slots=config.slots, service=service, errors=errors, pauses=pauses, origin_s=origin_s)
 
-    def admit(self, arrival_s: float) -> Admission:
+    def admit(self, arrival_s: float, service_s: float | None = None) -> Admission:
+        """Admit a request arriving at ``arrival_s``; ``service_s`` fixes its service time (a streamed answer's
+        last chunk offset) instead of a draw."""
         free_at = self._free_at_s
         start_s = free_at[0] if free_at[0] > arrival_s else arrival_s
         pauses = self._pauses
+        took = self._service.next() if service_s is None else service_s
         if pauses is not None:
             start_s = pauses.defer(start_s)
-            finish_s = pauses.defer(start_s + self._service.next())
+            finish_s = pauses.defer(start_s + took)
         else:
-            finish_s = start_s + self._service.next()
+            finish_s = start_s + took
         heapq.heapreplace(free_at, finish_s)
         self.admitted += 1
         return Admission(start_s, finish_s, self._errors.next())
