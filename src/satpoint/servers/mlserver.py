@@ -60,6 +60,8 @@ from satpoint.servers.embedded_base import (
     satpoint_root,
 )
 from satpoint.servers.folder_onnx import find_folder_onnx, write_folder_onnx
+from satpoint.servers.many_models import copy_digests, load_span, tree_memory, write_demo_copies
+from satpoint.servers.many_models import ready_timeout_s as many_ready_timeout_s
 from satpoint.servers.mlserver_settings import (
     DEFAULT_RUNTIME,
     MODEL_SETTINGS_FILE,
@@ -67,6 +69,7 @@ from satpoint.servers.mlserver_settings import (
     folder_model_settings,
     link_folder_entries,
     onnx_threads,
+    repo_model_settings,
 )
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
@@ -104,15 +107,17 @@ class MLServerTarget(EmbeddedServer):
         self,
         settings: MLServerSettings | None = None,
         *,
-        ready_timeout_s: float = 90.0,
+        ready_timeout_s: float | None = None,
         stop_grace_s: float = 10.0,
         workdir: Path | None = None,
         log_path: Path | None = None,
         keep_workdir: bool = False,
         kill_with_parent: bool = True,
     ) -> None:
-        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
         self._settings = settings if settings is not None else MLServerSettings()
+        if ready_timeout_s is None:  # MLServer loads every model in every worker before it is ready
+            ready_timeout_s = many_ready_timeout_s(self.models, self._settings.parallel_workers)
+        super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
         self._given_workdir = workdir
         self._given_log_path = log_path
         self._keep_workdir = keep_workdir or workdir is not None
@@ -120,6 +125,9 @@ class MLServerTarget(EmbeddedServer):
         self._removed_env: list[str] = []
         self._onnx_threads: tuple[int, str] | None = None
         self._cgroup: ChildCgroup | None = None
+        self._digests: list[str] = []
+        self._memory_at_ready: dict[str, Any] | None = None
+        self._load_span: dict[str, Any] | None = None
 
     # -- lifecycle
 
@@ -137,7 +145,18 @@ class MLServerTarget(EmbeddedServer):
         self._workdir = workdir
         env = self._server_env()
         model_dir = workdir / s.served_model_name
-        if s.model_dir is not None and s.runtime != DEFAULT_RUNTIME:
+        if s.demo_models is not None:
+            t0 = time.monotonic()
+            names = s.served_model_names
+            self._digests = copy_digests(write_demo_copies(s.demo_model, s.runtime, names, workdir))
+            self._train_s = time.monotonic() - t0
+            for name in names:
+                _write_json(workdir / name / MODEL_SETTINGS_FILE, self._model_settings(name))
+        elif s.model_repo is not None:
+            for m in s.repo_models:
+                link_folder_entries(m.folder, workdir / m.name)
+                _write_json(workdir / m.name / MODEL_SETTINGS_FILE, repo_model_settings(s, m))
+        elif s.model_dir is not None and s.runtime != DEFAULT_RUNTIME:
             # the user's ONNX model (quantized for onnx-int8) written here, in the server's own folder
             self._onnx_threads = onnx_threads(env)
             write_folder_onnx(find_folder_onnx(s.model_dir, s.runtime), s.runtime, model_dir)
@@ -149,7 +168,8 @@ class MLServerTarget(EmbeddedServer):
             t0 = time.monotonic()
             write_demo_artifact(s.demo_model, s.runtime, model_dir)
             self._train_s = time.monotonic() - t0
-        _write_json(model_dir / MODEL_SETTINGS_FILE, self._model_settings())
+        if s.demo_models is None and s.model_repo is None:
+            _write_json(model_dir / MODEL_SETTINGS_FILE, self._model_settings())
         log_path = self._given_log_path if self._given_log_path is not None else workdir / "mlserver.log"
 
         for attempt in range(1, _START_ATTEMPTS + 1):
@@ -171,7 +191,7 @@ class MLServerTarget(EmbeddedServer):
                 kill_with_parent=self._kill_with_parent,
             )
             self._process = process
-            t_start = time.monotonic()
+            t_start, started_unix = time.monotonic(), time.time()
             process.start()
             try:
                 process.wait_ready(
@@ -194,6 +214,9 @@ class MLServerTarget(EmbeddedServer):
                 raise
             self._startup_s = time.monotonic() - t_start
             self._remember_pids()
+            self._memory_at_ready = tree_memory(self.pids())
+            if self.models > 1:
+                self._load_span = load_span(process.log_text(), started_unix)
             return
 
     def _keep_workdir_after_stop(self) -> bool:
@@ -226,6 +249,20 @@ class MLServerTarget(EmbeddedServer):
     def model_name(self) -> str:
         """The name the model is served under."""
         return self._settings.served_model_name
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model the server serves (one unless ``demo_models`` or ``model_repo``)."""
+        return self._settings.served_model_names
+
+    @property
+    def models(self) -> int:
+        return len(self._settings.served_model_names)
+
+    @property
+    def memory_at_ready(self) -> dict[str, Any] | None:
+        """The process tree's memory when the server had just become ready (``many_models.tree_memory``)."""
+        return self._memory_at_ready
 
     @property
     def log_path(self) -> Path:
@@ -273,13 +310,47 @@ class MLServerTarget(EmbeddedServer):
             "train_s": self._train_s,
             "startup_s": self._startup_s,
             "limits": self._cgroup.info() if self._cgroup is not None else None,
+            "models": self._models_info(),
+            "memory_at_ready": self._memory_at_ready,
         }
+
+    def _models_info(self) -> dict[str, Any]:
+        """How many models the server holds, their names, and (with many) how they were made and loaded."""
+        s = self._settings
+        out: dict[str, Any] = {"count": self.models, "names": list(self.model_names)}
+        if s.demo_models is not None:
+            out["source"] = "demo_models"
+            out["distinct_artifacts"] = len(set(self._digests)) if self._digests else None
+            out["how"] = (
+                f"copy i of the demo model {s.demo_model} trained on its own stratified bootstrap sample of the "
+                "training split (seed i), written to its own folder and loaded by its own model instance"
+            )
+        elif s.model_repo is not None:
+            out["source"] = "model_repo"
+            out["model_repo"] = str(s.model_repo.resolve())
+        else:
+            out["source"] = "model_dir" if s.model_dir is not None else "demo_model"
+        if self.models > 1 or s.demo_models is not None:
+            out["load"] = {"startup_s": self._startup_s, "workers": s.parallel_workers, **(self._load_span or {})}
+        return out
 
     # -- internals -------------------------------------------------------------------------------------
 
     def _model_info(self) -> dict[str, Any]:
         s = self._settings
         batching = {"max_batch_size": s.effective_max_batch_size, "max_batch_time_s": s.effective_max_batch_time_s}
+        if s.model_repo is not None:
+            return {
+                "name": s.served_model_name,
+                "source": "model_repo",
+                "model_repo": str(s.model_repo.resolve()),
+                "folders": [
+                    {"name": m.name, "folder": str(m.folder), "implementation": m.settings.get("implementation")}
+                    for m in s.repo_models
+                ],
+                **batching,
+                "note": "every model folder served from its own model-settings.json under its own name",
+            }
         if s.model_dir is not None:
             folder = s.folder_settings() or {}
             overridden = {
@@ -365,13 +436,13 @@ class MLServerTarget(EmbeddedServer):
     def _declared_outputs() -> list[dict[str, Any]]:
         return [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}]
 
-    def _model_settings(self) -> dict[str, Any]:
+    def _model_settings(self, name: str | None = None) -> dict[str, Any]:
         s = self._settings
         if s.model_dir is not None:
             return folder_model_settings(s)
         artifact = artifact_filename(s.runtime)
         return {
-            "name": s.served_model_name,
+            "name": name or s.served_model_name,
             "implementation": _implementation(s.runtime),
             "parameters": {"uri": f"./{artifact}"},
             "max_batch_size": s.effective_max_batch_size,

@@ -28,8 +28,16 @@ from satpoint.servers.folder_onnx import (
     folder_implementation,
     folder_onnx_inputs,
 )
+from satpoint.servers.many_models import MAX_MODELS, RepoModel, copy_names, repo_models
 
-__all__ = ["MLServerSettings", "folder_model_settings", "link_folder_entries", "onnx_threads", "read_model_folder"]
+__all__ = [
+    "MLServerSettings",
+    "folder_model_settings",
+    "link_folder_entries",
+    "onnx_threads",
+    "read_model_folder",
+    "repo_model_settings",
+]
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 INPUT_DATATYPES = ("FP32", "FP64")
@@ -73,8 +81,14 @@ class MLServerSettings:
     #: the server runs in a child cgroup of satpoint's own (``servers.cgroups``); None: no limit
     cpu_limit: float | None = None
     memory_limit: int | None = None
+    #: many models on one server (``servers.many_models``): N independent copies of the demo model, named
+    #: ``<model_name or demo_model>-000``…, or every model folder under ``model_repo``; None: one model
+    demo_models: int | None = None
+    model_repo: Path | None = None
     # the model folder's model-settings.json as read when these settings were made (not a parameter)
     _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    # the model folders of model_repo as read when these settings were made (not a parameter)
+    _repo_models: tuple[RepoModel, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.parallel_workers < 0:
@@ -108,6 +122,7 @@ class MLServerSettings:
                     f"the model name {self.served_model_name!r} (from {model_dir / MODEL_SETTINGS_FILE}) cannot "
                     f"be served by satpoint: it must match {MODEL_NAME_RE.pattern}; give another with model_name"
                 )
+        self._check_many_models()
         if not self.input_name:
             raise ValueError("input_name must not be empty")
         if self.input_datatype not in INPUT_DATATYPES:
@@ -123,9 +138,46 @@ class MLServerSettings:
                 raise ValueError(f"cpus must be distinct non-negative CPU ids, got {list(self.cpus)}")
             object.__setattr__(self, "cpus", cpus)
 
+    def _check_many_models(self) -> None:
+        if self.demo_models is not None:
+            if isinstance(self.demo_models, bool) or not 1 <= int(self.demo_models) <= MAX_MODELS:
+                raise ValueError(f"demo_models must be between 1 and {MAX_MODELS}, got {self.demo_models!r}")
+            if self.model_dir is not None or self.model_repo is not None:
+                raise ValueError("demo_models (copies of a demo model) excludes model_dir and model_repo")
+            if getattr(demo_model(self.demo_model), "streaming", False):
+                raise ValueError(f"demo_models copies a classifier; {self.demo_model} is a text generator")
+        if self.model_repo is not None:
+            if self.model_dir is not None or self.demo_model != DEFAULT_DEMO_MODEL or self.runtime != DEFAULT_RUNTIME:
+                raise ValueError(
+                    "model_repo (your repository of model folders, served as they are) excludes model_dir, "
+                    "demo_model and runtime"
+                )
+            repo = Path(self.model_repo)
+            object.__setattr__(self, "model_repo", repo)
+            object.__setattr__(self, "_repo_models", tuple(repo_models(repo, read_model_folder, MODEL_NAME_RE)))
+            if self.model_name is not None:
+                raise ValueError("model_name names one model: the folders of model_repo are served under their own")
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        """Every model the server serves, in order (one name unless ``demo_models`` or ``model_repo``)."""
+        if self.demo_models is not None:
+            return tuple(copy_names(self.model_name or self.demo_model, int(self.demo_models)))
+        if self.model_repo is not None:
+            return tuple(m.name for m in self._repo_models)
+        return (self.served_model_name,)
+
+    @property
+    def repo_models(self) -> tuple[RepoModel, ...]:
+        """The model folders of ``model_repo`` (empty without it)."""
+        return self._repo_models
+
     @property
     def served_model_name(self) -> str:
-        """The name the model is served under (``model_name``, else the demo model's or folder's name)."""
+        """The name the model is served under (``model_name``, else the demo model's or folder's name); with
+        many models, the first of them."""
+        if self.demo_models is not None or self.model_repo is not None:
+            return self.served_model_names[0]
         if self.model_name is not None:
             return self.model_name
         if self.model_dir is not None:
@@ -181,6 +233,9 @@ class MLServerSettings:
             "model_dir": str(self.model_dir) if self.model_dir is not None else None,
             "cpu_limit_cores": self.cpu_limit,
             "memory_limit_bytes": self.memory_limit,
+            "demo_models": self.demo_models,
+            "model_repo": str(self.model_repo) if self.model_repo is not None else None,
+            "models": len(self.served_model_names),
         }
 
 
@@ -236,6 +291,23 @@ def folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
         doc["max_batch_time"] = s.max_batch_time_s
     if s.runtime != DEFAULT_RUNTIME:
         return doc  # its uri is the derived model.onnx beside it, not a file of the user's folder
+    return _absolute_uri(doc, s.model_dir)
+
+
+def repo_model_settings(s: MLServerSettings, model: RepoModel) -> dict[str, Any]:
+    """One folder of ``model_repo`` as served: its own ``model-settings.json`` with its served name, batching
+    replaced only when given to satpoint, and a relative ``parameters.uri`` made absolute (as for
+    ``model_dir``)."""
+    doc: dict[str, Any] = json.loads(json.dumps(model.settings))
+    doc["name"] = model.name
+    if s.max_batch_size is not None:
+        doc["max_batch_size"] = s.max_batch_size
+    if s.max_batch_time_s is not None:
+        doc["max_batch_time"] = s.max_batch_time_s
+    return _absolute_uri(doc, model.folder)
+
+
+def _absolute_uri(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
     params = doc.get("parameters")
     uri = params.get("uri") if isinstance(params, dict) else None
     if isinstance(params, dict) and isinstance(uri, str) and uri:
@@ -243,7 +315,7 @@ def folder_model_settings(s: MLServerSettings) -> dict[str, Any]:
         if scheme in ("", "file"):
             path = urllib.parse.urlparse(uri).path if scheme == "file" else uri
             if not os.path.isabs(path):
-                params["uri"] = os.path.normpath(s.model_dir.resolve() / path)
+                params["uri"] = os.path.normpath(folder.resolve() / path)
     return doc
 
 
