@@ -16,6 +16,12 @@ onnxruntime runtime (:mod:`satpoint.servers.onnx_runtime`).
 - ``digits-mlp-pca16``: the guide's "dimensionality reduction of inputs": a PCA to 16 of the 64 digits
   features, then the same MLP, both inside one served pipeline (scikit-learn ``Pipeline``; in ONNX a
   MatMul before the MLP), so requests still carry 64 features. Its quality reference is ``digits-mlp``.
+- ``textgen``: the streaming demo model, a character-level text generator trained on scikit-learn's own
+  dataset descriptions (:mod:`satpoint.servers.textgen`), served by satpoint's MLServer runtime
+  (:mod:`satpoint.servers.textgen_runtime`) with ``predict_stream`` (one character per chunk) and
+  ``predict``; its input is a prompt of ``input_len`` values (default 32), its answer ``max_tokens``
+  characters (default 64). Not a classifier: no held-out quality, no ONNX artefact, runtime ``sklearn``
+  only (the name of the default; the artefact is ``model.npz``).
 
 Every model is trained on the same 75 % of its data (``demo_split``: stratified, fixed seed); the other
 25 % is the held-out split :mod:`satpoint.servers.artefact_quality` judges artefacts on.
@@ -116,6 +122,8 @@ class DemoModel:
     mlp: bool = False
     #: the demo model whose sklearn artefact the quality figures compare with (None: this one)
     reference: str | None = None
+    #: a generator that streams its answer (``textgen``): not a classifier
+    streaming: bool = False
 
 
 DEMO_MODELS: dict[str, DemoModel] = {
@@ -142,6 +150,13 @@ DEMO_MODELS: dict[str, DemoModel] = {
             "sklearn.datasets.load_digits",
             mlp=True,
             reference="digits-mlp",
+        ),
+        DemoModel(
+            "textgen",
+            32,  # textgen.DEFAULT_INPUT_LEN: the prompt's length (the input_len knob)
+            "satpoint.servers.textgen.TextGen (character-level MLP, scikit-learn MLPClassifier)",
+            "scikit-learn's dataset descriptions (sklearn/datasets/descr/*.rst)",
+            streaming=True,
         ),
     )
 }
@@ -190,6 +205,8 @@ def _mlp() -> Any:
 def fit_demo_model(name: str) -> Any:
     """Train the demo model ``name`` in memory on its training split (deterministic: same data, fixed
     seeds)."""
+    if demo_model(name).streaming:
+        raise ValueError(f"the demo model {name} is a text generator, not a classifier (servers.textgen)")
     features, _, labels, _ = demo_split(name)
     if name == "iris":
         from sklearn.linear_model import LogisticRegression
@@ -253,6 +270,11 @@ def check_runtime(runtime: str, name: str) -> str:
     returns it."""
     kind, _ = parse_runtime(runtime)
     spec = demo_model(name)
+    if spec.streaming and kind != "sklearn":
+        raise ValueError(
+            f"runtime {runtime} does not apply to the demo model {name}: it is served by satpoint's textgen "
+            "runtime from model.npz (leave runtime at its default)"
+        )
     if kind == "onnx-int8" and not spec.mlp:
         raise ValueError(
             f"runtime onnx-int8 does not apply to the demo model {name}: onnxruntime's dynamic quantization "
@@ -362,6 +384,11 @@ def probabilities_only(data: bytes) -> bytes:
 def write_demo_artifact(name: str, runtime: str, dest_dir: Path) -> Path:
     """Train the demo model ``name`` and write the artefact ``runtime`` serves into ``dest_dir``:
     ``model.joblib`` (sklearn) or ``model.onnx`` (onnx, onnx-int8, pruned:F); returns its path."""
+    if demo_model(name).streaming:
+        from satpoint.servers.textgen import TEXTGEN_FILENAME, train_textgen
+
+        check_runtime(runtime, name)
+        return train_textgen().save(Path(dest_dir) / TEXTGEN_FILENAME)
     if parse_runtime(check_runtime(runtime, name))[0] == "sklearn":
         return train_demo_model(name, dest_dir)
     data = build_onnx_bytes(name, runtime)

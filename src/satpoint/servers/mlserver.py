@@ -72,6 +72,7 @@ from satpoint.servers.mlserver_settings import (
     repo_model_settings,
 )
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
+from satpoint.servers.textgen import TEXTGEN_SERVER_SETTINGS, textgen_model_settings
 
 __all__ = [
     "MLServerSettings",
@@ -406,6 +407,10 @@ class MLServerTarget(EmbeddedServer):
             "outputs": self._declared_outputs(),
             **batching,
         }
+        if spec.streaming:  # the textgen model: its own runtime, artefact, input and output
+            served = _textgen_settings(s, s.served_model_name)
+            info.update(implementation=served["implementation"], artifact="model.npz", inputs=served["inputs"])
+            info.update(outputs=served["outputs"], max_tokens=served["parameters"]["extra"]["max_tokens"])
         if s.runtime == "openvino":
             threads, source = self._onnx_threads or onnx_threads(self._server_env_preview())
             info["openvino"] = {
@@ -440,6 +445,8 @@ class MLServerTarget(EmbeddedServer):
         s = self._settings
         if s.model_dir is not None:
             return folder_model_settings(s)
+        if demo_model(s.demo_model).streaming:
+            return _textgen_settings(s, name or s.served_model_name)
         artifact = artifact_filename(s.runtime)
         return {
             "name": name or s.served_model_name,
@@ -463,6 +470,7 @@ class MLServerTarget(EmbeddedServer):
             "metrics_dir": str(workdir / ".metrics"),
             "environments_dir": str(workdir / ".envs"),
             "load_models_at_startup": True,
+            **(TEXTGEN_SERVER_SETTINGS if demo_model(s.demo_model).streaming else {}),
         }
 
     def _server_env(self) -> dict[str, str]:
@@ -477,14 +485,26 @@ class MLServerTarget(EmbeddedServer):
         if env.get("PYTHONPATH"):
             # the server runs in its temporary folder: relative entries would point elsewhere there
             env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
-        if s.model_dir is None and serves_onnx(s.runtime):
-            # MLServer imports satpoint's ONNX runtime: make it this satpoint, wherever it was imported from
+        if s.model_dir is None and (serves_onnx(s.runtime) or demo_model(s.demo_model).streaming):
+            # MLServer imports satpoint's ONNX or textgen runtime: make it this satpoint, wherever it was imported from
             prepend_pythonpath(env, satpoint_root())
         env.update(s.env)
         return env
 
 
 # -- small helpers ---------------------------------------------------------------------------------------
+
+
+def _textgen_settings(s: MLServerSettings, name: str) -> dict[str, Any]:
+    return textgen_model_settings(
+        name,
+        input_name=s.input_name,
+        input_datatype=s.input_datatype,
+        max_tokens=s.max_tokens,
+        input_len=s.input_len,
+        max_batch_size=s.effective_max_batch_size,
+        max_batch_time_s=s.effective_max_batch_time_s,
+    )
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

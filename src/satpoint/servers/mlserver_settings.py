@@ -85,6 +85,9 @@ class MLServerSettings:
     #: ``<model_name or demo_model>-000``…, or every model folder under ``model_repo``; None: one model
     demo_models: int | None = None
     model_repo: Path | None = None
+    #: the streaming demo model ``textgen`` only: characters per answer, the prompt's length (None: 64, 32)
+    max_tokens: int | None = None
+    input_len: int | None = None
     # the model folder's model-settings.json as read when these settings were made (not a parameter)
     _folder_settings: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     # the model folders of model_repo as read when these settings were made (not a parameter)
@@ -99,7 +102,7 @@ class MLServerSettings:
             raise ValueError(f"max_batch_time_s must be >= 0, got {self.max_batch_time_s}")
         if self.model_name is not None and not MODEL_NAME_RE.match(self.model_name):
             raise ValueError(f"model_name must match {MODEL_NAME_RE.pattern}, got {self.model_name!r}")
-        demo_model(self.demo_model)  # a ValueError listing the valid names
+        self._check_textgen(demo_model(self.demo_model).streaming)  # demo_model: a ValueError naming valid ones
         if self.model_dir is None or self.runtime == DEFAULT_RUNTIME:
             check_runtime(self.runtime, self.demo_model)  # a ValueError naming the valid runtimes, or why not
         if self.model_dir is not None:
@@ -172,6 +175,23 @@ class MLServerSettings:
         """The model folders of ``model_repo`` (empty without it)."""
         return self._repo_models
 
+    def _check_textgen(self, streaming: bool) -> None:
+        """``max_tokens``/``input_len`` are the textgen model's; it streams only with ``parallel_workers`` 0
+        (MLServer's parallel workers bypass ``predict_stream``): the default 1 becomes 0, more is refused."""
+        for name in ("max_tokens", "input_len"):
+            value = getattr(self, name)
+            if value is not None and not streaming:
+                raise ValueError(f"{name} is a knob of the streaming demo model textgen, not of {self.demo_model}")
+            if value is not None and (isinstance(value, bool) or int(value) < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if streaming:
+            if self.parallel_workers > 1:
+                raise ValueError(
+                    "the demo model textgen streams only with parallel_workers 0 (MLServer's parallel workers "
+                    f"bypass predict_stream); got {self.parallel_workers}"
+                )
+            object.__setattr__(self, "parallel_workers", 0)
+
     @property
     def served_model_name(self) -> str:
         """The name the model is served under (``model_name``, else the demo model's or folder's name); with
@@ -233,6 +253,8 @@ class MLServerSettings:
             "model_dir": str(self.model_dir) if self.model_dir is not None else None,
             "cpu_limit_cores": self.cpu_limit,
             "memory_limit_bytes": self.memory_limit,
+            "max_tokens": self.max_tokens,
+            "input_len": self.input_len,
             "demo_models": self.demo_models,
             "model_repo": str(self.model_repo) if self.model_repo is not None else None,
             "models": len(self.served_model_names),
