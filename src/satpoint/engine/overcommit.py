@@ -1,0 +1,311 @@
+"""An overcommitting scheduler's policy, emulated around the hot transport: at most K models resident.
+
+Seldon Core 2's agent (``EnsureLoadModel`` / ``makeRoomIfNeeded`` in its ``state_manager.go``) keeps the
+models a server replica cannot hold at once "evicted to disk": a request for an evicted model makes the
+agent evict the least recently used models until there is room, load the model through the server's
+repository API, then forward the request.  This module does the same from the client's side, so the cost
+of overcommit shows in satpoint's own numbers: :class:`OvercommitTransport` wraps any
+:class:`~satpoint.transports.base.HotTransport`; a request whose model is resident goes straight through
+(and marks the model used); a request for a model that is not resident is held (its ``sent`` stamped
+now: from here on the time is the "server side's", as it is behind a real agent), one load of that model
+is queued, and once the load has answered the held requests go out in order.  Loads run one at a time
+(with their evictions first), on a worker thread, never blocking the event loop.  Latency still counts
+from each request's intended time, so the held time is in it.
+
+It emulates the policy; it is not Seldon's code: no memory accounting (K models, not bytes), no retry
+of a request the server answers 404, and an evicted model's requests in flight are not waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, Self
+
+from satpoint.metrics.records import Outcome, Records
+from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
+
+perf = time.perf_counter
+
+#: the HTTP status written for requests whose model failed to load (the agent answers an error too)
+LOAD_FAILED_STATUS = 503
+
+
+class ModelControl(Protocol):
+    """Loads and unloads models (a ``transports.repository.RepositoryClient``, or a test's fake);
+    blocking calls, run on a worker thread."""
+
+    def load(self, model: str) -> float: ...
+
+    def unload(self, model: str) -> float: ...
+
+
+@dataclass
+class OvercommitCounters:
+    loads: int = 0
+    evictions: int = 0
+    cold_requests: int = 0  # requests that arrived for a model that was not resident (held for a load)
+    load_failures: int = 0
+    load_s: list[float] = field(default_factory=list)  # each load call's answer time
+    errors: list[str] = field(default_factory=list)  # the first few load/unload failures
+
+
+class OvercommitTransport:
+    """A :class:`HotTransport` that keeps at most ``resident`` models loaded, loading on demand and
+    evicting the least recently used (see the module's docstring)."""
+
+    def __init__(
+        self,
+        rec: Records,
+        on_free: Callable[[], None],
+        inner: TransportFactory,
+        control: ModelControl,
+        models: Sequence[str],
+        payload_model: Sequence[int],
+        resident: int,
+        initial: Sequence[int] = (),
+        *,
+        keep_cold_rows: bool = False,
+        prepare_residency: bool = True,
+    ) -> None:
+        if resident < 1:
+            raise ValueError(f"resident must be >= 1, got {resident}")
+        self.rec = rec
+        self._on_free = on_free
+        self._control = control
+        self._models = list(models)
+        self._payload_model = list(payload_model)
+        self._k = resident
+        first = list(dict.fromkeys(initial or range(min(resident, len(self._models)))))[:resident]
+        self._initial = first
+        self._lru: OrderedDict[int, None] = OrderedDict()  # resident models, least recently used first
+        self._held: dict[int, list[tuple[int, int]]] = {}  # model -> requests waiting for its load
+        self._queue: deque[int] = deque()  # models waiting for a load, in order of first demand
+        self._ready: deque[tuple[int, int]] = deque()  # loaded models' requests waiting for a free slot
+        self._worker: asyncio.Task[None] | None = None
+        self._closing = False
+        self._keep_cold_rows = keep_cold_rows
+        self._prepare_residency = prepare_residency
+        self.cold_rows: list[int] = []
+        self.counters = OvercommitCounters()
+        self._inner: HotTransport = inner(rec, self._freed)
+
+    # -- the hot path ----------------------------------------------------------------------------------
+    def try_send(self, idx: int, payload_idx: int) -> bool:
+        model = self._payload_model[payload_idx]
+        lru = self._lru
+        if model in lru:
+            lru.move_to_end(model)
+            if self._ready:  # earlier requests are still waiting for a slot: this one waits too
+                return False
+            return self._inner.try_send(idx, payload_idx)
+        self.rec.sent[idx] = perf()
+        self.counters.cold_requests += 1
+        if self._keep_cold_rows:
+            self.cold_rows.append(idx)
+        held = self._held.get(model)
+        if held is None:
+            self._held[model] = [(idx, payload_idx)]
+            self._queue.append(model)
+            self._kick()
+        else:
+            held.append((idx, payload_idx))
+        return True
+
+    def inflight(self) -> int:
+        return self._inner.inflight() + sum(len(h) for h in self._held.values()) + len(self._ready)
+
+    def _send_released(self, idx: int, payload_idx: int) -> bool:
+        sent = self.rec.sent[idx]  # the hold's stamp stays: the inner transport would overwrite it
+        ok = self._inner.try_send(idx, payload_idx)
+        if ok:
+            self.rec.sent[idx] = sent
+        return ok
+
+    def _freed(self) -> None:
+        """A slot freed: it goes to the oldest released request waiting here, else to the dispatcher."""
+        ready = self._ready
+        if ready:
+            idx, pay = ready[0]
+            if self._send_released(idx, pay):
+                ready.popleft()
+            return
+        if not self._closing:
+            self._on_free()
+
+    # -- loads -----------------------------------------------------------------------------------------
+    def _kick(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._load_queued())
+
+    async def _load_queued(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue and not self._closing:
+            model = self._queue[0]
+            error: str | None = None
+            try:
+                while len(self._lru) >= self._k:
+                    victim, _ = self._lru.popitem(last=False)
+                    self.counters.evictions += 1
+                    try:
+                        await loop.run_in_executor(None, self._control.unload, self._models[victim])
+                    except Exception as e:  # an eviction that failed still frees the slot in our count
+                        self._note(f"unload {self._models[victim]}: {e}")
+                took = await loop.run_in_executor(None, self._control.load, self._models[model])
+                self.counters.loads += 1
+                self.counters.load_s.append(took)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                error = f"load {self._models[model]}: {e}"
+            self._queue.popleft()
+            held = self._held.pop(model, [])
+            if self._closing:
+                return
+            if error is not None:
+                self.counters.load_failures += 1
+                self._note(error)
+                self._finish(held, Outcome.HTTP_ERROR, LOAD_FAILED_STATUS)
+                self._on_free()
+                continue
+            self._lru[model] = None
+            self._lru.move_to_end(model)
+            self._release(held)
+
+    def _release(self, held: list[tuple[int, int]]) -> None:
+        for i, (idx, pay) in enumerate(held):
+            if self._ready or not self._send_released(idx, pay):
+                self._ready.extend(held[i:])
+                return
+
+    def _note(self, error: str) -> None:
+        if len(self.counters.errors) < 10:
+            self.counters.errors.append(error)
+
+    def _finish(self, rows: Sequence[tuple[int, int]], outcome: int, status: int = 0) -> None:
+        if not rows:
+            return
+        now = perf()
+        rec = self.rec
+        for idx, _ in rows:
+            rec.done[idx] = now
+            rec.outcome[idx] = outcome
+            rec.status[idx] = status
+
+    # -- HotTransport ------------------------------------------------------------------------------------
+    async def prepare(self, warm_connections: int) -> None:
+        """The starting residency (``initial``: loaded, every other model unloaded), then the inner
+        transport's own preparation."""
+        if self._prepare_residency:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._settle)
+        for m in self._initial:
+            self._lru[m] = None
+        await self._inner.prepare(warm_connections)
+
+    def _settle(self) -> None:
+        for m, name in enumerate(self._models):
+            if m not in self._initial:
+                with contextlib.suppress(Exception):  # not loaded (MLServer: 404): already where we want it
+                    self._control.unload(name)
+        for m in self._initial:
+            self._control.load(self._models[m])
+
+    def expire(self, now: float, timeout_s: float) -> None:
+        self._inner.expire(now, timeout_s)
+        limit = now - timeout_s
+        sent = self.rec.sent
+        for model, held in list(self._held.items()):
+            old = [r for r in held if sent[r[0]] < limit]
+            if old:
+                self._finish(old, Outcome.TIMEOUT)
+                self._held[model] = [r for r in held if sent[r[0]] >= limit]
+        if self._ready and sent[self._ready[0][0]] < limit:
+            old = [r for r in self._ready if sent[r[0]] < limit]
+            self._finish(old, Outcome.TIMEOUT)
+            self._ready = deque(r for r in self._ready if sent[r[0]] >= limit)
+
+    def abort_all(self, outcome: int) -> None:
+        self._closing = True
+        self._finish([r for held in self._held.values() for r in held], outcome)
+        self._finish(list(self._ready), outcome)
+        self._held.clear()
+        self._ready.clear()
+        if self._worker is not None:
+            self._worker.cancel()
+        self._inner.abort_all(outcome)
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker
+        await self._inner.close()
+
+    def resident(self) -> list[str]:
+        """The resident models now, least recently used first."""
+        return [self._models[m] for m in self._lru]
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters
+        out = transport_stats(self._inner)
+        out["overcommit"] = {
+            "resident_max": self._k,
+            "models": len(self._models),
+            "loads": c.loads,
+            "evictions": c.evictions,
+            "cold_requests": c.cold_requests,
+            "load_failures": c.load_failures,
+            "load_s": [round(s, 6) for s in c.load_s],
+            "errors": list(c.errors),
+            "resident_at_end": self.resident(),
+        }
+        if self._keep_cold_rows:
+            out["overcommit"]["cold_rows"] = list(self.cold_rows)
+        return out
+
+
+@dataclass(frozen=True)
+class OvercommitBuilder:
+    """Picklable recipe for :class:`OvercommitTransport` around another transport's builder (the engine's
+    ``FactoryBuilder``): built inside the process that runs the shard."""
+
+    inner: Callable[[], TransportFactory]
+    control: ModelControl
+    models: tuple[str, ...]
+    payload_model: tuple[int, ...]
+    resident: int
+    initial: tuple[int, ...] = ()
+    keep_cold_rows: bool = False
+
+    @property
+    def max_inflight(self) -> int | None:
+        cap = getattr(self.inner, "max_inflight", None)
+        return cap if isinstance(cap, int) else None
+
+    def with_max_inflight(self, max_inflight: int) -> Self:
+        resize = getattr(self.inner, "with_max_inflight", None)
+        return replace(self, inner=resize(max_inflight)) if callable(resize) else self
+
+    def __call__(self) -> TransportFactory:
+        inner = self.inner()
+
+        def factory(rec: Records, on_free: Callable[[], None]) -> HotTransport:
+            return OvercommitTransport(
+                rec,
+                on_free,
+                inner,
+                self.control,
+                self.models,
+                self.payload_model,
+                self.resident,
+                self.initial,
+                keep_cold_rows=self.keep_cold_rows,
+            )
+
+        return factory

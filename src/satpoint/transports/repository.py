@@ -1,0 +1,191 @@
+"""The model-repository API over OIP REST: index, load, unload (MLServer 1.7.1; Triton in explicit mode).
+
+Control-plane calls, off the hot path (stdlib HTTP through ``rest_control``, no proxy, no redirect).
+What the servers do (read from their code, see the project's notes):
+
+- ``POST /v2/repository/index`` (body ``{}``): a list of ``{name, version?, state, reason}``.
+- ``POST /v2/repository/models/{m}/load``: answers only once the model is loaded (both servers).
+  MLServer reloads a model that is already loaded and answers 404 for a name it cannot find on disk;
+  Triton loads with an optional body (``{"parameters": {"config": ..., "file:...": ...}}``, a
+  configuration override: PyTriton's models can only be loaded that way).
+- ``POST /v2/repository/models/{m}/unload``: MLServer unloads before answering and answers 404 for a
+  model that is not loaded; Triton answers at once (the unload finishes in the background) and answers
+  success for a model that is not loaded, so ``wait_absent`` polls readiness until the model is gone.
+- Triton refuses loads and unloads outside explicit mode (HTTP 503 "explicit model load / unload is not
+  allowed if polling is enabled"), and PyTriton restricts the routes to an access token (HTTP 403).
+
+Every failure is one clear error: ``ModelNotFound`` (404, or Triton's "failed to poll from model
+repository"), ``RepositoryRefused`` (no repository API, wrong control mode, restricted),
+``RepositoryTimeout`` (no answer within the timeout) or ``RepositoryError`` (anything else, with the
+server's own words).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from satpoint.errors import ModelNotFound, SatpointError, TargetUnreachable
+from satpoint.redact import redact_url
+from satpoint.transports import rest_control
+from satpoint.transports.tls import TlsOptions
+
+
+class RepositoryError(SatpointError):
+    """A repository call failed (the message holds the server's answer)."""
+
+
+class RepositoryRefused(RepositoryError):
+    """The server has no usable repository API: absent, not in explicit mode, or restricted."""
+
+
+class RepositoryTimeout(RepositoryError):
+    """A repository call got no answer within its timeout."""
+
+
+#: Triton outside explicit mode (none or poll): the core's words (HTTP 503)
+_NOT_EXPLICIT = "explicit model load / unload is not allowed"
+#: Triton (explicit mode) asked to load a model its repository does not hold
+_NOT_IN_REPOSITORY = "failed to poll from model repository"
+#: PyTriton's access restriction (HTTP 403)
+_RESTRICTED = "this api is restricted"
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """One row of the repository index."""
+
+    name: str
+    version: str | None
+    state: str  # READY, UNAVAILABLE, UNKNOWN, LOADING, UNLOADING
+    reason: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state.upper() == "READY"
+
+
+def parse_index(doc: object) -> list[ModelState]:
+    """The index answer as rows; a ``RepositoryError`` when it is not a list of models."""
+    if not isinstance(doc, list):
+        raise RepositoryError(f"the repository index is not a list: {str(doc)[:200]}")
+    rows = []
+    for item in doc:
+        if not isinstance(item, dict) or not item.get("name"):
+            raise RepositoryError(f"a repository index entry has no name: {str(item)[:200]}")
+        version = item.get("version")
+        rows.append(
+            ModelState(
+                name=str(item["name"]),
+                version=None if version in (None, "") else str(version),
+                state=str(item.get("state") or "UNKNOWN"),
+                reason=str(item.get("reason") or ""),
+            )
+        )
+    return rows
+
+
+def _error_text(doc: Any) -> str:
+    if isinstance(doc, dict) and "error" in doc:
+        return str(doc["error"])
+    return "" if doc is None else str(doc)[:300]
+
+
+def classify(op: str, model: str | None, url: str, status: int, doc: Any) -> SatpointError | None:
+    """The error for a repository call's answer (None: success).  Pure: the tests feed it answers."""
+    if 200 <= status < 300:
+        return None
+    text = _error_text(doc)
+    where = redact_url(url)
+    low = text.lower()
+    what = f"{op} of {model!r}" if model else op
+    if _NOT_EXPLICIT in low:
+        return RepositoryRefused(
+            f"{where} refuses the {what}: Triton's model control mode is not explicit ({text}); start it with "
+            "--model-control-mode=explicit"
+        )
+    if status == 403 or _RESTRICTED in low:
+        return RepositoryRefused(
+            f"{where} restricts the repository API (HTTP {status}: {text}); give its access header with --header "
+            "(PyTriton: triton-access-token: TOKEN)"
+        )
+    if model is None and status in (404, 405):
+        return RepositoryRefused(f"{where} has no repository API (POST /v2/repository/index: HTTP {status})")
+    if status == 404 or _NOT_IN_REPOSITORY in low:
+        return ModelNotFound(f"{where}: the {what} failed: model not found in its repository (HTTP {status}: {text})")
+    return RepositoryError(f"{where}: the {what} failed: HTTP {status}: {text}")
+
+
+@dataclass(frozen=True)
+class RepositoryClient:
+    """Index, load and unload through a server's model-repository API (REST).
+
+    ``load_bodies``: per model, the body a load sends (Triton's configuration override, e.g. the embedded
+    Triton's PyTriton models); others load with no body.  ``timeout_s`` bounds each call."""
+
+    base_url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    tls: TlsOptions | None = None
+    timeout_s: float = 120.0
+    load_bodies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+
+    def _call(self, op: str, model: str | None, path: str, doc: object) -> Any:
+        url = rest_control.endpoint_url(self.base_url, path)
+        try:
+            status, answer = rest_control.call_json(
+                self.base_url, path, doc, self.headers, self.timeout_s, tls=self.tls
+            )
+        except TargetUnreachable as e:
+            if "timed out" in str(e).lower():
+                what = f"{op} of {model!r}" if model else op
+                raise RepositoryTimeout(
+                    f"{redact_url(url)}: the {what} got no answer within {self.timeout_s:g} s"
+                ) from None
+            raise
+        error = classify(op, model, url, status, answer)
+        if error is not None:
+            raise error
+        return answer
+
+    def index(self) -> list[ModelState]:
+        """Every model the repository holds, loaded or not."""
+        return parse_index(self._call("repository index", None, "/v2/repository/index", {}))
+
+    def load(self, model: str) -> float:
+        """Load ``model``; returns the seconds until the server answered (it answers once loaded)."""
+        body = self.load_bodies.get(model, {})
+        t0 = time.perf_counter()
+        self._call("load", model, f"/v2/repository/models/{model}/load", dict(body))
+        return time.perf_counter() - t0
+
+    def unload(self, model: str) -> float:
+        """Unload ``model``; returns the seconds until the server answered (Triton answers before the
+        unload is done: see ``wait_absent``)."""
+        t0 = time.perf_counter()
+        self._call("unload", model, f"/v2/repository/models/{model}/unload", {})
+        return time.perf_counter() - t0
+
+    def ready(self, model: str) -> bool:
+        """Whether ``model`` answers ready now (``GET /v2/models/{m}/ready`` == 200)."""
+        return rest_control.model_ready(self.base_url, model, headers=self.headers, tls=self.tls)
+
+    def wait_absent(self, model: str, timeout_s: float = 30.0, poll_s: float = 0.01) -> float:
+        """Until ``model`` no longer answers ready (an unload has finished); the seconds waited.  A
+        ``RepositoryTimeout`` when it is still ready after ``timeout_s``."""
+        t0 = time.perf_counter()
+        while self.ready(model):
+            if time.perf_counter() - t0 > timeout_s:
+                raise RepositoryTimeout(f"{model!r} was still ready {timeout_s:g} s after its unload")
+            time.sleep(poll_s)
+        return time.perf_counter() - t0
+
+
+def loaded_models(states: Sequence[ModelState]) -> list[str]:
+    """The names of the index's ready models, in index order, once each."""
+    seen: dict[str, None] = {}
+    for s in states:
+        if s.ready:
+            seen.setdefault(s.name)
+    return list(seen)

@@ -1,0 +1,199 @@
+"""The overcommit wrapper (at most K models resident, LRU eviction, load on demand) against a fake
+transport with a few slots and a fake control client that records its calls."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from satpoint.engine.overcommit import LOAD_FAILED_STATUS, OvercommitBuilder, OvercommitTransport
+from satpoint.metrics.records import Outcome, Records
+
+MODELS = ("a", "b", "c")
+
+
+class FakeInner:
+    """``slots`` requests at a time; ``answer()`` finishes the oldest (OK) and frees its slot."""
+
+    def __init__(self, rec: Records, on_free: Callable[[], None], slots: int = 8) -> None:
+        self.rec, self.on_free, self.slots = rec, on_free, slots
+        self.flying: list[tuple[int, int]] = []
+        self.sent_order: list[int] = []
+
+    async def prepare(self, warm_connections: int) -> None:
+        pass
+
+    def try_send(self, idx: int, payload_idx: int) -> bool:
+        if len(self.flying) >= self.slots:
+            return False
+        self.rec.sent[idx] = 12345.0  # the inner transport stamps its own send time
+        self.flying.append((idx, payload_idx))
+        self.sent_order.append(idx)
+        return True
+
+    def answer(self) -> None:
+        idx, _ = self.flying.pop(0)
+        self.rec.done[idx] = 99999.0
+        self.rec.outcome[idx] = Outcome.OK
+        self.on_free()
+
+    def inflight(self) -> int:
+        return len(self.flying)
+
+    def expire(self, now: float, timeout_s: float) -> None:
+        pass
+
+    def abort_all(self, outcome: int) -> None:
+        self.flying.clear()
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeControl:
+    def __init__(self, fail: str | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+
+    def load(self, model: str) -> float:
+        self.gate.wait(5)
+        with self.lock:
+            self.calls.append(f"load {model}")
+        if model == self.fail:
+            raise RuntimeError("no room")
+        return 0.25
+
+    def unload(self, model: str) -> float:
+        with self.lock:
+            self.calls.append(f"unload {model}")
+        return 0.0
+
+
+def _make(
+    control: FakeControl, resident: int, slots: int = 8, n: int = 20, initial: tuple[int, ...] = ()
+) -> tuple[OvercommitTransport, FakeInner, Records, list[int]]:
+    rec = Records.empty(np.arange(n, dtype=np.float64))
+    freed: list[int] = []
+    holder: dict[str, FakeInner] = {}
+
+    def inner(r: Records, on_free: Callable[[], None]) -> FakeInner:
+        holder["t"] = FakeInner(r, on_free, slots)
+        return holder["t"]
+
+    t = OvercommitTransport(
+        rec, lambda: freed.append(1), inner, control, MODELS, (0, 1, 2), resident, initial, keep_cold_rows=True
+    )
+    return t, holder["t"], rec, freed
+
+
+async def _settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0.002)
+
+
+def test_the_least_recently_used_model_is_evicted_and_held_requests_go_out_after_the_load() -> None:
+    async def go() -> None:
+        control = FakeControl()
+        t, inner, rec, _ = _make(control, resident=2)
+        await t.prepare(1)
+        assert control.calls == ["unload c", "load a", "load b"]  # the starting residency: a and b
+        control.calls.clear()
+        assert t.try_send(0, 0) and t.try_send(1, 1) and t.try_send(2, 0)  # b is now the LRU
+        assert t.try_send(3, 2) and t.try_send(4, 2)  # c is not resident: held, one load
+        assert inner.sent_order == [0, 1, 2] and t.inflight() == 5
+        held_sent = rec.sent[3]
+        await _settle()
+        assert control.calls == ["unload b", "load c"]
+        assert inner.sent_order == [0, 1, 2, 3, 4]
+        assert rec.sent[3] == held_sent != 12345.0  # the hold's stamp is kept: the held time is service time
+        assert t.resident() == ["a", "c"] and t.cold_rows == [3, 4]
+        stats = t.stats()["overcommit"]
+        assert (stats["loads"], stats["evictions"], stats["cold_requests"]) == (1, 1, 2)
+        assert stats["load_s"] == [0.25]
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_all_models_resident_means_no_loads_and_no_cold_requests() -> None:
+    async def go() -> None:
+        control = FakeControl()
+        t, inner, _, _ = _make(control, resident=3, slots=16)
+        await t.prepare(1)
+        control.calls.clear()
+        for i in range(9):
+            assert t.try_send(i, i % 3)
+        await _settle()
+        assert control.calls == [] and t.counters.cold_requests == 0 and len(inner.sent_order) == 9
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_released_requests_wait_for_free_slots_and_later_ones_queue_behind_them() -> None:
+    async def go() -> None:
+        control = FakeControl()
+        t, inner, _, freed = _make(control, resident=1, slots=2, initial=(0,))
+        await t.prepare(1)
+        control.gate.clear()  # the next load does not answer yet
+        assert t.try_send(0, 1) and t.try_send(1, 1) and t.try_send(2, 1)  # b: held, loading
+        await _settle()
+        assert inner.sent_order == []
+        control.gate.set()
+        await _settle()
+        assert inner.sent_order == [0, 1] and t.inflight() == 3  # two slots; the third waits in the wrapper
+        assert not t.try_send(3, 1)  # the dispatcher must queue a later request behind it
+        inner.answer()
+        assert inner.sent_order == [0, 1, 2] and freed == []  # the slot went to the waiting request first
+        inner.answer()
+        assert freed == [1]
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_a_failed_load_fails_its_held_requests_and_timeouts_reach_held_ones() -> None:
+    async def go() -> None:
+        control = FakeControl(fail="c")
+        t, _, rec, _ = _make(control, resident=2)
+        await t.prepare(1)
+        assert t.try_send(0, 2) and t.try_send(1, 2)
+        await _settle()
+        assert list(rec.outcome[:2]) == [Outcome.HTTP_ERROR] * 2
+        assert list(rec.status[:2]) == [LOAD_FAILED_STATUS] * 2
+        assert t.stats()["overcommit"]["load_failures"] == 1 and "no room" in t.stats()["overcommit"]["errors"][0]
+        control.fail, control.gate = None, threading.Event()  # the next load hangs
+        assert t.try_send(2, 2)
+        t.expire(rec.sent[2] + 31.0, 30.0)
+        assert rec.outcome[2] == Outcome.TIMEOUT and t.inflight() == 0
+        control.gate.set()
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_builder_keeps_the_inner_cap_and_resizes_it() -> None:
+    class Inner:
+        max_inflight = 64
+
+        def with_max_inflight(self, n: int) -> Inner:
+            out = Inner()
+            out.max_inflight = n
+            return out
+
+        def __call__(self) -> Callable[[Records, Callable[[], None]], FakeInner]:
+            return FakeInner
+
+    b = OvercommitBuilder(Inner(), FakeControl(), MODELS, (0, 1, 2), resident=2)
+    assert b.max_inflight == 64 and b.with_max_inflight(8).max_inflight == 8
+    with pytest.raises(ValueError):
+        OvercommitTransport(Records.empty(np.zeros(1)), lambda: None, FakeInner, FakeControl(), MODELS, (0,), 0)
+    assert math.isnan(Records.empty(np.zeros(1)).sent[0])
