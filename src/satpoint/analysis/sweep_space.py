@@ -177,6 +177,8 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         ),
         _DEMO_MODEL,
         Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
+        Knob("max_tokens", "int", "textgen demo model: answer length, characters (chunks per stream)", minimum=1),
+        Knob("input_len", "int", "textgen demo model: prompt length (the request's input width)", minimum=1),
     ),
     "sim": (
         Knob("workers", "int", "parallel slots of the synthetic server", minimum=1),

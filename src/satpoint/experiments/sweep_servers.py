@@ -253,6 +253,7 @@ def point_server(
                 value = knobs.get(name, getattr(base, name))
                 if value is not None:
                     kw[name] = Path(value) if name == "model_dir" else value
+            kw.update({k: int(knobs[k]) for k in ("max_tokens", "input_len") if k in knobs})  # textgen's
             kw.update(point_limits(knobs))
             settings = MLServerSettings(**kw)
             say(on_event, f"starting the embedded MLServer ({_describe(kw)})")
