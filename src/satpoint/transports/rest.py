@@ -264,6 +264,9 @@ class _Conn(asyncio.Protocol):
 class RestPool:
     """Keep-alive connection pool implementing :class:`~satpoint.transports.base.HotTransport`."""
 
+    #: the connection protocol the pool opens (a subclass reads answers differently: ``rest_stream``)
+    conn_type: type[_Conn] = _Conn
+
     def __init__(
         self,
         rec: Records,
@@ -312,7 +315,7 @@ class RestPool:
 
     async def prepare(self, warm_connections: int) -> None:
         n = min(warm_connections, self.max_inflight)
-        conns = [_Conn(self) for _ in range(n)]
+        conns = [self.conn_type(self) for _ in range(n)]
         self._all.update(conns)
         self.connections_opened += n
         results = await asyncio.gather(
@@ -347,7 +350,7 @@ class RestPool:
             return True
         if len(self._all) >= self.max_inflight:
             return False
-        conn = _Conn(self)
+        conn = self.conn_type(self)
         self._all.add(conn)
         self._inflight += 1
         conn.busy_idx = idx
@@ -391,7 +394,7 @@ class RestPool:
         old.busy_idx = -1
         self.retries += 1
         self._retried[idx] = True
-        conn = _Conn(self)
+        conn = self.conn_type(self)
         conn.busy_idx = idx
         conn.sent_at = old.sent_at
         conn.pending = old.req

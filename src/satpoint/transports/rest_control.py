@@ -165,9 +165,10 @@ def infer_once(
     timeout_s: float = 30.0,
     *,
     tls: TlsOptions | None = None,
+    route: str = "infer",
 ) -> tuple[int, bytes]:
-    """One inference, used to check a payload before the run."""
-    url = endpoint_url(base_url, model_path(model, version) + "/infer")
+    """One inference, used to check a payload before the run (``route``: ``infer_stream`` reads a whole stream)."""
+    url = endpoint_url(base_url, model_path(model, version) + "/" + route)
     return _request(url, "POST", body, headers, timeout_s, tls=tls)
 
 
