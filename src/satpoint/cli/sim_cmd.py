@@ -8,6 +8,13 @@ from typing import Annotated
 import typer
 
 from satpoint.cli.common import ProtocolOpt, fail
+from satpoint.cli.stream_opts import (
+    SimStreamOpt,
+    StreamChunksOpt,
+    StreamFirstMsOpt,
+    StreamGapMsOpt,
+    sim_stream_fields,
+)
 from satpoint.servers.sim_model import METASTABLE_HELP
 
 
@@ -54,6 +61,10 @@ def sim(
         typer.Option(help="error-body: length (content-length, keep-alive; default) or eof (body ends at close)"),
     ] = None,
     metastable: Annotated[str | None, typer.Option(metavar="HIGH,LOW,FACTOR", help=METASTABLE_HELP)] = None,
+    stream: SimStreamOpt = False,
+    stream_first_ms: StreamFirstMsOpt = 20.0,
+    stream_gap_ms: StreamGapMsOpt = 5.0,
+    stream_chunks: StreamChunksOpt = 10,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
@@ -78,7 +89,7 @@ def sim(
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,  # type: ignore[arg-type]
-            **metastable_fields(metastable),
+            **metastable_fields(metastable), **sim_stream_fields(stream, stream_first_ms, stream_gap_ms, stream_chunks),
         )  # fmt: skip
     except ConfigError as e:
         raise fail(str(e).removeprefix("sim: ")) from None

@@ -131,7 +131,16 @@ def _url_host(host: str) -> str:
 
 def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
     scheme = "https" if tls else "http"
-    return f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+    line = f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+    return line + (f" ({stream_line(config)})" if config.stream else "")
+
+
+def stream_line(config: SimConfig) -> str:
+    """What ``--stream`` adds to the listening line: the streamed answer and the capacity for streams."""
+    return (
+        f"streams: {config.stream_chunks} chunks, first after {config.stream_first_ms:g} ms, then every "
+        f"{config.stream_gap_ms:g} ms; stream capacity {config.stream_capacity_rps:.10g} rps"
+    )
 
 
 def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
@@ -184,6 +193,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metastable", default=None, metavar="HIGH,LOW,FACTOR", help="metastable mode (see the module's doc)"
     )
+    p.add_argument("--stream", action="store_true", help="announce the capacity for streamed answers (infer_stream)")
+    p.add_argument("--stream-first-ms", type=float, default=d.stream_first_ms, help="streams: first chunk after (ms)")
+    p.add_argument("--stream-gap-ms", type=float, default=d.stream_gap_ms, help="streams: then one every (ms)")
+    p.add_argument("--stream-chunks", type=int, default=d.stream_chunks, help="streams: chunks per answer")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")

@@ -138,6 +138,7 @@ _R_MODEL_META = 4
 _R_MODEL_READY = 5
 _R_INFER = 6
 _R_UNKNOWN_MODEL = 7
+_R_INFER_STREAM = 8
 
 _GET_ROUTES = {
     b"/v2/health/live": _R_LIVE,
@@ -145,7 +146,33 @@ _GET_ROUTES = {
     b"/v2": _R_SERVER_META,
     b"/v2/": _R_SERVER_META,
 }
-_MODEL_ROUTES = {(): _R_MODEL_META, (b"ready",): _R_MODEL_READY, (b"infer",): _R_INFER}
+_MODEL_ROUTES = {
+    (): _R_MODEL_META,
+    (b"ready",): _R_MODEL_READY,
+    (b"infer",): _R_INFER,
+    (b"infer_stream",): _R_INFER_STREAM,
+    (b"generate_stream",): _R_INFER_STREAM,
+}
+_POST_ROUTES = (_R_INFER, _R_INFER_STREAM)
+_STREAM_END = b"0\r\n\r\n"
+_STREAM_ERROR = b'data: {"error":"injected error"}\n\n'
+
+
+def stream_head(close: bool) -> bytes:
+    """The head of the sim's server-sent event answer (chunked, as MLServer's)."""
+    lines = [
+        b"HTTP/1.1 200 OK",
+        b"content-type: text/event-stream; charset=utf-8",
+        b"transfer-encoding: chunked",
+    ]
+    if close:
+        lines.append(b"connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def sse_piece(event: bytes) -> bytes:
+    """One server-sent event as one piece of a chunked body."""
+    return b"%x\r\n" % len(event) + event + b"\r\n"
 
 
 class _SimProtocol(asyncio.Protocol):
@@ -221,7 +248,7 @@ class _SimProtocol(asyncio.Protocol):
             self._method_ok = method == b"GET"
         elif path.startswith(b"/v2/models/"):
             route = self._model_route(path)
-            self._method_ok = method == (b"POST" if route == _R_INFER else b"GET")
+            self._method_ok = method == (b"POST" if route in _POST_ROUTES else b"GET")
             if route == _R_UNKNOWN_MODEL:
                 self._method_ok = True
         else:
@@ -246,7 +273,7 @@ class _SimProtocol(asyncio.Protocol):
         return route
 
     def on_body(self, body: bytes) -> None:
-        if self._route == _R_INFER:
+        if self._route in _POST_ROUTES:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -264,6 +291,8 @@ class _SimProtocol(asyncio.Protocol):
             self._reply(405, responses.method_not_allowed, close, after)
         elif route == _R_INFER:
             self._infer(time.perf_counter(), close, after)
+        elif route == _R_INFER_STREAM:
+            self._infer_stream(time.perf_counter(), close, after)
         elif route in (_R_LIVE, _R_READY, _R_MODEL_READY):
             self._reply(200, responses.ok_empty, close, after)
         elif route == _R_SERVER_META:
@@ -294,6 +323,35 @@ class _SimProtocol(asyncio.Protocol):
         if after:
             self._closing = True
         server.release_at(finish_s, entry, ticket)
+
+    def _infer_stream(self, arrival_s: float, close: bool, after: int) -> None:
+        """A streamed answer (``infer_stream``): ``stream_chunks`` server-sent events, the first
+        ``stream_first_ms`` after service starts and one every ``stream_gap_ms`` after it
+        (``sim_model.stream_chunk_offsets``); the request holds its slot until its last chunk.  An injected
+        error (``error_rate``) replaces the last event with ``{"error": ...}`` (as Triton reports a failure
+        mid-stream).  Faults do not apply to streams; the metastable mode does not stream (501)."""
+        server = self._server
+        if server.metastable is not None:
+            self._body = []
+            self._reply(501, server.responses.not_found, close, after)
+            return
+        offsets = server.config.stream_offsets_s
+        admission = server.scheduler.admit(arrival_s, offsets[-1])
+        piece = sse_piece(b"data: " + self._infer_body() + b"\n\n")
+        self._body = []
+        last = len(offsets) - 1
+        for i, offset_s in enumerate(offsets):
+            data = sse_piece(_STREAM_ERROR) if admission.error and i == last else piece
+            if i == 0:
+                data = stream_head(close) + data
+            if i == last:
+                data += _STREAM_END
+            entry = _Entry(self, data, False, after if i == last else AFTER_NOTHING)
+            self._queue.append(entry)
+            server.release.schedule(admission.start_s + offset_s, entry)
+        server.answered -= last  # one answer, however many pieces ``flush`` writes
+        if after:
+            self._closing = True
 
     def _infer_body(self) -> bytes:
         """The OIP answer to the request whose body is in ``self._body``."""

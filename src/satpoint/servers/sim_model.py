@@ -118,6 +118,8 @@ class SimConfig:
             raise ConfigError(f"sim: stream_gap_ms must be >= 0, got {self.stream_gap_ms}")
         if self.stream_chunks < 1:
             raise ConfigError(f"sim: stream_chunks must be >= 1, got {self.stream_chunks}")
+        if self.stream and self.metastable_high is not None:
+            raise ConfigError("sim: streams (--stream) and the metastable mode do not mix")
 
     def _check_metastable(self) -> None:
         high, low, factor = self.metastable_high, self.metastable_low, self.metastable_factor
