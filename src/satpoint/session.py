@@ -58,6 +58,7 @@ from satpoint.metrics.results import (
 )
 from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import LOG_FILE, SPEEDSCOPE_FILE, find_py_spy, record_command
+from satpoint.payloads.mix import HEADER_KEY as MIX_KEY
 from satpoint.plan import FloatArray, PlanError, RateCurve, Stage, spans
 from satpoint.progress import OnEvent, SegmentFinished, SegmentStarted, Snapshot, say
 from satpoint.transports.base import merge_stats
@@ -152,6 +153,12 @@ def run_segment(
     if due_s is not None and fleet is not None:
         raise PlanError("a replayed trace runs on this machine's generator processes (--procs), not on --ray hosts")
     seed = opts.seed + seed_offset
+    model_index = None
+    if target.mix is not None:  # each row's model, drawn now from (seed, row): the same on every shard and host
+        if payload_index is not None:
+            raise PlanError("a model mix picks each request's payload itself: not with a trace's payload column")
+        planned = due_times(stages, opts.arrival, seed, start_rps, descending=descending) if due_s is None else due_s
+        payload_index, model_index = target.mix.rows(len(planned), seed)
     cap = planned_inflight(target, opts, stages, start_rps)
     builder = replace(target.builder, max_inflight=cap)
     dopts = DispatchOptions(
@@ -160,6 +167,7 @@ def run_segment(
         warm_connections=opts.warm_connections,
         payload_count=len(target.payload_docs),
         payload_index=payload_index,
+        model_index=model_index,
     )
     fleet_block: dict[str, Any] | None = None
     if fleet is not None:
@@ -298,6 +306,8 @@ class Session:
         self.results.header["target"]["metadata"] = prepared.metadata
         if prepared.triton is not None:
             self.results.header["target"]["triton"] = prepared.triton
+        if prepared.mix is not None:  # the models of a mix: the rows' model column indexes them
+            self.results.header[MIX_KEY] = prepared.mix.describe()
         self.results.header["target"]["managed"] = server_info is not None
         if server_info is not None:
             self.results.header["server"] = server_info
@@ -548,6 +558,10 @@ class Session:
 
     def measure_closed(self, options: ClosedLoopOptions, title: str = "closed loop") -> Segment:
         """Run a closed loop (users that wait for their answers), append it and return it."""
+        if self.prepared.mix is not None:
+            raise PlanError(
+                "a model mix draws each request's model on an open-loop schedule (--stage), not a closed loop"
+            )
         index = len(self.results.segments)
         stages = [Stage(1.0, 0.0, options.duration_s)]  # the real target (the achieved rate) is known at the end
         self._started(index, PURPOSE, stages, title, users=options.users, duration_s=options.duration_s)

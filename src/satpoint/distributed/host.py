@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.live import LiveSnapshot
-from satpoint.engine.runner import FactoryBuilder, RunOutput, ShardStats, run_schedule
+from satpoint.engine.runner import FactoryBuilder, RunOutput, ShardStats, _shard_options, run_schedule
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.checkpoint import CheckpointSpec
 from satpoint.metrics.records import Records
@@ -145,6 +145,7 @@ class HostWorker:
         (the driver checks them against its own schedule)."""
         if self._thread is not None:
             raise RuntimeError("this host is running a shard already")
+        job = replace(job, options=_shard_options(job.options, index, job.hosts))  # its rows' payloads and models
         self._job, self._rows = job, host_rows(job, index)
         remove_stale_shard_dirs()  # here, not at the start: it may take a while
         self._stop.clear()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from satpoint.endpoints.grpc import prepare_grpc
+from satpoint.endpoints.mix import prepare_mix
 from satpoint.endpoints.rest import prepare_rest
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import SatpointError, TargetUnreachable
@@ -36,6 +37,10 @@ def prepare(
     token back in its error body)."""
     max_inflight = max_inflight or DEFAULT_INFLIGHT
     spec.validate()
+    if spec.mix is not None:  # each model prepared on its own, their requests joined (endpoints.mix)
+        return prepare_mix(
+            spec, lambda one: prepare(one, max_inflight, payload_count, seed, grpc_connections=grpc_connections)
+        )
     try:
         if spec.protocol == "grpc":
             return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)

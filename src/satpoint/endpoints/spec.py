@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from satpoint.errors import ConfigError
+from satpoint.payloads.mix import ModelMix, ResolvedMix
 from satpoint.redact import redact_header_line, redact_headers, redact_url, secret_values
 from satpoint.transports.tls import TlsOptions
 
@@ -42,6 +43,10 @@ class Target:
     client_cert: Path | None = None  # PEM client certificate (chain) for mTLS
     client_key: Path | None = None  # its private key (if not in client_cert)
     binary_data: bool = False  # REST: tensors as raw bytes after a JSON header (Triton's binary tensor extension)
+    #: stream every answer (``--stream``): REST ``infer_stream`` server-sent events, gRPC ``ModelStreamInfer``
+    stream: bool = False
+    #: several models on the server, each request drawn for its model (``payloads.mix``); None: ``model`` only
+    mix: ModelMix | None = None
 
     def __repr__(self) -> str:  # redacted: a repr ends up in logs, notebooks and tracebacks
         shown = {"url": redact_url(self.url), "headers": redact_headers(self.headers)}
@@ -110,8 +115,9 @@ class Target:
             "payload_file": str(self.payload_file) if self.payload_file else None,
             "batch_size": self.batch_size,
             "binary_data": self.binary_data,
+            "stream": self.stream,
             "tls": tls.describe() if tls is not None else None,
-        }
+        } | ({"mix": self.mix.describe()} if self.mix is not None else {})
 
 
 @dataclass
@@ -127,3 +133,5 @@ class PreparedTarget:
     latency_hint_s: float | None = None
     #: a Triton target: what ``GET /v2`` and the model's configuration say (``endpoints.triton``)
     triton: dict[str, Any] | None = None
+    #: a model mix: its models and weights; ``payload_docs`` then hold ``mix.per_model`` requests per model
+    mix: ResolvedMix | None = None

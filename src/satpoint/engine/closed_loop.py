@@ -102,6 +102,8 @@ def _grow(rec: Records, size: int) -> None:
     extra = Records.empty(np.full(size - n, np.nan))
     for name, column in extra.columns().items():  # every column, so none is left shorter than the rest
         setattr(rec, name, np.concatenate([getattr(rec, name), column]))
+    if len(rec.model) == n:  # the model column is left out of ``columns()`` while all 0
+        rec.model = np.concatenate([rec.model, extra.model])
 
 
 class ClosedLoopDispatcher(Housekeeping):

@@ -89,10 +89,16 @@ def _shard_rows(due_s: FloatArray, shard: int, procs: int) -> FloatArray:
 
 
 def _shard_options(options: DispatchOptions, shard: int, procs: int) -> DispatchOptions:
-    """A shard's dispatch options: its rows' payloads, when every row has its own (``payload_index``)."""
-    if options.payload_index is None:
+    """A shard's dispatch options: its rows' payloads, when every row has its own (``payload_index``), and
+    its rows' models (``model_index``, a model mix)."""
+    pay, models = options.payload_index, options.model_index
+    if pay is None and models is None:
         return options
-    return replace(options, payload_index=options.payload_index[shard::procs])
+    return replace(
+        options,
+        payload_index=None if pay is None else pay[shard::procs],
+        model_index=None if models is None else models[shard::procs],
+    )
 
 
 def split_max_inflight(build: FactoryBuilder, procs: int) -> tuple[FactoryBuilder, int | None]:
