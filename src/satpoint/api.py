@@ -229,6 +229,8 @@ def run_closed_loop(
     """A closed loop: ``users`` that each wait for their answer (plus ``think_ms``) before sending again.
 
     Kept to show how closed loops under-report: the summary is labelled ``mode: closed_loop`` and warns."""
+    if target.stream:
+        raise ConfigError("--stream measures open-loop stages (--stage), not a closed loop")
     options = ClosedLoopOptions(
         users, duration_s, think_ms / 1000, timeout_s=timeout_s, drain_s=min(drain_s, timeout_s)
     )

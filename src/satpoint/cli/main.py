@@ -14,6 +14,7 @@ import typer
 
 from satpoint import api
 from satpoint._version import __version__
+from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -58,6 +59,7 @@ from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
+from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.cli.trace_opts import (
     ServerSlotsOpt,
@@ -144,10 +146,11 @@ def run(
     trace_peak: TracePeakOpt = None,
     trace_stage_s: TraceStageOpt = 60.0,
     server_slots: ServerSlotsOpt = None,
+    stream: StreamOpt = False,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users, or replay a
     recorded trace with --trace)."""
-    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
+    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data, "stream": stream}
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
@@ -212,6 +215,7 @@ app.command("compare")(compare)
 app.command("sweep")(sweep)
 app.command("diff")(diff)
 app.command("sim")(sim)
+app.command("coldstart")(coldstart)
 app.add_typer(demo_app, name="demo")
 
 

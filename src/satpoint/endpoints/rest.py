@@ -17,6 +17,7 @@ from satpoint.redact import redact_url
 from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
+from satpoint.transports.rest_stream import RestStreamPool, is_chunk, is_error_event, split_events, stream_path
 from satpoint.transports.tls import TlsOptions
 
 
@@ -30,6 +31,7 @@ class RestFactoryBuilder:
     requests: tuple[bytes, ...] = field(repr=False)  # they carry the credentials: not in reprs
     max_inflight: int
     tls: TlsOptions | None = None
+    stream: bool = False  # server-sent event streams (``transports.rest_stream``)
 
     def with_max_inflight(self, max_inflight: int) -> Self:
         """The same recipe with another in-flight cap (each generator process gets its share)."""
@@ -39,7 +41,7 @@ class RestFactoryBuilder:
         ssl_context = self.tls.context() if self.tls is not None else None
         server_hostname = self.tls.server_hostname if self.tls is not None else None
         return functools.partial(
-            RestPool,
+            RestStreamPool if self.stream else RestPool,
             host=self.host,
             port=self.port,
             requests=self.requests,
@@ -79,19 +81,25 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     encoded = [encode_binary_body(d) if spec.binary_data else (encode_json_body(d), None) for d in docs]
     bodies = [b for b, _ in encoded]
     extra = [(() if n is None else ((BINARY_HEADER, str(n)),)) for _, n in encoded]
+    route = "infer_stream" if spec.stream else "infer"
     t0 = time.perf_counter()
-    status, body = rest_control.infer_once(base, spec.model, bodies[0], spec.version, (*headers, *extra[0]), tls=tls)
+    status, body = rest_control.infer_once(
+        base, spec.model, bodies[0], spec.version, (*headers, *extra[0]), tls=tls, route=route
+    )
     took_s = time.perf_counter() - t0
     if status != 200:
         raise PayloadError(
             f"a test request to {spec.model} failed before the run: HTTP {status}: "
             f"{body[:300].decode(errors='replace')}"
         )
-    try:
-        json.loads(body)
-    except ValueError:
-        raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
-    path = address.path(infer_path(spec.model, spec.version))
+    if spec.stream:
+        _check_stream(spec.model, body)
+    else:
+        try:
+            json.loads(body)
+        except ValueError:
+            raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
+    path = address.path(stream_path(spec.model, spec.version) if spec.stream else infer_path(spec.model, spec.version))
     reqs = tuple(
         encode_request(address.host, address.port, path, b, (*headers, *x)) for b, x in zip(bodies, extra, strict=True)
     )
@@ -99,8 +107,21 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         spec=spec,
         metadata=meta,
         payload_docs=docs,
-        builder=RestFactoryBuilder(address.host, address.port, reqs, max_inflight, tls),
+        builder=RestFactoryBuilder(address.host, address.port, reqs, max_inflight, tls, spec.stream),
         payload_bytes=len(bodies[0]),
         latency_hint_s=took_s,
         triton=found.describe() if found is not None else None,
     )
+
+
+def _check_stream(model: str, body: bytes) -> None:
+    """The test stream before the run: at least one event, and no error event."""
+    events = [e for e in split_events(bytearray(body + b"\n\n")) if is_chunk(e)]
+    if not events:
+        raise PayloadError(
+            f"the test stream from {model} (infer_stream) carried no event: {body[:200]!r} "
+            "(does the server stream? MLServer needs gzip_enabled false on older builds)"
+        )
+    bad = next((e for e in events if is_error_event(e)), None)
+    if bad is not None:
+        raise PayloadError(f"the test stream from {model} reported an error: {bad[:300].decode(errors='replace')}")
