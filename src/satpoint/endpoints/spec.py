@@ -45,8 +45,6 @@ class Target:
     binary_data: bool = False  # REST: tensors as raw bytes after a JSON header (Triton's binary tensor extension)
     #: stream every answer (``--stream``): REST ``infer_stream`` server-sent events, gRPC ``ModelStreamInfer``
     stream: bool = False
-    #: stream every answer (``--stream``): REST ``infer_stream`` server-sent events, gRPC ``ModelStreamInfer``
-    stream: bool = False
     #: several models on the server, each request drawn for its model (``payloads.mix``); None: ``model`` only
     mix: ModelMix | None = None
 
@@ -117,7 +115,6 @@ class Target:
             "payload_file": str(self.payload_file) if self.payload_file else None,
             "batch_size": self.batch_size,
             "binary_data": self.binary_data,
-            "stream": self.stream,
             "stream": self.stream,
             "tls": tls.describe() if tls is not None else None,
         } | ({"mix": self.mix.describe()} if self.mix is not None else {})
