@@ -32,7 +32,9 @@ def test_the_command_line_is_a_thin_shell() -> None:
     # 1050: run has three modes (--stage, --users, --trace); their options are lines of their own
     # 1080: find has two (a rate, or the speed factor of a trace with --trace)
     # 1090: run --trace's --server-slots (the queue prediction beside the replay)
-    assert total < 1090, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1137: run --stream's options (stream_opts, +22) and many models on the embedded MLServer (+24:
+    # --demo-models, --model-repo on find and sweep, sweep --server-memory-mb)
+    assert total < 1137, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 

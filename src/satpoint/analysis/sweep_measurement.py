@@ -86,6 +86,8 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
             (float(m) for st in stages if (m := (st.get("server") or {}).get("cgroup_memory_peak_mb"))),
             default=None,
         ),
+        # many models: how many the server held, its start, and its process tree's memory once ready
+        **_models_figures(summary.get("server") or {}),
         "diagnosis": [d.get("kind") for d in summary.get("diagnosis") or []],
         "interrupted": bool(summary.get("interrupted")),
         "target_lost": summary.get("target_lost") is not None,
@@ -156,3 +158,20 @@ def _first_above(stages: Sequence[Mapping[str, Any]], sat: Any) -> Mapping[str, 
         return None
     above = [s for s in stages if float(s["target_rps"]) > float(sat) * (1 + 1e-3) and s.get("verdict") != "stable"]
     return min(above, key=lambda s: float(s["target_rps"]), default=None)
+
+
+def _models_figures(server: Mapping[str, Any]) -> dict[str, Any]:
+    """What an embedded server's header says of its models (``servers.many_models``): their count, the
+    seconds to be ready with them all loaded, and the memory of its process tree then (RSS summed over the
+    tree; PSS and USS where read; the main process's and each other process's RSS)."""
+    mem = server.get("memory_at_ready") or {}
+    procs = mem.get("processes") or []
+    return {
+        "models": (server.get("models") or {}).get("count"),
+        "startup_s": server.get("startup_s"),
+        "rss_mb_at_ready": mem.get("rss_mb"),
+        "pss_mb_at_ready": mem.get("pss_mb"),
+        "uss_mb_at_ready": mem.get("uss_mb"),
+        "main_rss_mb_at_ready": next((p.get("rss_mb") for p in procs if p.get("role") == "main"), None),
+        "child_rss_mb_at_ready": [p.get("rss_mb") for p in procs if p.get("role") != "main"],
+    }

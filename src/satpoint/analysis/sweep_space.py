@@ -92,6 +92,12 @@ _ARRIVAL = Knob(
 )
 _CPUS = Knob("server_cpus", "int", "how many cores the server is pinned to", minimum=1)
 _DEMO_MODEL = Knob("demo_model", "choice", "demo model", choices=tuple(DEMO_MODELS))
+_MODELS = Knob(
+    "models",
+    "int",
+    "how many independent copies of the demo model the embedded MLServer serves (iris-000…; --demo-models)",
+    minimum=1,
+)
 
 
 #: a limit knob's value for "no limit"
@@ -179,6 +185,7 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         Knob("model_dir", "path", "an MLServer model folder (the artefact comparison)"),
         Knob("max_tokens", "int", "textgen demo model: answer length, characters (chunks per stream)", minimum=1),
         Knob("input_len", "int", "textgen demo model: prompt length (the request's input width)", minimum=1),
+        _MODELS,
     ),
     "sim": (
         Knob("workers", "int", "parallel slots of the synthetic server", minimum=1),

@@ -51,6 +51,7 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
+from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.trace_opts import (
     StartSpeedOpt,
@@ -130,6 +131,8 @@ def find(
     demo_model: DemoModelOpt = None,
     runtime: RuntimeOpt = None,
     model_dir: ModelDirOpt = None,
+    demo_models: DemoModelsOpt = None,
+    model_repo: ModelRepoOpt = None,
     mlserver_debug: Annotated[bool, typer.Option(help="embedded MLServer debug (access log)")] = False,
     grpc_raw: GrpcRawOpt = False,
     grpc_connections: GrpcConnsOpt = None,
@@ -196,7 +199,7 @@ def find(
             print_headroom(console, found.block)
             console.print(f"results: {found.out_dir}")
             return 0 if found.block["speed"] is not None else 3
-        served = embedded_model(url, demo_model, runtime, model_dir)
+        served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,

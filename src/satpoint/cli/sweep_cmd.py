@@ -33,6 +33,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
@@ -75,6 +76,9 @@ def sweep(
     demo_model: DemoModelOpt = None,
     runtime: RuntimeOpt = None,
     model_dir: ModelDirOpt = None,
+    demo_models: DemoModelsOpt = None,
+    model_repo: ModelRepoOpt = None,
+    server_memory_mb: ServerMemoryMbOpt = None,
     workers: Annotated[int, typer.Option(help="parallel_workers (sim: slots) unless swept")] = 1,
     max_batch_size: Annotated[int | None, typer.Option(help="adaptive batching size unless swept")] = None,
     max_batch_time: Annotated[float | None, typer.Option(help="adaptive batching wait (s) unless swept")] = None,
@@ -162,8 +166,8 @@ def sweep(
                 raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
             if kind not in ("mlserver", "triton") and demo_model:
                 raise fail("--demo-model describes an embedded server (--server mlserver or triton)")
-            if kind != "mlserver" and (runtime or model_dir):
-                raise fail("--runtime/--model-dir describe the embedded MLServer (--server mlserver)")
+            if kind != "mlserver" and (runtime or model_dir or demo_models or model_repo):
+                raise fail("--runtime/--model-dir/--demo-models/--model-repo describe the embedded MLServer")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),
@@ -171,6 +175,7 @@ def sweep(
                     kind=kind,  # type: ignore[arg-type]
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
+                    demo_models=demo_models, model_repo=_path(model_repo),
                     env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
                     server_pids=tuple(server_pid or ()), metrics_urls=tuple(metrics_url or ()),
@@ -183,6 +188,7 @@ def sweep(
                 repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
                 at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
                 eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
+                server_memory_mb=server_memory_mb,
                 find=FindOptions(
                     precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.artefact_choice import attach_quality
+from satpoint.analysis.model_memory import models_analysis, models_lines
 from satpoint.analysis.sweep import (
     Objective,
     PointInput,
@@ -199,14 +200,18 @@ def analyse(cfg: SweepConfig, points: list[Point], measurements: list[Mapping[st
         objectives.append("p99")
     bests = {o: best(rows, o) for o in objectives}
     objective = ranking_objective(cfg)
-    doc = {
+    doc: dict[str, Any] = {
         "objective": objective,
         "points": rows,
         "order": rank(rows, objective),
         "pareto_front": pareto_front(rows),
         "best": bests,
     }
-    doc["recommendation"] = recommendation_lines(doc)
+    # a sweep over the model count: memory per model and the largest count within --slo and the budget
+    models = models_analysis(rows, slo=cfg.slo, budget_mb=cfg.server_memory_mb)
+    if models is not None:
+        doc["models_memory"] = models
+    doc["recommendation"] = recommendation_lines(doc) + models_lines(models)
     return doc
 
 

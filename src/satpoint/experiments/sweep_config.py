@@ -48,6 +48,8 @@ class SweepConfig:
     #: (None: the first point's)
     eval_data: str | None = None
     reference_model_dir: str | None = None
+    #: the server's memory budget (MB): the largest model count that meets --slo within it is recommended
+    server_memory_mb: float | None = None
 
     def points(self) -> list[Point]:
         return grid(parse_set(self.sets, self.server.kind, self.server.reconfigure))
@@ -69,6 +71,8 @@ class SweepConfig:
             raise ValueError("--budget-s must be > 0")
         if not 0 <= self.max_quality_loss_pp <= 100:
             raise ValueError(f"--max-quality-loss is in percentage points, 0 to 100; got {self.max_quality_loss_pp:g}")
+        if self.server_memory_mb is not None and not self.server_memory_mb > 0:
+            raise ValueError(f"--server-memory-mb must be > 0, got {self.server_memory_mb:g}")
         if self.reference_model_dir is not None and self.eval_data is None:
             raise ValueError("--reference-model-dir is what --eval-data's answers are compared with: give --eval-data")
         if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
@@ -89,6 +93,7 @@ class SweepConfig:
         if self.server.kind == "mlserver":
             for p in points:  # an artefact that cannot be built (onnx-int8 or pruned:F without an MLP)
                 check_artefact_point(p.values, self.server.demo_model, self.server.runtime, self.server.model_dir)
+                self._check_models_point(p)
             limited = [point_limits(p.values) for p in points]
             wanted = ResourceLimits(
                 cpu_cores=min((x["cpu_limit"] for x in limited if "cpu_limit" in x), default=None),
@@ -108,6 +113,18 @@ class SweepConfig:
             if "rest" in protos and self.server.url is None:
                 raise ValueError("protocol=rest on a remote server needs --url")
         return self
+
+    def _check_models_point(self, p: Point) -> None:
+        """Copies of the demo model (``models``, ``--demo-models``) serve no model folder or repository."""
+        s = self.server
+        copies = p.values.get("models", s.demo_models)
+        if copies is not None and (p.values.get("model_dir", s.model_dir) is not None or s.model_repo is not None):
+            raise ValueError(
+                f"{p.label}: models (copies of the demo model) excludes a model folder (model_dir, --model-dir, "
+                "--model-repo)"
+            )
+        if s.model_repo is not None and p.values.get("model_dir", s.model_dir) is not None:
+            raise ValueError("--model-repo serves a repository of model folders: no model_dir with it")
 
     def _validate_eval_data(self, points: list[Point]) -> None:
         """``--eval-data`` judges model folders on the embedded MLServer: every point serves one, the file
@@ -149,6 +166,7 @@ class SweepConfig:
             "max_quality_loss_pp": self.max_quality_loss_pp,
             "eval_data": self.eval_data,
             "reference_model_dir": self.reference_model_dir,
+            "server_memory_mb": self.server_memory_mb,
             "find": {k: getattr(f, k) for k in f.__dataclass_fields__},
             "load": self.load.describe(),
         }
@@ -172,6 +190,7 @@ class SweepConfig:
             max_quality_loss_pp=float(d.get("max_quality_loss_pp", DEFAULT_MAX_QUALITY_LOSS_PP)),
             eval_data=d.get("eval_data"),
             reference_model_dir=d.get("reference_model_dir"),
+            server_memory_mb=d.get("server_memory_mb"),
         )
 
 

@@ -41,6 +41,9 @@ class BaseServer:
     demo_model: str | None = None
     runtime: str | None = None
     model_dir: str | None = None
+    #: many models: copies of the demo model (the ``models`` knob overrides it) or a repository of folders
+    demo_models: int | None = None
+    model_repo: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     # the embedded Triton (max_batch_size above is its max_batch_size; None: 32)
     max_queue_delay_us: int | None = None
@@ -214,6 +217,18 @@ def point_limits(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _many_models(base: BaseServer, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's ``models`` knob (else the base's ``demo_models``) and the base's ``model_repo`` as
+    ``MLServerSettings`` fields."""
+    out: dict[str, Any] = {}
+    count = knobs.get("models", base.demo_models)
+    if count is not None:
+        out["demo_models"] = int(count)
+    if base.model_repo is not None:
+        out["model_repo"] = Path(base.model_repo)
+    return out
+
+
 def _client(base: BaseServer, knobs: Mapping[str, Any]) -> tuple[str, int]:
     return str(knobs.get("protocol", base.protocol)), int(knobs.get("batch", base.batch))
 
@@ -254,12 +269,17 @@ def point_server(
                 if value is not None:
                     kw[name] = Path(value) if name == "model_dir" else value
             kw.update({k: int(knobs[k]) for k in ("max_tokens", "input_len") if k in knobs})  # textgen's
+            kw.update(_many_models(base, knobs))
             kw.update(point_limits(knobs))
             settings = MLServerSettings(**kw)
             say(on_event, f"starting the embedded MLServer ({_describe(kw)})")
             server = stack.enter_context(MLServerTarget(settings))
             target = server.target(protocol, **fields)
-            say(on_event, f"MLServer ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
+            held = f", {server.models} models" if server.models > 1 or "demo_models" in kw else ""
+            say(
+                on_event,
+                f"MLServer ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start{held})",
+            )
             cores = len(cpus) if cpus else os.cpu_count()
             yield PointServer(
                 target,

@@ -136,6 +136,10 @@ def print_sweep(console: Console, doc: Mapping[str, Any]) -> None:
             "≥ = a lower bound: the search never overloaded the server (the generator or its connection cap, "
             "the budget or max_rps was the limit); its range is open upwards"
         )
+    if doc.get("models_memory"):
+        from satpoint.reports.sweep_models import models_table
+
+        console.print(models_table(doc))
     for line in doc.get("recommendation") or []:
         console.print(escape(line))
     failed = [m for m in doc.get("measurements", []) if m.get("status") == "failed"]
@@ -183,6 +187,10 @@ CSV_COLUMNS = (
     "quality_agreement",
     "quality_max_abs_proba_diff",
     "quality_within_bound",
+    "models",
+    "server_rss_mb_at_ready",
+    "server_pss_mb_at_ready",
+    "server_startup_s",
 )
 
 
@@ -245,6 +253,10 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "quality_agreement": q.get("agreement"),
                 "quality_max_abs_proba_diff": q.get("max_abs_proba_diff"),
                 "quality_within_bound": (r["id"] in within) if choice else None,
+                "models": r["server"].get("models"),
+                "server_rss_mb_at_ready": _m(r["server"].get("rss_mb_at_ready")),
+                "server_pss_mb_at_ready": _m(r["server"].get("pss_mb_at_ready")),
+                "server_startup_s": _m(r["server"].get("startup_s")),
             }
         )
         out.append(row)

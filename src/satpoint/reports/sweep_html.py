@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from satpoint.reports.html import REPORT_ERRORS_BOX, figure_html, page_head, page_tail
 from satpoint.reports.html_tables import esc, fmt_time, table
 from satpoint.reports.sweep import QUALITY_HEADS, has_quality, median_range, quality_cells, scaling_text, sorted_rows
+from satpoint.reports.sweep_models import memory_plot
 
 FRONT_COLOUR = "#b42318"
 POINT_COLOUR = "#0969da"
@@ -242,6 +243,8 @@ def render_sweep(doc: Mapping[str, Any]) -> str:
     plots: list[tuple[str, go.Figure]] = [("sweep-front", front_plot(doc))]
     plots += [(f"sweep-knob-{i}", knob_plot(doc, k)) for i, k in enumerate(numeric_knobs(doc))]
     plots.append(("sweep-latency", low_load_plot(doc)))
+    if doc.get("models_memory"):
+        plots.append(("sweep-models-memory", memory_plot(doc)))
     title = f"satpoint sweep: {' · '.join(doc['config']['sets'])}"
     out: Sequence[str] = [
         *page_head(title),

@@ -51,6 +51,7 @@ def embedded_settings(
             "mlserver_debug": mlserver_debug,
         }
         mlserver_only |= {"server_cpu_limit": cpu_limit, "server_memory_limit": memory_limit}
+        mlserver_only |= {k: served.get(k) for k in ("demo_models", "model_repo")}  # many models: MLServer's
         _refuse(server, mlserver_only)
         try:
             return TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
