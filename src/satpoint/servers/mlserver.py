@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from satpoint.endpoints.spec import Target
+from satpoint.payloads.mix import ModelMix
 from satpoint.servers.cgroups import ChildCgroup, check_available
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
@@ -259,6 +261,13 @@ class MLServerTarget(EmbeddedServer):
     @property
     def models(self) -> int:
         return len(self._settings.served_model_names)
+
+    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
+        """The running server as a load-test target; with many models, a uniform mix over all of them unless
+        ``mix`` is given (``payloads.mix``: each request drawn for its model at planning time)."""
+        if self.models > 1 and kwargs.get("mix") is None:
+            kwargs["mix"] = ModelMix(self.model_names, weights="uniform")
+        return super().target(protocol, **kwargs)
 
     @property
     def memory_at_ready(self) -> dict[str, Any] | None:
