@@ -235,3 +235,52 @@ def test_outcome_rules() -> None:
     assert stream_outcome(Outcome.CONN_RESET, 0, 0) == (Outcome.CONN_RESET, 0)
     assert stream_outcome(Outcome.CONN_RESET, 0, 2) == (Outcome.STREAM_CUT, 0)
     assert stream_outcome(Outcome.OK, 0, 0, error="x") == (Outcome.GRPC_ERROR, 2)
+
+
+# the gRPC sim's ModelStreamInfer, in process -------------------------------------------------------------------
+def _sim_streams(error_rate: float, models: list[str]) -> tuple[Records, list[float]]:
+    from satpoint.servers.sim_grpc import SimConfig, serve
+
+    config = SimConfig(
+        port=0, slots=4, model="sim", error_rate=error_rate, stream_first_ms=4.0, stream_gap_ms=2.0, stream_chunks=3
+    )
+
+    async def main() -> tuple[Records, list[float]]:
+        stop = asyncio.Event()
+        listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        server = asyncio.create_task(
+            serve(config, stop=stop, handle_signals=False, on_listening=lambda h, p: listening.set_result(p))
+        )
+        port = await asyncio.wait_for(listening, 10)
+        msgs = [
+            encode_infer_request(
+                {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}]}, m
+            )
+            for m in models
+        ]
+        rec = Records.empty(np.zeros(len(models)))
+        pool = GrpcStreamPool(rec, lambda: None, "127.0.0.1", port, msgs, 8, connections=1)
+        await pool.prepare(1)
+        for i in range(len(models)):
+            assert pool.try_send(i, i)
+        end = asyncio.get_running_loop().time() + 5
+        while pool.inflight() and asyncio.get_running_loop().time() < end:
+            await asyncio.sleep(0.002)
+        await pool.close()
+        stop.set()
+        await server
+        stream = rec.stream
+        assert stream is not None
+        return rec, (stream.first_s - rec.sent).tolist()
+
+    return asyncio.run(main())
+
+
+def test_the_sim_streams_its_chunks_at_the_shared_offsets_and_fails_mid_stream() -> None:
+    rec, ttfc = _sim_streams(0.0, ["sim", "other"])
+    assert rec.outcome.tolist() == [Outcome.OK, Outcome.GRPC_ERROR] and rec.status[1] == 5  # NOT_FOUND
+    assert _stream(rec).chunks.tolist() == [3, 0]
+    assert ttfc[0] >= 0.004 and _stream(rec).last_s[0] - rec.sent[0] >= 0.008  # never early (4 ms + 2 x 2 ms)
+    failed, _ = _sim_streams(1.0, ["sim"])
+    assert failed.outcome[0] == Outcome.STREAM_ERROR and failed.status[0] == 13
+    assert _stream(failed).chunks[0] == 2  # the last chunk's place taken by INTERNAL

@@ -22,6 +22,15 @@ answer is ``{"model_name", "id" (echoed), "outputs": [{"output-0", FP32, [1, 1],
 output contents when the request used ``raw_input_contents`` (as MLServer does).  ``--metastable
 HIGH,LOW,FACTOR`` applies the REST sim's metastable mode (``sim_model.MetastableScheduler``) the same way.
 
+``ModelStreamInfer`` streams the answer with the REST sim's chunk timing (``sim_model.stream_chunk_offsets``:
+``--stream-first-ms``, ``--stream-gap-ms``, ``--stream-chunks``): like MLServer it reads the stream's first
+request only (the model is chosen from it), is admitted like a unary call with the last chunk's offset as
+its service time (it holds its slot until then), sends chunk ``i`` (a ``ModelInferResponse``, MLServer's
+bare message, ``output-0`` = ``[i]``) at ``start + offsets[i]``, and ends the stream with OK.  A request
+drawn to fail (``error_rate``) ends with ``INTERNAL`` at the time its last chunk was due, instead of that
+chunk (the REST sim sends an error event there): MLServer's ``context.abort`` mid-stream.  The metastable
+mode does not stream (``UNIMPLEMENTED``, as the REST sim's 501).
+
 The server is ``grpc.aio`` (C-core HTTP/2, a Python handler per call: about 0.2-0.3 ms of CPU per
 call), which keeps up with a few thousand calls per second on one core: ample for tests around
 1 000 rps.  Optional TLS with ``--tls-cert``/``--tls-key`` (PEM files).
@@ -38,7 +47,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -129,7 +138,7 @@ class _SimServicer:
         return message("ServerReadyResponse")(ready=True)
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return message("ModelReadyResponse")(ready=request.name == self.config.model)
+        return message("ModelReadyResponse")(ready=request.name in self.config.served_models)
 
     async def server_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         from satpoint._version import __version__
@@ -137,7 +146,7 @@ class _SimServicer:
         return message("ServerMetadataResponse")(name="satpoint-sim", version=__version__, extensions=[])
 
     async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if request.name != self.config.model:
+        if request.name not in self.config.served_models:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Model {request.name} not found")
         return self._meta
 
@@ -145,7 +154,7 @@ class _SimServicer:
     async def model_infer(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         arrival_s = perf()
         req = self._req.FromString(request)
-        if req.model_name != self.config.model:
+        if req.model_name not in self.config.served_models:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"Model {req.model_name} not found")
         if self.metastable is None:
             admission = self.scheduler.admit(arrival_s)
@@ -166,6 +175,34 @@ class _SimServicer:
             out.contents.fp32_contents.append(0.5)
         data: bytes = resp.SerializeToString()
         return data
+
+    async def model_stream_infer(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+        """``ModelStreamInfer``: the first request's answer in chunks at the shared offsets (module doc)."""
+        request = await anext(aiter(requests), None)  # the first request selects the model; later ones ignored
+        if request is None:
+            return
+        arrival_s = perf()
+        req = self._req.FromString(request)
+        if req.model_name != self.config.model:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"Model {req.model_name} not found")
+        if self.metastable is not None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the metastable mode does not stream")
+        offsets = self.config.stream_offsets_s
+        admission = self.scheduler.admit(arrival_s, service_s=offsets[-1])
+        fail_at = len(offsets) - 1 if admission.error else -1
+        self.next_id += 1
+        rid = req.id or str(self.next_id)
+        for i, offset in enumerate(offsets):
+            due_s = admission.start_s + offset
+            if perf() < due_s:
+                await self.wake.at(due_s)
+            if i == fail_at:
+                self.answered += 1
+                await context.abort(grpc.StatusCode.INTERNAL, "simulated error mid-stream (satpoint sim error_rate)")
+            resp = self._resp(model_name=self.config.model, id=rid)
+            resp.outputs.add(name="output-0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(float(i))
+            yield resp.SerializeToString()
+        self.answered += 1
 
     async def _admit_metastable(self, arrival_s: float) -> tuple[float, bool]:
         """Metastable mode: admit, wait for the service to start if a slot is not free; (finish, error)."""
@@ -211,6 +248,7 @@ def _handler(servicer: _SimServicer) -> grpc.GenericRpcHandler:
             "ModelMetadata": typed(servicer.model_metadata, "ModelMetadataRequest"),
             # bytes in, bytes out: parsed and built in the handler
             "ModelInfer": grpc.unary_unary_rpc_method_handler(servicer.model_infer),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(servicer.model_stream_infer),
         },
     )
 
@@ -271,7 +309,12 @@ async def serve(
 def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
     h = f"[{host}]" if ":" in host else host
     scheme = "grpcs" if tls else "grpc"
-    return f"satpoint sim listening on {scheme}://{h}:{port} (capacity {config.capacity_rps:.6g} rps)"
+    line = f"satpoint sim listening on {scheme}://{h}:{port} (capacity {config.capacity_rps:.6g} rps)"
+    if not config.stream:
+        return line
+    from satpoint.servers.sim import stream_line  # the REST sim's wording, one place
+
+    return f"{line} ({stream_line(config)})"
 
 
 def run(config: SimConfig, *, tls: SimTls | tuple[bytes, bytes] | None = None) -> None:
@@ -309,6 +352,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=d.model, help=f"model name served (default {d.model})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
     p.add_argument("--metastable", default=None, metavar="HIGH,LOW,FACTOR", help="metastable mode (see sim_model)")
+    p.add_argument("--stream", action="store_true", help="streams asked for (ModelStreamInfer is always served)")
+    p.add_argument("--stream-first-ms", type=float, default=d.stream_first_ms, help="a stream's first chunk, ms")
+    p.add_argument("--stream-gap-ms", type=float, default=d.stream_gap_ms, help="then a chunk every ... ms")
+    p.add_argument("--stream-chunks", type=int, default=d.stream_chunks, help="chunks per stream")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")

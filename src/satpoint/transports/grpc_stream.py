@@ -37,6 +37,7 @@ Outcomes (DESIGN: a stream is judged as a whole; ``done`` is the end of the stre
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ssl as _ssl
 import time
@@ -480,4 +481,9 @@ def stream_once(
             None if np.isnan(done) else done - sent,
         )
 
-    return asyncio.run(run())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from a running loop: a loop of its own
+        return pool.submit(asyncio.run, run()).result()
