@@ -27,7 +27,7 @@ from satpoint.analysis.capacity import Recommendation
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
 from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
-from satpoint.analysis.thresholds import parse_slo, parse_thresholds
+from satpoint.analysis.thresholds import STREAM_METRICS, parse_slo, parse_thresholds
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
@@ -301,6 +301,9 @@ def find(
         if find_py_spy() is None:
             raise ConfigError(f"--flamegraph: {NO_PYSPY}")
     slo_ms = dict(slo) if isinstance(slo, Mapping) else parse_slo(list(slo))
+    streamed = target.stream if target is not None else bool((target_options or {}).get("stream"))
+    if not streamed and any(k in STREAM_METRICS for k in slo_ms):
+        raise ConfigError("--slo on ttfc_*/gap_* (time to first chunk, gaps between chunks) needs --stream")
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "find"))
     rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=slo_ms)
     out_dir = Path(out) if out is not None else default_out("find")

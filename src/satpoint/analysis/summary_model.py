@@ -179,6 +179,20 @@ class DiagnosisLine(BaseModel):
     evidence: dict[str, Any]
 
 
+class StreamStage(BaseModel):
+    """A stage's streamed answers (``--stream``; ``metrics.stream_stats``): time to first chunk from the
+    intended send time, gaps between chunks (ms), chunks and requests per second of window."""
+
+    model_config = _CONFIG
+    ttfc_ms: Percentiles
+    gap_ms: Percentiles
+    chunks_per_s: float | None = None
+    requests_per_s: float | None = None
+    chunks_per_request: float | None = None
+    streams: int = 0  # rows due in the window that got at least one chunk
+    no_chunk: int = 0  # rows counted in latency (OK or censored) that got none
+
+
 class StageResult(BaseModel):
     """One stage's steady-window figures and verdict (``summary.json`` ``stages[]``)."""
 
@@ -219,6 +233,8 @@ class StageResult(BaseModel):
     server: ServerResources | None = None
     #: per Prometheus endpoint scraped: what the server's own metrics say of the steady window
     server_metrics: list[ServerMetrics] = []
+    #: streamed answers (``--stream``): None when the run did not stream
+    stream: StreamStage | None = None
 
 
 class TargetInfo(BaseModel):
@@ -379,6 +395,10 @@ class RunSummary(BaseModel):
     flamegraph: Flamegraph | None = None  # None: no flame graph was asked for
     #: a replayed trace (``run --trace``): what was replayed and its fidelity per stage (None: no trace)
     trace: dict[str, Any] | None = None
+    #: a model mix: per stage and model (offered/answered rates, latency from the intended time, errors, the
+    #: server's per-model figures), the counts against the mix, the model whose latency rose first
+    #: (``analysis.per_model``); absent for a single-model run
+    models: dict[str, Any] | None = None
 
     @property
     def thresholds_passed(self) -> bool:

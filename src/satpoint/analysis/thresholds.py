@@ -13,6 +13,9 @@ metric                      meaning                                             
 ``p50 p90 p95 p99 p999``    latency percentile (``p99.9`` = ``p999``), done − intended   ``us ms s``
 ``max``                     largest latency                                              (default ms)
 ``service_p50`` … ``_max``  service time percentile, done − actual send                  ``us ms s``
+``ttfc_p50`` … ``_max``     ``--stream``: time to first chunk, first chunk − intended    ``us ms s``
+``gap_p50`` … ``_max``      ``--stream``: gap between consecutive chunks of a stream     ``us ms s``
+``chunks_per_s``            ``--stream``: chunks of OK streams per second (highest)      ``/s``
 ``error_rate``              errors / requests of a stage                                 ``%`` or fraction
 ``throughput_rps``          OK completions per second in a stage's steady window         ``rps``, ``/s``
 ``saturation_rps``          ``find`` only: the saturation point                          ``rps``
@@ -58,9 +61,15 @@ __all__ = [
 _PCT_KEYS = ("p50", "p90", "p95", "p99", "p999", "max")
 LATENCY_METRICS = _PCT_KEYS
 SERVICE_METRICS = tuple(f"service_{k}" for k in _PCT_KEYS)
-STAGE_METRICS = (*LATENCY_METRICS, *SERVICE_METRICS, "error_rate")
+#: streams (``--stream``): time to first chunk and gaps between chunks, per stage (``summary.stages[].stream``)
+STREAM_PREFIXES = {"ttfc_": "ttfc_ms", "gap_": "gap_ms"}
+STREAM_METRICS = tuple(f"{p}{k}" for p in STREAM_PREFIXES for k in _PCT_KEYS)
+TIME_METRICS = (*LATENCY_METRICS, *SERVICE_METRICS, *STREAM_METRICS)
+STAGE_METRICS = (*LATENCY_METRICS, *SERVICE_METRICS, *STREAM_METRICS, "error_rate")
 FIND_ONLY = ("saturation_rps", "max_throughput_rps")
-METRICS = (*STAGE_METRICS, "throughput_rps", *FIND_ONLY)
+#: the highest value of any stage counts (what the run achieved)
+PEAK_METRICS = ("throughput_rps", "chunks_per_s")
+METRICS = (*STAGE_METRICS, *PEAK_METRICS, *FIND_ONLY)
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
@@ -69,7 +78,7 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 _ALIASES = {"p99.9": "p999", "p99.0": "p99", "p50.0": "p50", "p90.0": "p90", "p95.0": "p95", "p100": "max"}
 _TIME_UNITS = {"us": 0.001, "µs": 0.001, "ms": 1.0, "s": 1000.0}
-_RATE_UNITS = {"": 1.0, "rps": 1.0, "/s": 1.0, "req/s": 1.0}
+_RATE_UNITS = {"": 1.0, "rps": 1.0, "/s": 1.0, "req/s": 1.0, "chunks/s": 1.0}
 _EXPR = re.compile(r"^\s*([a-z_][a-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(\S*)\s*$")
 PROFILE_TOLERANCE = 1e-6
 SEARCH_PURPOSES = ("staircase", "refine")
@@ -88,8 +97,10 @@ class Threshold:
 
     @property
     def unit(self) -> str:
-        if self.metric in LATENCY_METRICS or self.metric in SERVICE_METRICS:
+        if self.metric in TIME_METRICS:
             return "ms"
+        if self.metric == "chunks_per_s":
+            return "chunks/s"
         return "fraction" if self.metric == "error_rate" else "rps"
 
 
@@ -118,13 +129,14 @@ def parse_threshold(text: str, kind: str = "run") -> Threshold:
         )
     name, op, num, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
     name = _ALIASES.get(name, name)
-    if name.startswith("service_"):
-        name = "service_" + _ALIASES.get(name[len("service_") :], name[len("service_") :])
+    for prefix in ("service_", *STREAM_PREFIXES):
+        if name.startswith(prefix):
+            name = prefix + _ALIASES.get(name[len(prefix) :], name[len(prefix) :])
     if name not in METRICS:
         raise ThresholdError(f"--threshold {text!r}: unknown metric {name!r} (one of {', '.join(METRICS)})")
     if kind != "find" and name in FIND_ONLY:
         raise ThresholdError(f"--threshold {text!r}: {name} is measured by `satpoint find`, not by `{kind}`")
-    if name in LATENCY_METRICS or name in SERVICE_METRICS:
+    if name in TIME_METRICS:
         if unit and unit not in _TIME_UNITS:
             raise ThresholdError(f"--threshold {text!r}: latency unit must be us, ms or s (default ms)")
         limit = num * _TIME_UNITS[unit or "ms"]
@@ -148,12 +160,15 @@ def parse_thresholds(texts: Sequence[str], kind: str = "run") -> list[Threshold]
 
 
 _SLO_PERCENTILES = ("p50", "p90", "p95", "p99", "p999")
+#: what ``--slo`` may limit: latency percentiles, and with ``--stream`` time to first chunk and gap percentiles
+SLO_METRICS = (*_SLO_PERCENTILES, *(f"{p}{k}" for p in STREAM_PREFIXES for k in _SLO_PERCENTILES))
 _SLO_EQ = re.compile(r"^\s*([a-z0-9_.]+)\s*=\s*(.*)$")
 
 
 def parse_slo(texts: Sequence[str]) -> dict[str, float]:
     """Latency objectives for ``find --slo`` in the threshold grammar: ``p99<50ms`` (``p99=50ms`` is the
-    same objective, kept for older command lines).  Returns ``{percentile: limit_ms}``."""
+    same objective, kept for older command lines); with ``--stream`` also ``ttfc_p99<300ms`` (time to first
+    chunk) and ``gap_p99<50ms`` (gaps between chunks).  Returns ``{metric: limit_ms}``."""
     out: dict[str, float] = {}
     for text in texts:
         eq = _SLO_EQ.match(text.strip().lower())
@@ -162,9 +177,10 @@ def parse_slo(texts: Sequence[str]) -> dict[str, float]:
             t = parse_threshold(expr, "find")
         except ThresholdError:
             raise ThresholdError(f"--slo {text!r}: expected a latency percentile limit, e.g. p99<50ms") from None
-        if t.metric not in _SLO_PERCENTILES or t.op not in ("<", "<="):
+        if t.metric not in SLO_METRICS or t.op not in ("<", "<="):
             raise ThresholdError(
-                f"--slo {text!r}: an objective is an upper limit on p50, p90, p95, p99 or p99.9, e.g. p99<50ms"
+                f"--slo {text!r}: an objective is an upper limit on p50, p90, p95, p99 or p99.9, e.g. p99<50ms "
+                "(streams: ttfc_p99<300ms, gap_p99<50ms)"
             )
         out[t.metric] = t.limit
     return out
@@ -178,8 +194,23 @@ def _stage_value(stage: Mapping[str, Any], metric: str) -> float | None:
         v = stage.get("throughput_rps")
     elif metric.startswith("service_"):
         v = (stage.get("service_ms") or {}).get(metric[len("service_") :])
+    elif metric in STREAM_METRICS or metric == "chunks_per_s":
+        v = stream_value(stage.get("stream"), metric)
     else:
         v = (stage.get("latency_ms") or {}).get(metric)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def stream_value(stream: Mapping[str, Any] | None, metric: str) -> float | None:
+    """A stream metric (``ttfc_p99``, ``gap_p50``, ``chunks_per_s``) of a stage's ``stream`` figures (None:
+    the stage did not stream, or has no such value)."""
+    if not stream:
+        return None
+    if metric == "chunks_per_s":
+        v = stream.get("chunks_per_s")
+    else:
+        prefix = next(p for p in STREAM_PREFIXES if metric.startswith(p))
+        v = (stream.get(STREAM_PREFIXES[prefix]) or {}).get(metric[len(prefix) :])
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
@@ -216,6 +247,8 @@ def _fmt_value(metric: str, v: float) -> str:
         return f"{v * 100:.3g}%"
     if metric.endswith("_rps"):
         return f"{v:.1f} rps"
+    if metric == "chunks_per_s":
+        return f"{v:.1f} chunks/s"
     return f"{v:.3g} ms" if v < 100 else f"{v:.0f} ms"
 
 
@@ -238,12 +271,12 @@ def evaluate(
                 note = f"{t.metric} was not measured" + (
                     "" if summary.get("kind") == "find" else f" (a {summary.get('kind')} does not measure it)"
                 )
-        elif t.metric == "throughput_rps":
+        elif t.metric in PEAK_METRICS:
             vals = [(v, i) for i, s in enumerate(stages) if (v := _stage_value(s, t.metric)) is not None]
             if vals:
                 actual, i = max(vals)
                 stage = i + 1
-                note = "highest steady-window throughput"
+                note = "highest steady-window " + ("throughput" if t.metric == "throughput_rps" else "chunk rate")
             else:
                 note = "no stage with a steady window"
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from satpoint.analysis.thresholds import STREAM_METRICS, stream_value
 from satpoint.config import VerdictRules
 from satpoint.metrics.records import ERROR_NAMES, Outcome
 from satpoint.metrics.stats import StageMetrics
@@ -111,9 +112,10 @@ def judge(m: StageMetrics, rules: VerdictRules) -> tuple[Verdict, list[str]]:
     if reasons:
         return Verdict.SATURATED, reasons
     for key, limit in rules.slo_ms.items():
-        got = m.latency_ms.get(key)
+        stream_key = key in STREAM_METRICS
+        got = stream_value(m.stream, key) if stream_key else m.latency_ms.get(key)
         if got is None or got > limit:
-            reasons.append(f"latency {key} {got} ms > SLO {limit:g} ms")
+            reasons.append(f"{'' if stream_key else 'latency '}{key} {got} ms > SLO {limit:g} ms")
     if reasons:
         return Verdict.SLO_VIOLATED, reasons
     return Verdict.STABLE, []

@@ -53,6 +53,7 @@ from satpoint.cli.common import (
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.trace_opts import (
     StartSpeedOpt,
     TraceFormatOpt,
@@ -173,10 +174,11 @@ def find(
     trace_peak: TracePeakOpt = None,
     trace_stage_s: TraceStageOpt = 60.0,
     start_speed: StartSpeedOpt = 1.0,
+    stream: StreamOpt = False,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target (or, with --trace, the
     headroom: how many times as fast as recorded one replica sustains a trace)."""
-    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data}
+    tls = {**tls_fields(ca_cert, insecure, client_cert, client_key), "binary_data": binary_data, "stream": stream}
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
+from satpoint.metrics.stream_stats import stream_window
 from satpoint.plan import StageSpan
 
 PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
@@ -95,6 +96,9 @@ class StageMetrics:
     #: standard error of ``latency_trend_ms_per_s`` (from the scatter of the latencies about their trend):
     #: a trend of a few standard errors is the server answering slower than requests come, not noise
     latency_trend_se_ms_per_s: float = 0.0
+    #: streamed answers (``--stream``): time to first chunk, gaps, chunks/s (``metrics.stream_stats``); None
+    #: when the rows carry no stream columns
+    stream: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,6 +202,7 @@ def stage_metrics(
         retries=int(np.count_nonzero(part.retried)),
         latency_trend_se_ms_per_s=trend_se,
         due_finished_rps=int(np.count_nonzero(part.finished_mask())) / win if win > 0 else 0.0,
+        stream=stream_window(part, rec, w0, w1),
     )
 
 
