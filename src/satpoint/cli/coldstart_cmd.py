@@ -1,0 +1,85 @@
+"""``satpoint coldstart``: cold starts and overcommit through the repository API (``experiments.coldstart``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from satpoint.api import default_out, split_cpus
+from satpoint.cli.coldstart_opts import (
+    CallTimeoutOpt,
+    ColdModelOpt,
+    ColdServerOpt,
+    ColdUrlOpt,
+    DemoModelOpt,
+    DemoModelsOpt,
+    DuringRpsOpt,
+    MixOpt,
+    OcDurationOpt,
+    OcRateOpt,
+    RepeatsOpt,
+    ResidentOpt,
+    SloP99Opt,
+    WarmOpt,
+)
+from satpoint.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    HeaderOpt,
+    TimeoutOpt,
+    console,
+    guarded,
+    interruptible,
+    parse_headers,
+    secrets_of,
+)
+from satpoint.endpoints.spec import Target
+from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, run_coldstart
+from satpoint.reports.coldstart import print_coldstart
+from satpoint.reports.progress import EventPrinter
+
+
+def coldstart(
+    url: ColdUrlOpt = None,
+    model: ColdModelOpt = None,
+    header: HeaderOpt = None,
+    repeats: RepeatsOpt = 20,
+    during_rps: DuringRpsOpt = 200.0,
+    warm: WarmOpt = 5,
+    call_timeout: CallTimeoutOpt = 120.0,
+    timeout: TimeoutOpt = 30.0,
+    demo_models: DemoModelsOpt = 3,
+    demo_model: DemoModelOpt = "iris",
+    server: ColdServerOpt = "mlserver",
+    resident: ResidentOpt = None,
+    mix: MixOpt = "uniform",
+    rate: OcRateOpt = 20.0,
+    duration: OcDurationOpt = 30.0,
+    slo_p99_ms: SloP99Opt = None,
+    seed: Annotated[int, typer.Option(help="seed of the overcommit mix's draw")] = 0,
+    out: Annotated[Path | None, typer.Option(help="results folder (default results/coldstart-TIMESTAMP)")] = None,
+) -> None:
+    """Cold starts through the model-repository API (unload, load, first inference, requests during the
+    load), and overcommit runs with at most K models resident (--resident)."""
+    secrets = secrets_of([url] if url else [], parse_headers(header))
+
+    def body() -> int:
+        models = tuple(model or ())
+        target = None
+        if url is not None:
+            target = Target(url=url, model=models[0] if models else "-", headers=parse_headers(header))
+        opts = ColdStartOptions(
+            repeats=repeats, during_rps=during_rps, warm_requests=warm, call_timeout_s=call_timeout,
+            request_timeout_s=timeout, models=models, demo_models=demo_models, demo_model=demo_model, server=server,
+            resident=parse_resident(resident), mix=mix, rate_rps=rate, duration_s=duration, slo_p99_ms=slo_p99_ms,
+            seed=seed, server_cpus=split_cpus()[0] if url is None else None,
+        )  # fmt: skip
+        out_dir = out or default_out("coldstart")
+        with interruptible() as stop, EventPrinter(console, secrets) as printer:
+            result = run_coldstart(target, opts, out_dir, on_event=printer, stop=stop)
+        print_coldstart(console, result.summary, str(result.out_dir))
+        return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
+
+    guarded(body, secrets)

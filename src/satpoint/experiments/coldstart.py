@@ -1,0 +1,502 @@
+"""``satpoint coldstart``: what a cold model costs, measured through the server's repository API.
+
+Against a URL (MLServer, or Triton in explicit model-control mode) or, with no target, an embedded server
+with several demo models (MLServer: ``demo_models``; Triton: ``servers.triton_repo``), for each of
+``repeats`` rounds and each model in turn:
+
+1. unload the model (``POST /v2/repository/models/M/unload``) and wait until it no longer answers ready
+   (Triton's unload answers before it is done);
+2. start a small open-loop stream at the model (``during_rps``; 0: none), then load it
+   (``.../load``: both servers answer once the model is loaded) and time the answer; the stream sends
+   nothing intended after the load answered, and each of its requests is judged from its intended time,
+   errors included (MLServer answers 404 while the model is absent);
+3. right after the load's answer, the first inference, then a few warm ones (the reference).
+
+Then, with ``resident`` (one or more K), one constant-rate run per K of a mix over the N models through
+``engine.overcommit`` (at most K resident, load on demand, LRU eviction: an overcommitting scheduler's
+policy, emulated on the client's side, not Seldon's own code): its latency distribution, that of the cold
+requests, the share of cold requests, and the smallest K whose p99 met ``slo_p99_ms``.
+
+Everything is written to the results folder: ``coldstart.json`` (every repetition, every overcommit
+run's counters), ``summary.json`` (``kind: coldstart``: the distributions and the recommendation) and
+``report.html``.  A URL target is left as it was found: every model measured is loaded again at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import uvloop
+
+from satpoint._version import __version__
+from satpoint.analysis.coldstart import (
+    Repetition,
+    coldstart_summary,
+    during_rows,
+    overcommit_summary,
+    recommend,
+)
+from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.rest import RestFactoryBuilder
+from satpoint.endpoints.spec import Target
+from satpoint.engine.dispatcher import DispatchOptions
+from satpoint.engine.overcommit import OvercommitBuilder
+from satpoint.engine.runner import run_schedule
+from satpoint.errors import ConfigError, ModelNotFound
+from satpoint.metrics.records import Outcome, Records
+from satpoint.progress import OnEvent, say
+from satpoint.reports.coldstart import write_html
+from satpoint.transports import rest_control
+from satpoint.transports.repository import RepositoryClient, RepositoryError, loaded_models
+from satpoint.transports.rest import RestPool, encode_json_body
+
+SUMMARY_FILE = "summary.json"
+DATA_FILE = "coldstart.json"
+REPORT_FILE = "report.html"
+
+perf = time.perf_counter
+
+
+@dataclass(frozen=True)
+class ColdStartOptions:
+    """What ``satpoint coldstart`` measures and how (see the module's docstring)."""
+
+    repeats: int = 20
+    during_rps: float = 200.0
+    warm_requests: int = 5
+    call_timeout_s: float = 120.0
+    request_timeout_s: float = 30.0
+    models: tuple[str, ...] = ()  # empty: every model the embedded server serves / every READY model of a URL
+    demo_models: int = 3  # the embedded server's model count
+    demo_model: str = "iris"  # ... copies of this demo model
+    server: str = "mlserver"  # the embedded server: mlserver or triton
+    resident: tuple[int, ...] = ()  # overcommit runs: one per K (empty: none)
+    mix: str = "uniform"  # uniform or zipf:S
+    rate_rps: float = 20.0
+    duration_s: float = 30.0
+    slo_p99_ms: float | None = None
+    seed: int = 0
+    server_cpus: tuple[int, ...] | None = None
+
+    def validate(self) -> ColdStartOptions:
+        if self.repeats < 1:
+            raise ConfigError(f"--repeats must be >= 1, got {self.repeats}")
+        if self.during_rps < 0 or self.rate_rps <= 0 or self.duration_s <= 0:
+            raise ConfigError("--during-rps must be >= 0; --rate and --duration must be > 0")
+        if self.demo_models < 2:
+            raise ConfigError(f"--demo-models must be >= 2 (a cold start needs another model), got {self.demo_models}")
+        if self.server not in ("mlserver", "triton"):
+            raise ConfigError(f"--server: mlserver or triton, got {self.server!r}")
+        if any(k < 1 for k in self.resident):
+            raise ConfigError(f"--resident: each K must be >= 1, got {list(self.resident)}")
+        mix_weights(self.mix, 2)  # a ConfigError for a mix it cannot read
+        return self
+
+
+def parse_resident(text: str | None) -> tuple[int, ...]:
+    """``1,2,3`` as a tuple of K values (each >= 1), in the order given, once each."""
+    if not text:
+        return ()
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--resident: comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"--resident: each K must be >= 1, got {text!r}")
+    return tuple(dict.fromkeys(values))
+
+
+def mix_weights(mix: str, n: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The weights of ``n`` models: ``uniform``, or ``zipf:S`` (model of rank r, 1-based: 1/r^S)."""
+    if mix == "uniform":
+        w = np.ones(n)
+    elif mix.startswith("zipf:"):
+        try:
+            s = float(mix.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError(f"--mix zipf:S needs a number S, got {mix!r}") from None
+        if s < 0:
+            raise ConfigError(f"--mix zipf:S needs S >= 0, got {s}")
+        w = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** s
+    else:
+        raise ConfigError(f"--mix: uniform or zipf:S, got {mix!r}")
+    out: np.ndarray[Any, np.dtype[np.float64]] = w / w.sum()
+    return out
+
+
+@dataclass
+class ColdStartResult:
+    summary: dict[str, Any]
+    out_dir: Path
+    repetitions: list[Repetition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """What the measurement talks to: the base URL, the models, the repository client, the target spec
+    (headers, TLS) and facts about the server for the summary."""
+
+    url: str
+    models: tuple[str, ...]
+    client: RepositoryClient
+    spec: Target
+    info: dict[str, Any]
+
+
+# -- the during-load stream ------------------------------------------------------------------------------
+
+
+class _LoadStream:
+    """A small open-loop stream at one model, on a thread of its own, from ``t0`` until ``stop_at``: each
+    request intended at ``t0 + i / rate``; none intended after ``stop_at`` is sent.  Rows keep raw
+    ``perf_counter`` times."""
+
+    def __init__(self, builder: RestFactoryBuilder, rate_rps: float, horizon_s: float, timeout_s: float) -> None:
+        self._builder = builder
+        self._rate = rate_rps
+        self._timeout_s = timeout_s
+        n = int(rate_rps * horizon_s) + 1
+        self.rec = Records.empty(np.zeros(n))
+        self.sent_rows = 0
+        self.t0 = 0.0
+        self.stop_at: float | None = None
+        self.error: BaseException | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="coldstart-stream", daemon=True)
+
+    def start(self, lead_s: float = 0.05) -> float:
+        """Start the stream; returns its ``t0`` (a ``perf_counter`` value: call the load then)."""
+        self._lead_s = lead_s
+        self._thread.start()
+        if not self._started.wait(30):
+            raise RepositoryError("the during-load stream could not connect within 30 s")
+        if self.error is not None:
+            raise self.error
+        return self.t0
+
+    def finish(self, stop_at: float) -> Records:
+        """Stop sending at ``stop_at``; wait for the requests sent (at most the request timeout); its rows."""
+        self.stop_at = stop_at
+        self._thread.join(self._timeout_s + 10)
+        rec = self.rec.select(np.arange(len(self.rec)) < self.sent_rows)
+        return rec
+
+    def _main(self) -> None:
+        loop = uvloop.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._run())
+        except BaseException as e:  # reported to the caller
+            self.error = e
+            self._started.set()
+        finally:
+            loop.close()
+            asyncio.set_event_loop(None)
+
+    async def _run(self) -> None:
+        backlog: deque[int] = deque()
+        pool: RestPool
+
+        def on_free() -> None:
+            while backlog and pool.try_send(backlog[0], 0):
+                backlog.popleft()
+
+        b = self._builder
+        ssl_context = b.tls.context() if b.tls is not None else None
+        pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context)
+        await pool.prepare(2)
+        self.t0 = perf() + self._lead_s
+        self._started.set()
+        i, n = 0, len(self.rec)
+        while i < n:
+            due = self.t0 + i / self._rate
+            wait = due - perf()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self.stop_at is not None and due > self.stop_at:
+                break
+            self.rec.intended[i] = due
+            if backlog or not pool.try_send(i, 0):
+                backlog.append(i)
+                self.rec.waited[i] = True
+            i += 1
+        self.sent_rows = i
+        end = perf() + self._timeout_s
+        while (pool.inflight() or backlog) and perf() < end:
+            await asyncio.sleep(0.01)
+            pool.expire(perf(), self._timeout_s)
+        pool.abort_all(Outcome.UNFINISHED)
+        for idx in backlog:
+            self.rec.done[idx] = perf()
+        await pool.close()
+
+
+# -- one repetition --------------------------------------------------------------------------------------
+
+
+def _infer_s(served: _Served, model: str, body: bytes, timeout_s: float) -> tuple[float, int]:
+    spec = served.spec
+    t0 = perf()
+    status, _ = rest_control.infer_once(
+        served.url, model, body, headers=spec.wire_headers, timeout_s=timeout_s, tls=spec.tls_options()
+    )
+    return perf() - t0, status
+
+
+def _repetition(
+    served: _Served, model: str, rep: int, builder: RestFactoryBuilder, body: bytes, opts: ColdStartOptions
+) -> Repetition:
+    client = served.client
+    out = Repetition(model=model, rep=rep)
+    out.unload_s = client.unload(model)
+    out.absent_wait_s = client.wait_absent(model, timeout_s=opts.call_timeout_s)
+    stream = _LoadStream(builder, opts.during_rps, opts.call_timeout_s + 5, opts.request_timeout_s)
+    t0 = stream.start() if opts.during_rps > 0 else perf()
+    while perf() < t0:
+        time.sleep(max(0.0, t0 - perf()))
+    t_start = t0  # the load is called at the stream's origin: its first request is intended then
+    t_end: float | None = None
+    try:
+        try:
+            out.load_s = client.load(model)
+        except ModelNotFound:
+            raise
+        except RepositoryError as e:
+            out.load_error = str(e)
+        t_end = perf()
+        if out.load_error is None:
+            out.first_infer_s, out.first_status = _infer_s(served, model, body, opts.request_timeout_s)
+            warm = [_infer_s(served, model, body, opts.request_timeout_s) for _ in range(opts.warm_requests)]
+            ok = [s for s, status in warm if status == 200]
+            out.warm_infer_s = statistics.median(ok) if ok else None
+    finally:
+        if opts.during_rps > 0:
+            rec = stream.finish(t_end if t_end is not None else perf())
+    if opts.during_rps > 0 and t_end is not None:
+        lat, outcome, status = during_rows(rec, t_start, t_end)
+        out.during_latency_s, out.during_outcome, out.during_status = lat, outcome, status
+    if out.load_error is not None:
+        with contextlib.suppress(RepositoryError):
+            client.load(model)  # leave it loaded for the next round
+    return out
+
+
+# -- overcommit runs -------------------------------------------------------------------------------------
+
+
+def _overcommit_run(
+    served: _Served, builder: RestFactoryBuilder, k: int, opts: ColdStartOptions, stop: threading.Event | None
+) -> dict[str, Any]:
+    n_models = len(served.models)
+    weights = mix_weights(opts.mix, n_models)
+    n = max(1, int(opts.rate_rps * opts.duration_s))
+    due = np.arange(n, dtype=np.float64) / opts.rate_rps
+    rows = np.random.default_rng(opts.seed).choice(n_models, size=n, p=weights).astype(np.int64)
+    initial = tuple(int(i) for i in np.argsort(-weights, kind="stable")[:k])
+    wrapped = OvercommitBuilder(
+        builder,
+        served.client,
+        served.models,
+        tuple(range(n_models)),
+        resident=min(k, n_models),
+        initial=initial,
+        keep_cold_rows=True,
+    )
+    options = DispatchOptions(
+        timeout_s=opts.request_timeout_s,
+        drain_s=opts.request_timeout_s,
+        warm_connections=8,
+        payload_count=n_models,
+        payload_index=rows,
+    )
+    out = run_schedule(due, wrapped, options, procs=1, stop_event=stop)
+    counters = dict(out.shards[0].transport.get("overcommit", {})) if out.shards else {}
+    cold_rows = counters.pop("cold_rows", [])
+    summary = overcommit_summary(
+        out.records,
+        cold_rows,
+        counters,
+        resident=k,
+        models=n_models,
+        mix=opts.mix,
+        rate_rps=opts.rate_rps,
+        duration_s=opts.duration_s,
+        model_of_row=rows[: len(out.records)],
+    )
+    summary["interrupted"] = out.interrupted
+    return summary
+
+
+# -- the whole measurement -----------------------------------------------------------------------------------
+
+
+def _builders(served: _Served) -> tuple[dict[str, RestFactoryBuilder], dict[str, bytes], RestFactoryBuilder]:
+    """Per model: a REST recipe whose first request is that model's, and the JSON body of one inference;
+    and one recipe holding every model's request in model order (the overcommit mix)."""
+    per: dict[str, RestFactoryBuilder] = {}
+    bodies: dict[str, bytes] = {}
+    for m in served.models:
+        prepared = prepare(replace(served.spec, model=m), max_inflight=256, payload_count=1)
+        if not isinstance(prepared.builder, RestFactoryBuilder):
+            raise ConfigError("coldstart measures over REST (--protocol rest)")
+        per[m] = prepared.builder
+        bodies[m] = encode_json_body(prepared.payload_docs[0])
+    first = per[served.models[0]]
+    mixed = replace(first, requests=tuple(per[m].requests[0] for m in served.models), max_inflight=512)
+    return per, bodies, mixed
+
+
+def measure(
+    served: _Served,
+    opts: ColdStartOptions,
+    out_dir: Path,
+    *,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> ColdStartResult:
+    """Cold starts and the overcommit runs against ``served`` (see the module's docstring)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per, bodies, mixed = _builders(served)
+    reps: list[Repetition] = []
+    runs: list[dict[str, Any]] = []
+    try:
+        for r in range(opts.repeats):
+            for m in served.models:
+                if stop is not None and stop.is_set():
+                    break
+                rep = _repetition(served, m, r, per[m], bodies[m], opts)
+                reps.append(rep)
+                say(
+                    on_event,
+                    f"round {r + 1}/{opts.repeats} {m}: load {_ms(rep.load_s)} ms, first inference "
+                    f"{_ms(rep.first_infer_s)} ms, {len(rep.during_latency_s)} requests during the load"
+                    + (f"; load failed: {rep.load_error}" if rep.load_error else ""),
+                )
+        for k in opts.resident:
+            if stop is not None and stop.is_set():
+                break
+            say(on_event, f"overcommit: {len(served.models)} models, at most {k} resident, {opts.rate_rps:g} rps "
+                f"for {opts.duration_s:g} s, mix {opts.mix}")  # fmt: skip
+            run = _overcommit_run(served, mixed, k, opts, stop)
+            runs.append(run)
+            say(
+                on_event,
+                f"K={k}: p99 {run['latency_ms']['p99']} ms, cold share {run['cold_share']}, loads {run['loads']}, "
+                f"errors {run['errors']}",
+            )
+    finally:
+        if runs:  # a URL target is left with every measured model loaded, as found
+            for m in served.models:
+                with contextlib.suppress(RepositoryError):
+                    served.client.load(m)
+    summary = write_results(served, opts, reps, runs, out_dir)
+    return ColdStartResult(summary, out_dir, reps)
+
+
+def write_results(
+    served: _Served, opts: ColdStartOptions, reps: Sequence[Repetition], runs: Sequence[dict[str, Any]], out_dir: Path
+) -> dict[str, Any]:
+    cold = coldstart_summary(reps)
+    summary: dict[str, Any] = {
+        "kind": "coldstart",
+        "satpoint_version": __version__,
+        "target": {"url": served.spec.describe().get("url"), "models": list(served.models)},
+        "server": served.info,
+        "options": {
+            "repeats": opts.repeats,
+            "during_rps": opts.during_rps,
+            "warm_requests": opts.warm_requests,
+            "resident": list(opts.resident),
+            "mix": opts.mix,
+            "rate_rps": opts.rate_rps,
+            "duration_s": opts.duration_s,
+            "slo_p99_ms": opts.slo_p99_ms,
+            "seed": opts.seed,
+        },
+        "coldstart": cold,
+        "overcommit": list(runs),
+        "recommendation": recommend(cold, runs, opts.slo_p99_ms),
+        "note": "overcommit emulates an overcommitting scheduler's policy (Seldon Core 2's agent: load on "
+        "demand, evict the least recently used) from the client's side; it is not Seldon's code",
+    }
+    data = {"repetitions": [r.to_dict() for r in reps], "overcommit": list(runs)}
+    (out_dir / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_html(summary, out_dir / REPORT_FILE, data)
+    return summary
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.1f}"
+
+
+# -- targets ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def attach(target: Target, opts: ColdStartOptions) -> Iterator[_Served]:
+    """A server given by URL: the models named, else every READY model of its repository index."""
+    target.validate()
+    if target.protocol != "rest":
+        raise ConfigError("coldstart measures over REST: give an http(s):// URL")
+    client = RepositoryClient(target.url, target.wire_headers, target.tls_options(), timeout_s=opts.call_timeout_s)
+    models = opts.models or tuple(loaded_models(client.index()))
+    if len(models) < 1:
+        raise ModelNotFound(f"{target.url}: its repository index lists no READY model; name them with --model")
+    yield _Served(target.url, tuple(models), client, target, {"kind": "remote"})
+
+
+@contextlib.contextmanager
+def embedded(opts: ColdStartOptions) -> Iterator[_Served]:
+    """The embedded server with ``opts.demo_models`` demo models (MLServer, or Triton in explicit mode)."""
+    if opts.server == "triton":
+        from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
+
+        with TritonRepoTarget(TritonRepoSettings(opts.demo_model, opts.demo_models, cpus=opts.server_cpus)) as tserver:
+            headers = tuple(tserver.access_headers.items())
+            client = RepositoryClient(tserver.rest_url, headers, timeout_s=opts.call_timeout_s)
+            spec = Target(url=tserver.rest_url, model=tserver.model_names[0], headers=headers)
+            yield _Served(tserver.rest_url, tserver.model_names, client, spec, _server_info(tserver.info()))
+        return
+    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+
+    with MLServerTarget(
+        MLServerSettings(demo_model=opts.demo_model, demo_models=opts.demo_models, cpus=opts.server_cpus)
+    ) as server:
+        client = RepositoryClient(server.rest_url, timeout_s=opts.call_timeout_s)
+        spec = Target(url=server.rest_url, model=server.model_names[0])
+        models = opts.models or server.model_names
+        yield _Served(server.rest_url, tuple(models), client, spec, _server_info(server.info()))
+
+
+def _server_info(info: dict[str, Any]) -> dict[str, Any]:
+    keep = ("kind", "versions", "python", "settings", "models", "cpus", "startup_s")
+    return {k: info[k] for k in keep if k in info}
+
+
+def run_coldstart(
+    target: Target | None,
+    opts: ColdStartOptions,
+    out: Path,
+    *,
+    on_event: OnEvent | None = None,
+    stop: threading.Event | None = None,
+) -> ColdStartResult:
+    """``satpoint coldstart``: against ``target`` (a URL), or the embedded server when None."""
+    opts = opts.validate()
+    with attach(target, opts) if target is not None else embedded(opts) as served:
+        if len(served.models) < 1:
+            raise ModelNotFound("no model to measure")
+        say(on_event, f"cold starts of {', '.join(served.models)} at {served.url}, {opts.repeats} rounds")
+        return measure(served, opts, out, on_event=on_event, stop=stop)
