@@ -444,7 +444,7 @@ def add_server_fields(
     head = results.header.get("observe") or {}
     allowed = head.get("allowed_cores")
     target = results.header.get("target", {})
-    model = target.get("model")
+    model = None if results.header.get("mix") else target.get("model")  # a mix: the stage counts every model
     batch = int(target.get("batch_size") or 1)
     segs = {s.index: s for s in results.segments}
     for doc, (i, m) in zip(stage_docs, stages, strict=True):

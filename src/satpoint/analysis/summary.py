@@ -20,6 +20,7 @@ from satpoint.endpoints.spec import INSECURE_WARNING
 from satpoint.metrics.records import Records
 from satpoint.metrics.results import RELOCATED_KEY, Results, Segment, relocation_warning
 from satpoint.metrics.stats import StageMetrics, intervals, stage_metrics
+from satpoint.payloads.mix import HEADER_KEY as MIX_KEY
 from satpoint.plan import TRACE_ARRIVAL, Stage, StageSpan
 from satpoint.redact import redact_url
 from satpoint.traffic.fidelity import overall, stage_fidelity
@@ -224,6 +225,10 @@ def build_summary(results: Results) -> dict[str, Any]:
         "flamegraph": flamegraph_block(h, stage_docs),
         "trace": trace_block(results, stage_docs),
     }
+    if results.header.get(MIX_KEY) is not None:  # a model mix: per stage and model (analysis.per_model)
+        from satpoint.analysis.per_model import models_block
+
+        summary["models"] = models_block(results, stages)
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
 

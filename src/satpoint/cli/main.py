@@ -57,6 +57,7 @@ from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
+from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.stream_opts import StreamOpt
@@ -91,7 +92,7 @@ app = typer.Typer(
 @app.command()
 def run(
     url: Annotated[str, typer.Option("--url", "-u", help="server base URL, e.g. http://127.0.0.1:8080")],
-    model: Annotated[str, typer.Option("--model", "-m", help="model name")],
+    model: ModelsOpt = None,
     stage: Annotated[
         list[str] | None, typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")
     ] = None,
@@ -147,6 +148,8 @@ def run(
     trace_stage_s: TraceStageOpt = 60.0,
     server_slots: ServerSlotsOpt = None,
     stream: StreamOpt = False,
+    models_from_server: ModelsFromServerOpt = False,
+    mix: MixOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users, or replay a
     recorded trace with --trace)."""
@@ -156,7 +159,12 @@ def run(
     def body() -> int:
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
-        target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+        one, models = model_mix(model, models_from_server, mix)
+        if one is None:
+            raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
+        target = Target(
+            url, one, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+        )
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
         common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)

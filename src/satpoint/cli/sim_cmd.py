@@ -28,6 +28,9 @@ def sim(
     pause_s: Annotated[float, typer.Option(help="pause length, seconds")] = 0.0,
     error_rate: Annotated[float, typer.Option(help="fraction answered with errors")] = 0.0,
     model: Annotated[str, typer.Option(help="model name")] = "sim",
+    models: Annotated[
+        str | None, typer.Option(help="serve N models (MODEL-1..MODEL-N) or the names A,B,.. (a model mix)")
+    ] = None,
     seed: Annotated[int, typer.Option(help="seed for service-time draws")] = 0,
     protocol: ProtocolOpt = "rest",
     tls_cert: Annotated[Path | None, typer.Option(help="serve TLS (https/grpcs) with this PEM certificate")] = None,
@@ -71,7 +74,7 @@ def sim(
     from satpoint.servers.sim import SimConfig
     from satpoint.servers.sim import run as run_rest
     from satpoint.servers.sim_grpc import run as run_grpc
-    from satpoint.servers.sim_model import metastable_fields
+    from satpoint.servers.sim_model import metastable_fields, model_names
     from satpoint.servers.sim_tls import SimTls
 
     if protocol not in ("rest", "grpc"):
@@ -86,6 +89,7 @@ def sim(
         config = SimConfig(
             host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]
             pause_every_s=pause_every, pause_s=pause_s, error_rate=error_rate, model=model, seed=seed,
+            models=model_names(models, model),
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,  # type: ignore[arg-type]

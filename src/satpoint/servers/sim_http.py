@@ -138,6 +138,7 @@ _R_MODEL_META = 4
 _R_MODEL_READY = 5
 _R_INFER = 6
 _R_UNKNOWN_MODEL = 7
+_R_REPOSITORY_INDEX = 9
 _R_INFER_STREAM = 8
 
 _GET_ROUTES = {
@@ -187,6 +188,7 @@ class _SimProtocol(asyncio.Protocol):
         self._url = b""
         self._route = _R_NOT_FOUND
         self._requested_model = ""
+        self._meta_name = b""  # the served model a model route named
         self._method_ok = True
         self._head = False
         self._keep_alive = True
@@ -246,6 +248,8 @@ class _SimProtocol(asyncio.Protocol):
         route = _GET_ROUTES.get(path, _R_NOT_FOUND)
         if route != _R_NOT_FOUND:
             self._method_ok = method == b"GET"
+        elif path == b"/v2/repository/index":
+            route, self._method_ok = _R_REPOSITORY_INDEX, method == b"POST"
         elif path.startswith(b"/v2/models/"):
             route = self._model_route(path)
             self._method_ok = method == (b"POST" if route in _POST_ROUTES else b"GET")
@@ -265,11 +269,13 @@ class _SimProtocol(asyncio.Protocol):
         if route is None or not name:
             return _R_NOT_FOUND
         responses = self._server.responses
-        if name != responses.model_b:
+        if name != responses.model_b and name not in responses.served:
             decoded = unquote(name.decode("latin-1"))
-            if decoded != responses.model:
+            if decoded.encode() not in responses.served and decoded != responses.model:
                 self._requested_model = decoded
                 return _R_UNKNOWN_MODEL
+            name = decoded.encode()
+        self._meta_name = name
         return route
 
     def on_body(self, body: bytes) -> None:
@@ -298,7 +304,9 @@ class _SimProtocol(asyncio.Protocol):
         elif route == _R_SERVER_META:
             self._reply(200, responses.server_meta, close, after)
         elif route == _R_MODEL_META:
-            self._reply(200, responses.model_meta, close, after)
+            self._reply(200, responses.model_metas.get(self._meta_name, responses.model_meta), close, after)
+        elif route == _R_REPOSITORY_INDEX:
+            self._reply(200, responses.repository_index, close, after)
         elif route == _R_UNKNOWN_MODEL:
             self._reply(404, responses.model_not_found(self._requested_model), close, after)
         else:

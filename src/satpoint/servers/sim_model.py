@@ -65,6 +65,9 @@ class SimConfig:
     pause_s: float = 0.0
     error_rate: float = 0.0
     model: str = "sim"
+    #: the names served (a model mix on one server: every name answers with the same slots, and
+    #: ``POST /v2/repository/index`` lists them READY); empty: ``model`` only
+    models: tuple[str, ...] = ()
     seed: int = 0
     fault: Fault | None = None
     fault_rate: float = 1.0
@@ -110,6 +113,9 @@ class SimConfig:
             raise ConfigError(f"sim: error_rate must be in [0, 1], got {self.error_rate}")
         if not self.model or "/" in self.model:
             raise ConfigError(f"sim: model must be a non-empty name without '/', got {self.model!r}")
+        bad = [m for m in self.models if not m or "/" in m or "," in m or m != m.strip()]
+        if bad or len(set(self.models)) != len(self.models):
+            raise ConfigError(f"sim: models must be distinct names without '/', ',' or spaces, got {self.models!r}")
         self._check_fault()
         self._check_metastable()
         if not (math.isfinite(self.stream_first_ms) and self.stream_first_ms >= 0):
@@ -210,6 +216,7 @@ class SimConfig:
             pause_s=args.pause_s,
             error_rate=args.error_rate,
             model=args.model,
+            models=model_names(getattr(args, "models", None), args.model),
             seed=args.seed,
             # faults: the REST sim's command line has them, the gRPC sim's has not
             fault=getattr(args, "fault", None),
@@ -226,6 +233,11 @@ class SimConfig:
             stream_gap_ms=getattr(args, "stream_gap_ms", 5.0),
             stream_chunks=getattr(args, "stream_chunks", 10),
         )
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """Every model name the sim answers for (``models``, else ``model``)."""
+        return self.models or (self.model,)
 
     @property
     def service_s(self) -> float:
@@ -512,3 +524,16 @@ class SlotScheduler:
     def free_at_s(self) -> list[float]:
         """The slots' free times, sorted (for tests and diagnostics)."""
         return sorted(self._free_at_s)
+
+
+def model_names(spec: str | None, base: str = "sim") -> tuple[str, ...]:
+    """``--models``: a count N (names ``BASE-1`` .. ``BASE-N``) or a comma-separated list of names."""
+    if spec is None or not str(spec).strip():
+        return ()
+    text = str(spec).strip()
+    if text.isdigit():
+        n = int(text)
+        if n < 1:
+            raise ConfigError(f"sim: --models N needs N >= 1, got {text}")
+        return tuple(f"{base}-{i}" for i in range(1, n + 1))
+    return tuple(m.strip() for m in text.split(","))

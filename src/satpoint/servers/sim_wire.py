@@ -79,14 +79,12 @@ class Responses:
         self.model_b = model.encode()
         self.ok_empty = b""
         self.server_meta = _json({"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": []})
-        self.model_meta = _json(
-            {
-                "name": model,
-                "versions": [],
-                "platform": SERVER_NAME,
-                "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}],
-                "outputs": [{"name": "output-0", "datatype": "FP32", "shape": [-1, 1]}],
-            }
+        self.model_meta = self._meta(model)
+        #: every name served (a model mix: ``SimConfig.models``), its metadata, and the repository index
+        self.served = frozenset(m.encode() for m in config.served_models)
+        self.model_metas = {m.encode(): self._meta(m) for m in config.served_models}
+        self.repository_index = _json(
+            [{"name": m, "version": "", "state": "READY", "reason": ""} for m in config.served_models]
         )
         self.infer_head = b'{"model_name":' + _json(model) + b',"id":"'
         self.infer_tail = b'","outputs":[{"name":"output-0","datatype":"FP32","shape":[1,1],"data":[0.5]}]}'
@@ -96,6 +94,18 @@ class Responses:
         self.not_found = _json({"error": "Not Found"})
         self.bad_request = _json({"error": "Bad Request"})
         self.method_not_allowed = _json({"error": "Method Not Allowed"})
+
+    @staticmethod
+    def _meta(model: str) -> bytes:
+        return _json(
+            {
+                "name": model,
+                "versions": [],
+                "platform": SERVER_NAME,
+                "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}],
+                "outputs": [{"name": "output-0", "datatype": "FP32", "shape": [-1, 1]}],
+            }
+        )
 
     @staticmethod
     def model_not_found(name: str) -> bytes:
