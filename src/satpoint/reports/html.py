@@ -19,6 +19,7 @@ from satpoint.reports.html_data import MAX_POINTS, FolderData, folder_labels, lo
 from satpoint.reports.html_hysteresis import has_hysteresis, hysteresis_figures, hysteresis_plot, hysteresis_table
 from satpoint.reports.html_plots import folder_colour, plots_for
 from satpoint.reports.html_server import server_section
+from satpoint.reports.html_stream import has_stream, stream_section
 from satpoint.reports.html_tables import (
     esc,
     fmt_time,
@@ -212,6 +213,8 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         nav.append('<a href="#hysteresis">hysteresis</a>')
     if any(has_trace(f) for f in folders):
         nav.append('<a href="#trace">replayed trace</a>')
+    if any(has_stream(f) for f in folders):
+        nav.append('<a href="#stream">streams</a>')
     nav.append('<a href="#details">configuration</a>')
     out = [
         *page_head(title),
@@ -234,6 +237,7 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
             out.append(f'<h3><span class="swatch" style="background:{esc(f.colour)}"></span>{esc(f.label)}</h3>')
         out.append(f'<div class="scroll">{stage_table(f)}</div>')
     out.extend(trace_section(folders))
+    out.extend(stream_section(folders))
     if has_server:
         out.append('<h2 id="server">Inside the server</h2>')
         for f in folders:
