@@ -32,6 +32,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
 from satpoint.reports.compare import print_compare
@@ -65,6 +66,7 @@ def compare(
     insecure: InsecureOpt = False,
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
+    stream: StreamOpt = False,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
     secrets = secrets_of([url, grpc_url], parse_headers(header))
@@ -81,6 +83,7 @@ def compare(
             payload_file=payload,
             grpc_raw=grpc_raw,
             binary_data=binary_data,
+            stream=stream,
             server=server,
             **tls_fields(ca_cert, insecure, client_cert, client_key),
             workers=workers,

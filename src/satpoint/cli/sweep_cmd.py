@@ -35,6 +35,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.cli.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
@@ -131,6 +132,7 @@ def sweep(
     ray: RayOpt = None,
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
+    stream: StreamOpt = False,
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
@@ -179,7 +181,7 @@ def sweep(
                     env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
                     server_pids=tuple(server_pid or ()), metrics_urls=tuple(metrics_url or ()),
-                    protocol=protocol, batch=batch_size, headers=headers,
+                    protocol=protocol, batch=batch_size, headers=headers, stream=stream,
                     payload_file=str(payload) if payload else None,
                     server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
                     ca_cert=_path(ca_cert), insecure=insecure, client_cert=_path(client_cert),

@@ -53,6 +53,7 @@ class CompareConfig:
     insecure: bool = False
     client_cert: Path | None = None
     client_key: Path | None = None
+    stream: bool = False  # stream every answer (REST infer_stream, gRPC ModelStreamInfer)
 
     def validate(self) -> CompareConfig:
         protos = self.protocols
@@ -126,6 +127,7 @@ def _target(cfg: CompareConfig, url: str, model: str, protocol: str) -> Target:
         insecure=cfg.insecure and tls,
         client_cert=cfg.client_cert if tls else None,
         client_key=cfg.client_key if tls else None,
+        stream=cfg.stream,
     )
 
 

@@ -72,6 +72,8 @@ class BaseServer:
     insecure: bool = False
     client_cert: str | None = None
     client_key: str | None = None
+    #: stream every answer (``--stream``: REST infer_stream, gRPC ModelStreamInfer)
+    stream: bool = False
 
     @property
     def has_tls_options(self) -> bool:
@@ -244,7 +246,7 @@ def point_server(
 ) -> Iterator[PointServer]:
     """The server for a point, ready to measure; stopped (when satpoint started it) on exit."""
     protocol, batch = _client(base, knobs)
-    fields = {"batch_size": batch, "headers": base.headers}
+    fields: dict[str, Any] = {"batch_size": batch, "headers": base.headers, "stream": base.stream}
     if base.payload_file is not None:
         fields["payload_file"] = Path(base.payload_file)
     with ExitStack() as stack:
@@ -316,7 +318,7 @@ def point_server(
         if url is None or base.model is None:
             raise ValueError(f"a remote sweep over {protocol} needs {'--grpc-url' if protocol == 'grpc' else '--url'}")
         fields.update(base.tls_fields(url))
-        target = Target(url=url, model=base.model, protocol=protocol, **fields)  # type: ignore[arg-type]
+        target = Target(url=url, model=base.model, protocol=protocol, **fields)
         actions: dict[str, Any] = {}
         if base.reconfigure is not None:
             actions["reconfigure"] = run_reconfigure(
