@@ -35,7 +35,8 @@ def test_the_command_line_is_a_thin_shell() -> None:
     # 1137: run --stream's options (stream_opts, +22) and many models on the embedded MLServer (+24:
     # --demo-models, --model-repo on find and sweep, sweep --server-memory-mb)
     # 1209: satpoint coldstart (+69: its command, its option group, its registration)
-    assert total < 1209, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1219: --stream on run, find, sweep and compare, sim's --stream/--stream-first-ms/-gap-ms/-chunks (+10)
+    assert total < 1219, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 
