@@ -127,3 +127,17 @@ def test_the_runtime_streams_the_answer_it_gives_in_one_piece(tiny: TextGen, tmp
     assert len(chunks) == 12 and all(len(c) == 2 for c in chunks)  # one character per row per chunk
     assert ["".join(c[i] for c in chunks) for i in range(2)] == whole
     assert [len(t) for t in short] == [3, 3]
+
+
+def test_the_triton_binding_yields_one_character_per_row_of_every_request(tiny: TextGen) -> None:
+    from types import SimpleNamespace
+
+    from satpoint.servers.triton_child import _textgen_function
+
+    rows = np.random.default_rng(1).random((2, 6)).astype(np.float32)
+    requests = [SimpleNamespace(data={"input-0": rows}), SimpleNamespace(data={"input-0": rows[:1]})]
+    steps = list(_textgen_function(tiny, 5, "text")(requests))
+    assert len(steps) == 5 and [s[0]["text"].shape for s in steps[:1]] == [(2, 1)]
+    first = b"".join(s[0]["text"][0, 0] for s in steps).decode()
+    assert first == "".join(tiny.generate(prompt_ids(rows[0]), 5))
+    assert b"".join(s[1]["text"][0, 0] for s in steps).decode() == first  # same prompt, same answer

@@ -281,7 +281,13 @@ class TritonTarget(EmbeddedServer):
                 "n_features": spec.n_features,
                 "backend": "python (PyTriton)",
                 "inputs": [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, spec.n_features]}],
-                "outputs": [{"name": "predict", "datatype": "INT64", "shape": [-1, 1]}],
+                "outputs": [
+                    {"name": "text", "datatype": "BYTES", "shape": [-1, 1]}
+                    if spec.streaming
+                    else {"name": "predict", "datatype": "INT64", "shape": [-1, 1]}
+                ],
+                # textgen is served decoupled: one response per character, over gRPC ModelStreamInfer only
+                "decoupled": spec.streaming,
                 **s.knobs(),
             },
             "host": HOST,

@@ -4,7 +4,12 @@ It trains the demo model, binds it to a Triton Inference Server through PyTriton
 the ``satpoint[triton]`` extra) as a Python function, and serves until SIGTERM/SIGINT, then stops Triton
 and PyTriton's workspace.  It runs in a process of its own because PyTriton imports ``tritonclient.grpc``,
 whose protobuf names (``inference.*``) clash with MLServer's in the default descriptor pool: this module
-imports neither MLServer nor any satpoint module that does (only ``servers.demo_model``).
+imports neither MLServer nor any satpoint module that does (only ``servers.demo_model`` and, for the
+streaming ``textgen``, ``servers.textgen``).
+
+``textgen`` is bound decoupled (``ModelConfig(decoupled=True)``): a generator yielding one character per
+response (``textgen.DEFAULT_MAX_TOKENS`` of them), so Triton serves it over gRPC ``ModelStreamInfer`` (and
+``generate_stream``) only; its ``/infer`` and unary ``ModelInfer`` refuse decoupled models.
 
 The spec (written by :class:`satpoint.servers.triton.TritonTarget`) holds the model name, the demo model,
 the loopback ports, the input's name and datatype, the batching knobs, the workspace folder, and the
@@ -39,13 +44,38 @@ def _infer_function(model: Any, output: str) -> Any:
     return infer
 
 
+def _textgen_function(model: Any, max_tokens: int, output: str) -> Any:
+    """The streaming demo model as a decoupled inference callable: a generator yielding, per step, one
+    character per row of every request (PyTriton sends each yield as one response per request)."""
+    import numpy as np
+
+    from satpoint.servers.textgen import prompt_ids
+
+    def infer(requests: list[Any]) -> Any:
+        rows = [np.asarray(next(iter(r.data.values()))) for r in requests]
+        streams = [
+            [model.generate(prompt_ids(row), max_tokens) for row in batch.reshape(len(batch), -1)] for batch in rows
+        ]
+        for _ in range(max_tokens):
+            yield [{output: np.array([[next(g).encode()] for g in gens], dtype=np.object_)} for gens in streams]
+
+    return infer
+
+
 def serve(spec: dict[str, Any]) -> None:
     import numpy as np
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     demo = demo_model(spec["demo_model"])
-    model = fit_demo_model(demo.name)
+    if demo.streaming:  # textgen: served decoupled (one response per character; ModelStreamInfer only)
+        from satpoint.servers.textgen import DEFAULT_INPUT_LEN, DEFAULT_MAX_TOKENS, train_textgen
+
+        model: Any = train_textgen()
+        width = DEFAULT_INPUT_LEN
+    else:
+        model = fit_demo_model(demo.name)
+        width = demo.n_features
     knobs = spec["knobs"]
     preferred = knobs.get("preferred_batch_size")
     batcher = DynamicBatcher(
@@ -63,11 +93,12 @@ def serve(spec: dict[str, Any]) -> None:
         log_file=Path(spec["triton_log"]),
         exit_on_error=True,
     )
-    inputs = [
-        Tensor(name=spec["input_name"], dtype=np.dtype(_DTYPES[spec["input_datatype"]]), shape=(demo.n_features,))
-    ]
+    inputs = [Tensor(name=spec["input_name"], dtype=np.dtype(_DTYPES[spec["input_datatype"]]), shape=(width,))]
     outputs = [Tensor(name="predict", dtype=np.int64, shape=(1,))]
     functions = [_infer_function(model, "predict") for _ in range(int(knobs["instances"]))]
+    if demo.streaming:
+        outputs = [Tensor(name="text", dtype=bytes, shape=(1,))]
+        functions = [_textgen_function(model, DEFAULT_MAX_TOKENS, "text") for _ in range(int(knobs["instances"]))]
     stop_requested = False
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -88,7 +119,7 @@ def serve(spec: dict[str, Any]) -> None:
             infer_func=functions,
             inputs=inputs,
             outputs=outputs,
-            config=ModelConfig(max_batch_size=int(knobs["max_batch_size"]), batcher=batcher),
+            config=ModelConfig(max_batch_size=int(knobs["max_batch_size"]), batcher=batcher, decoupled=demo.streaming),
             strict=True,
         )
         print(f"satpoint: triton serving {spec['model_name']!r}", flush=True)

@@ -20,6 +20,8 @@ arrival of the bytes that completed it). Two decoders, by server kind:
   ``infer_response`` carries no outputs (Triton's empty final response) is not a chunk either; the
   response parameter ``triton_final_response`` marks the request's last response. Decoded here by a small
   protobuf reader (:func:`triton_stream_message`), as satpoint's descriptor has no Triton-only messages.
+  Requests to Triton carry ``triton_enable_empty_final_response=true`` (:func:`ask_final_response`), so
+  every complete request ends with a final response.
 
 Outcomes (DESIGN: a stream is judged as a whole; ``done`` is the end of the stream):
 
@@ -50,6 +52,7 @@ from hpack import HPACKError
 
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stream_records import StreamStamper, attach
+from satpoint.transports.grpc_proto import message
 from satpoint.transports.grpc_wire import (
     _FRAME,
     _MAX_SID,
@@ -158,6 +161,16 @@ def triton_stream_message(msg: bytes) -> TritonMessage:
             if key == "triton_final_response":
                 final = any(n3 == 1 and w3 == 0 and v3 for n3, w3, v3 in _fields(param))
     return TritonMessage(error, has_outputs, final)
+
+
+def ask_final_response(request: bytes) -> bytes:
+    """A serialized ``ModelInferRequest`` with the parameter ``triton_enable_empty_final_response`` true: a
+    decoupled Triton model then always ends a request with a response flagged ``triton_final_response``
+    (empty when the model sent none), so a complete stream can be told from one cut short."""
+    msg = message("ModelInferRequest").FromString(request)
+    msg.parameters["triton_enable_empty_final_response"].bool_param = True
+    data: bytes = msg.SerializeToString()
+    return data
 
 
 # the connection ----------------------------------------------------------------------------------------------
@@ -350,7 +363,7 @@ class GrpcStreamPool(GrpcPool):
             on_free,
             host,
             port,
-            messages,
+            [ask_final_response(m) for m in messages] if decoder == "triton" else messages,
             max_inflight,
             connections=connections,
             metadata=metadata,
