@@ -139,3 +139,14 @@ def test_the_report_has_a_row_per_count_and_the_memory_plot() -> None:
     assert rows[0][4] == "390.2" and rows[5][2] == "-"  # RSS once ready; 100 models with 2 workers: no rate
     names = [t.name for t in memory_plot(doc).data]
     assert "workers=2: fit once ready, 410 KB per model" in names
+
+
+def test_the_budget_line_takes_the_slope_once_ready_through_the_memory_under_load() -> None:
+    from satpoint.analysis.model_memory import load_line
+
+    table = [{"models": 1, "rss_mb_max": 420.0}, {"models": 100, "rss_mb_max": 400.0}]  # noisy under load
+    at_ready = {"mb_per_model": 0.02, "intercept_mb": 399.0}
+    line = load_line(table, at_ready, memory_fit([(1, 420.0), (100, 400.0)]))
+    assert line is not None and line["mb_per_model"] == 0.02  # not the falling slope under load
+    assert line["intercept_mb"] == pytest.approx((420.0 - 0.02 + 400.0 - 2.0) / 2)
+    assert load_line(table, None, None) is None

@@ -8,7 +8,8 @@ sweep's rows (``analysis.sweep.aggregate``).
 - ``models_analysis``: per group of points that differ only in the count (e.g. one group per ``workers``
   value): the figures per count, the fits of the memory once ready and of the largest memory under load,
   and the recommendation: the largest measured count whose search met the SLO and whose memory under
-  load stayed within ``--server-memory-mb``, beside the count memory alone would allow (from the fit).
+  load stayed within ``--server-memory-mb``, beside the count memory alone would allow (``load_line``: the
+  slope once ready, which an idle server gives steadily, through the memory under load).
 
 Memory is the RSS summed over the server's process tree (main process and parallel workers): a page
 shared by two processes counts twice, so it overstates what a memory limit charges (PSS, where read, is
@@ -123,10 +124,28 @@ def models_analysis(
                 # where the memory per model lives: the main process, or the other processes (the workers)
                 "fit_main_at_ready": memory_fit([(x["models"], x["main_rss_mb_at_ready"]) for x in table]),
                 "fit_others_at_ready": memory_fit([(x["models"], _others(x)) for x in table]),
-                "recommendation": recommend(table, under_load or at_ready, bool(slo), budget_mb),
+                "budget_fit": (budget_fit := load_line(table, at_ready, under_load)),
+                "recommendation": recommend(table, budget_fit, bool(slo), budget_mb),
             }
         )
     return {"budget_mb": budget_mb, "slo": list(slo), "groups": out}
+
+
+def load_line(
+    table: Sequence[Mapping[str, Any]], at_ready: Mapping[str, Any] | None, under_load: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The line a budget is judged on: the slope of the memory once ready (measured on an idle server, the
+    steadier of the two) through the memory under load (the intercept: the mean of RSS max - slope x
+    count), so the load's own buffers are counted; the fit under load alone when nothing was read once
+    ready."""
+    if at_ready is None:
+        return None if under_load is None else {**under_load, "from": "under_load"}
+    slope = float(at_ready["mb_per_model"])
+    loads = [(x["models"], x["rss_mb_max"]) for x in table if x.get("rss_mb_max") is not None]
+    if not loads:
+        return {**at_ready, "from": "at_ready"}
+    intercept = sum(m - slope * c for c, m in loads) / len(loads)
+    return {"mb_per_model": round(slope, 4), "intercept_mb": round(intercept, 2), "from": "slope_at_ready_under_load"}
 
 
 def _others(x: Mapping[str, Any]) -> float | None:
@@ -194,15 +213,18 @@ def models_lines(doc: Mapping[str, Any] | None) -> list[str]:
                 f"{head}: of it, the main process {_fmt_fit(g['fit_main_at_ready'], False)}, the other processes "
                 f"(parallel workers) {_fmt_fit(g['fit_others_at_ready'], False)}"
             )
-        fit = g["fit_under_load"] or g["fit_at_ready"]
-        err = fit.get("stderr_mb_per_model") if fit is not None else None
-        if fit is not None and err is not None and fit["mb_per_model"] < 2 * err:
-            lines.append(f"{head}: memory per model is within the measurement's noise (RSS moves by more)")
+        for key, when in (("fit_at_ready", "once ready"), ("fit_under_load", "under load")):
+            fit = g[key]
+            err = fit.get("stderr_mb_per_model") if fit is not None else None
+            if fit is not None and err is not None and fit["mb_per_model"] < 2 * err:
+                lines.append(f"{head}: {when}, the memory per model is within the noise (RSS moves by more)")
         rec = g["recommendation"]
         judged = "met the SLO" if rec["judged_on"] == "slo" else "had a stable rate (no --slo given)"
         within = f" within {budget:g} MB" if budget is not None else ""
         if rec["models"] is None:
-            lines.append(f"{head}: no measured count {judged}{within}")
+            why = [f"over the budget: {', '.join(map(str, rec['over_budget']))}"] if rec["over_budget"] else []
+            why += [f"no rate met the SLO: {', '.join(map(str, rec['missed_slo']))}"] if rec["missed_slo"] else []
+            lines.append(f"{head}: no measured count {judged}{within}" + (f" ({'; '.join(why)})" if why else ""))
             continue
         text = (
             f"{head}: the largest count measured that {judged}{within}: {rec['models']} "
@@ -213,8 +235,8 @@ def models_lines(doc: Mapping[str, Any] | None) -> list[str]:
         )
         if rec["memory_allows"] is not None and rec["models"] == rec["largest_measured"]:
             text += (
-                f"; memory alone would allow about {rec['memory_allows']} models (the fit, extrapolated), latency "
-                f"was measured up to {rec['largest_measured']}"
+                f"; memory alone would allow about {rec['memory_allows']} models (the memory per model once ready, "
+                f"over the memory under load, extrapolated), latency was measured up to {rec['largest_measured']}"
             )
         lines.append(text)
     return lines
