@@ -51,6 +51,7 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
+from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
@@ -79,7 +80,7 @@ def find(
         str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded server (--server)")
     ] = None,
     server: ServerOpt = "mlserver",
-    model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
+    model_names: ModelsOpt = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
     protocol: ProtocolOpt = "rest",
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
@@ -175,6 +176,8 @@ def find(
     trace_stage_s: TraceStageOpt = 60.0,
     start_speed: StartSpeedOpt = 1.0,
     stream: StreamOpt = False,
+    models_from_server: ModelsFromServerOpt = False,
+    mix: MixOpt = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target (or, with --trace, the
     headroom: how many times as fast as recorded one replica sustains a trace)."""
@@ -182,12 +185,15 @@ def find(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
         if url is not None and model is None:
             raise fail("--url needs --model")
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)
             if url is None or model is None:
                 raise fail("find --trace needs --url and --model (a running server)")
-            tgt = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+            tgt = Target(
+                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+            )
             replay = TraceOptions(trace, trace_format, trace_time_column, "auto", 1.0, trace_window, trace_peak,
                                   trace_stage_s, seed)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
@@ -232,7 +238,9 @@ def find(
             )  # fmt: skip
         else:
             assert url is not None and model is not None
-            target = Target(url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, **tls)
+            target = Target(
+                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+            )
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
@@ -244,7 +252,7 @@ def find(
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,
-                    "batch_size": batch_size, "grpc_raw": grpc_raw, **tls,
+                    "batch_size": batch_size, "grpc_raw": grpc_raw, "mix": models, **tls,
                 },
             )  # fmt: skip
         summary = result.summary.model_dump()

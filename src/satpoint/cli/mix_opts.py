@@ -30,9 +30,13 @@ MixOpt = Annotated[
 ]
 
 
-def model_mix(models: list[str] | None, from_server: bool, mix: str | None) -> tuple[str | None, ModelMix | None]:
-    """The single model asked for (None: none given) and the mix (None: one model, as before mixes)."""
+def model_mix(
+    models: list[str] | None, from_server: bool, mix: str | None, *, managed: bool = False
+) -> tuple[str | None, ModelMix | None]:
+    """The single model asked for (None: none given) and the mix (None: one model, as before mixes).
+    ``managed`` (a server satpoint starts, e.g. ``--demo-models N``): ``--mix`` alone mixes every model it serves."""
     names = list(models or [])
+    from_server = from_server or (managed and mix is not None and not names)
     if not from_server and len(names) <= 1 and mix is None:
         return (names[0] if names else None), None
     try:

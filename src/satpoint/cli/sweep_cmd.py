@@ -33,6 +33,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
@@ -66,7 +67,7 @@ def sweep(
     ] = None,
     url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
     grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
-    model: Annotated[str | None, typer.Option(help="model name (remote)")] = None,
+    model: ModelsOpt = None,
     reconfigure: Annotated[
         str | None, typer.Option(help="command run per point, {knob} placeholders filled in (remote)")
     ] = None,
@@ -133,6 +134,8 @@ def sweep(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     stream: StreamOpt = False,
+    models_from_server: ModelsFromServerOpt = False,
+    mix: MixOpt = None,
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
@@ -178,7 +181,9 @@ def sweep(
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
                     demo_models=demo_models, model_repo=_path(model_repo),
-                    env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url, model=model,
+                    env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url,
+                    model=(model or [""])[0] if model or models_from_server else None, mix=mix,
+                    mix_models=tuple(model or ()) if len(model or ()) > 1 else (), mix_from_server=models_from_server,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,
                     server_pids=tuple(server_pid or ()), metrics_urls=tuple(metrics_url or ()),
                     protocol=protocol, batch=batch_size, headers=headers, stream=stream,

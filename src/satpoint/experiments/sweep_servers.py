@@ -22,6 +22,7 @@ from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.experiments.reconfigure import run_reconfigure
+from satpoint.payloads.mix import ModelMix
 from satpoint.progress import OnEvent, say
 from satpoint.redact import REDACTED, is_secret_name, redact_text, redact_url, secret_values
 from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
@@ -65,6 +66,12 @@ class BaseServer:
     batch: int = 1
     headers: tuple[tuple[str, str], ...] = ()
     payload_file: str | None = None
+    #: a model mix (``payloads.mix``): the models named (``--model`` repeated), or every READY model of the
+    #: server's index, with ``mix``'s weights (uniform, zipf:S, a file); none of them: one model (the
+    #: embedded MLServer with many models mixes them uniformly)
+    mix_models: tuple[str, ...] = ()
+    mix_from_server: bool = False
+    mix: str | None = None
     # CPUs of the host the server may use (mlserver, sim); None: all but the generator's
     server_cpus: tuple[int, ...] | None = None
     # TLS to a remote server's https:// and grpcs:// URLs (paths; as find's --ca-cert/--insecure/--client-*)
@@ -122,7 +129,15 @@ class BaseServer:
         kw["server_cpus"] = tuple(d["server_cpus"]) if d.get("server_cpus") is not None else None
         kw["server_pids"] = tuple(d.get("server_pids") or ())
         kw["metrics_urls"] = tuple(d.get("metrics_urls") or ())
+        kw["mix_models"] = tuple(d.get("mix_models") or ())
         return cls(**kw)
+
+    def model_mix(self) -> ModelMix | None:
+        """The model mix asked for (None: one model)."""
+        if not (self.mix_models or self.mix_from_server or self.mix is not None):
+            return None
+        from_server = self.mix_from_server or not self.mix_models
+        return ModelMix(() if from_server else self.mix_models, from_server, self.mix or "uniform")
 
     def resumed(
         self,
@@ -247,6 +262,8 @@ def point_server(
     """The server for a point, ready to measure; stopped (when satpoint started it) on exit."""
     protocol, batch = _client(base, knobs)
     fields: dict[str, Any] = {"batch_size": batch, "headers": base.headers, "stream": base.stream}
+    if base.model_mix() is not None:
+        fields["mix"] = base.model_mix()
     if base.payload_file is not None:
         fields["payload_file"] = Path(base.payload_file)
     with ExitStack() as stack:
@@ -305,6 +322,7 @@ def point_server(
                 protocol=protocol,
                 cpus=cpus,
                 log_dir=log_dir,
+                extra_args=("--models", ",".join(base.mix_models)) if base.mix_models else (),
             )
             stack.enter_context(sim)
             slots, svc = sim_slots(knobs, base), sim_service(knobs, base)
