@@ -85,6 +85,11 @@ def test_the_largest_count_within_the_slo_and_the_budget() -> None:
     assert tight is not None and tight["groups"][0]["recommendation"]["models"] == 20
     assert tight["groups"][0]["recommendation"]["over_budget"] == [100]
     assert tight["groups"][0]["recommendation"]["judged_on"] == "stable"
+    unmeasured = aggregate(PointInput("p06", "models=100 workers=2", {"models": 100, "workers": 2}, 1, 1, []))
+    pending = [*_rows()[:5], unmeasured]
+    later = models_analysis(pending, slo=["p99<50ms"], budget_mb=620.0)
+    assert later is not None and later["groups"][1]["recommendation"]["missed_slo"] == []  # not measured yet
+    assert later["groups"][1]["recommendation"]["largest_measured"] == 20
     text = "\n".join(models_lines(doc))
     assert "the largest count measured that met the SLO within 620 MB: 100" in text
     assert "memory alone would allow about 1100 models" in text

@@ -95,6 +95,7 @@ def count_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "rss_mb_max": _median(row, "server", "rss_mb_max"),
         "startup_s": _median(row, "server", "startup_s"),
         "feasible": bool(row.get("feasible")),
+        "measured": bool(row.get("measurements")),
     }
 
 
@@ -169,9 +170,10 @@ def recommend(
         x for x in table if x["feasible"] and (budget_mb is None or ((m := _memory(x)) is not None and m <= budget_mb))
     ]
     best = max(ok, key=lambda x: x["models"], default=None)
-    measured = [x["models"] for x in table]
-    over = [x["models"] for x in table if budget_mb is not None and (_memory(x) or 0.0) > budget_mb]
-    missed = [x["models"] for x in table if not x["feasible"]]
+    done = [x for x in table if x.get("measured", True)]  # a point not measured yet says nothing
+    measured = [x["models"] for x in done]
+    over = [x["models"] for x in done if budget_mb is not None and (_memory(x) or 0.0) > budget_mb]
+    missed = [x["models"] for x in done if not x["feasible"]]
     return {
         "models": best["models"] if best else None,
         "saturation_rps": best["saturation_rps"] if best else None,
