@@ -11,7 +11,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from satpoint.engine.overcommit import LOAD_FAILED_STATUS, OvercommitBuilder, OvercommitTransport
+from satpoint.engine.overcommit import (
+    LOAD_FAILED_STATUS,
+    OvercommitBuilder,
+    OvercommitTransport,
+    initial_resident,
+    settle,
+)
 from satpoint.metrics.records import Outcome, Records
 
 MODELS = ("a", "b", "c")
@@ -99,20 +105,26 @@ async def _settle() -> None:
         await asyncio.sleep(0.002)
 
 
-def test_the_least_recently_used_model_is_evicted_and_held_requests_go_out_after_the_load() -> None:
+def test_the_least_recently_used_model_is_evicted_once_drained_and_held_requests_go_out_after_the_load() -> None:
     async def go() -> None:
         control = FakeControl()
-        t, inner, rec, _ = _make(control, resident=2)
-        await t.prepare(1)
+        settle(control, MODELS, initial_resident(3, 2))
         assert control.calls == ["unload c", "load a", "load b"]  # the starting residency: a and b
         control.calls.clear()
+        t, inner, rec, _ = _make(control, resident=2)
+        await t.prepare(1)
+        assert control.calls == []  # nothing on the run's clock
         assert t.try_send(0, 0) and t.try_send(1, 1) and t.try_send(2, 0)  # b is now the LRU
         assert t.try_send(3, 2) and t.try_send(4, 2)  # c is not resident: held, one load
         assert inner.sent_order == [0, 1, 2] and t.inflight() == 5
         held_sent = rec.sent[3]
         await _settle()
+        assert control.calls == []  # the eviction of b waits for b's request in flight
+        for _ in range(3):
+            inner.answer()
+        await _settle()
         assert control.calls == ["unload b", "load c"]
-        assert inner.sent_order == [0, 1, 2, 3, 4]
+        assert inner.sent_order == [0, 1, 2, 3, 4] and t.inflight() == 2
         assert rec.sent[3] == held_sent != 12345.0  # the hold's stamp is kept: the held time is service time
         assert t.resident() == ["a", "c"] and t.cold_rows == [3, 4]
         stats = t.stats()["overcommit"]

@@ -12,8 +12,10 @@ is queued, and once the load has answered the held requests go out in order.  Lo
 (with their evictions first), on a worker thread, never blocking the event loop.  Latency still counts
 from each request's intended time, so the held time is in it.
 
-It emulates the policy; it is not Seldon's code: no memory accounting (K models, not bytes), no retry
-of a request the server answers 404, and an evicted model's requests in flight are not waited for.
+An eviction waits until the evicted model's requests in flight have finished (its later requests are held
+for its next load), so no request is sent to a model that is being unloaded.  It emulates the policy; it
+is not Seldon's code: no memory accounting (K models, not bytes) and no retry of a request the server
+answers 404.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ perf = time.perf_counter
 
 #: the HTTP status written for requests whose model failed to load (the agent answers an error too)
 LOAD_FAILED_STATUS = 503
+#: ``close`` waits at most this long for a load or unload under way
+CLOSE_WAIT_S = 120.0
+#: an eviction waits at most this long for its model's requests in flight
+DRAIN_WAIT_S = 30.0
+_PRUNE_AT = 4096
 
 
 class ModelControl(Protocol):
@@ -54,6 +61,26 @@ class OvercommitCounters:
     errors: list[str] = field(default_factory=list)  # the first few load/unload failures
 
 
+def initial_resident(models: int, resident: int, initial: Sequence[int] = ()) -> list[int]:
+    """The models resident when a run starts: ``initial`` (else the first ones), at most ``resident``."""
+    return list(dict.fromkeys(initial or range(min(resident, models))))[:resident]
+
+
+def settle(control: ModelControl, models: Sequence[str], resident: Sequence[int]) -> None:
+    """Before a run (not on its clock): unload every model but the ``resident`` ones, load those.  An
+    unload of a model that is not loaded may fail (MLServer: 404): it is already where it should be.
+    A control with ``wait_absent`` (Triton unloads in the background) is waited on for each unload."""
+    wait = getattr(control, "wait_absent", None)
+    for m, name in enumerate(models):
+        if m not in resident:
+            with contextlib.suppress(Exception):
+                control.unload(name)
+                if callable(wait):
+                    wait(name)
+    for m in resident:
+        control.load(models[m])
+
+
 class OvercommitTransport:
     """A :class:`HotTransport` that keeps at most ``resident`` models loaded, loading on demand and
     evicting the least recently used (see the module's docstring)."""
@@ -70,7 +97,6 @@ class OvercommitTransport:
         initial: Sequence[int] = (),
         *,
         keep_cold_rows: bool = False,
-        prepare_residency: bool = True,
     ) -> None:
         if resident < 1:
             raise ValueError(f"resident must be >= 1, got {resident}")
@@ -80,16 +106,15 @@ class OvercommitTransport:
         self._models = list(models)
         self._payload_model = list(payload_model)
         self._k = resident
-        first = list(dict.fromkeys(initial or range(min(resident, len(self._models)))))[:resident]
-        self._initial = first
+        self._initial = initial_resident(len(self._models), resident, initial)
         self._lru: OrderedDict[int, None] = OrderedDict()  # resident models, least recently used first
         self._held: dict[int, list[tuple[int, int]]] = {}  # model -> requests waiting for its load
         self._queue: deque[int] = deque()  # models waiting for a load, in order of first demand
         self._ready: deque[tuple[int, int]] = deque()  # loaded models' requests waiting for a free slot
+        self._flying: dict[int, list[int]] = {}  # model -> requests sent to it (finished ones pruned)
         self._worker: asyncio.Task[None] | None = None
         self._closing = False
         self._keep_cold_rows = keep_cold_rows
-        self._prepare_residency = prepare_residency
         self.cold_rows: list[int] = []
         self.counters = OvercommitCounters()
         self._inner: HotTransport = inner(rec, self._freed)
@@ -102,7 +127,10 @@ class OvercommitTransport:
             lru.move_to_end(model)
             if self._ready:  # earlier requests are still waiting for a slot: this one waits too
                 return False
-            return self._inner.try_send(idx, payload_idx)
+            if not self._inner.try_send(idx, payload_idx):
+                return False
+            self._track(model, idx)
+            return True
         self.rec.sent[idx] = perf()
         self.counters.cold_requests += 1
         if self._keep_cold_rows:
@@ -124,7 +152,31 @@ class OvercommitTransport:
         ok = self._inner.try_send(idx, payload_idx)
         if ok:
             self.rec.sent[idx] = sent
+            self._track(self._payload_model[payload_idx], idx)
         return ok
+
+    def _track(self, model: int, idx: int) -> None:
+        """Remember a request sent to ``model`` (an eviction waits for its model's requests in flight)."""
+        flying = self._flying.get(model)
+        if flying is None:
+            self._flying[model] = [idx]
+            return
+        flying.append(idx)
+        if len(flying) > _PRUNE_AT:
+            done = self.rec.done
+            flying[:] = [i for i in flying if done[i] != done[i]]  # NaN: not finished
+
+    async def _drain(self, model: int) -> None:
+        """Until every request sent to ``model`` has finished (at most ``DRAIN_WAIT_S``): unloading a
+        model under its requests would fail them (the server answers 404 once it is gone)."""
+        done = self.rec.done
+        end = perf() + DRAIN_WAIT_S
+        flying = self._flying.get(model, [])
+        while not self._closing:
+            flying[:] = [i for i in flying if done[i] != done[i]]
+            if not flying or perf() > end:
+                return
+            await asyncio.sleep(0.002)
 
     def _freed(self) -> None:
         """A slot freed: it goes to the oldest released request waiting here, else to the dispatcher."""
@@ -151,6 +203,7 @@ class OvercommitTransport:
                 while len(self._lru) >= self._k:
                     victim, _ = self._lru.popitem(last=False)
                     self.counters.evictions += 1
+                    await self._drain(victim)  # its later requests are held: only finished ones remain
                     try:
                         await loop.run_in_executor(None, self._control.unload, self._models[victim])
                     except Exception as e:  # an eviction that failed still frees the slot in our count
@@ -198,22 +251,11 @@ class OvercommitTransport:
 
     # -- HotTransport ------------------------------------------------------------------------------------
     async def prepare(self, warm_connections: int) -> None:
-        """The starting residency (``initial``: loaded, every other model unloaded), then the inner
-        transport's own preparation."""
-        if self._prepare_residency:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._settle)
+        """The starting residency (``initial``, as ``settle`` left the server before the run), then the
+        inner transport's own preparation."""
         for m in self._initial:
             self._lru[m] = None
         await self._inner.prepare(warm_connections)
-
-    def _settle(self) -> None:
-        for m, name in enumerate(self._models):
-            if m not in self._initial:
-                with contextlib.suppress(Exception):  # not loaded (MLServer: 404): already where we want it
-                    self._control.unload(name)
-        for m in self._initial:
-            self._control.load(self._models[m])
 
     def expire(self, now: float, timeout_s: float) -> None:
         self._inner.expire(now, timeout_s)
@@ -235,16 +277,18 @@ class OvercommitTransport:
         self._finish(list(self._ready), outcome)
         self._held.clear()
         self._ready.clear()
-        if self._worker is not None:
-            self._worker.cancel()
-        self._inner.abort_all(outcome)
+        self._inner.abort_all(outcome)  # a load under way finishes: ``close`` waits for it
 
     async def close(self) -> None:
+        """Wait for a load or unload under way (a worker thread cannot be cancelled: the next run's
+        residency must not race with it), at most ``CLOSE_WAIT_S``, then close the inner transport."""
         self._closing = True
-        if self._worker is not None and not self._worker.done():
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._worker
+        worker = self._worker
+        if worker is not None and not worker.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(worker), CLOSE_WAIT_S)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                worker.cancel()
         await self._inner.close()
 
     def resident(self) -> list[str]:

@@ -51,7 +51,7 @@ from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.endpoints.spec import Target
 from satpoint.engine.dispatcher import DispatchOptions
-from satpoint.engine.overcommit import OvercommitBuilder
+from satpoint.engine.overcommit import OvercommitBuilder, settle
 from satpoint.engine.runner import run_schedule
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
@@ -296,7 +296,12 @@ def _repetition(
 
 
 def _overcommit_run(
-    served: _Served, builder: RestFactoryBuilder, k: int, opts: ColdStartOptions, stop: threading.Event | None
+    served: _Served,
+    builder: RestFactoryBuilder,
+    k: int,
+    opts: ColdStartOptions,
+    stop: threading.Event | None,
+    rows_csv: Path | None = None,
 ) -> dict[str, Any]:
     n_models = len(served.models)
     weights = mix_weights(opts.mix, n_models)
@@ -304,6 +309,7 @@ def _overcommit_run(
     due = np.arange(n, dtype=np.float64) / opts.rate_rps
     rows = np.random.default_rng(opts.seed).choice(n_models, size=n, p=weights).astype(np.int64)
     initial = tuple(int(i) for i in np.argsort(-weights, kind="stable")[:k])
+    settle(served.client, served.models, initial)  # before the run's clock starts
     wrapped = OvercommitBuilder(
         builder,
         served.client,
@@ -335,7 +341,24 @@ def _overcommit_run(
         model_of_row=rows[: len(out.records)],
     )
     summary["interrupted"] = out.interrupted
+    if rows_csv is not None:
+        write_rows(rows_csv, out.records, rows[: len(out.records)], cold_rows, served.models)
     return summary
+
+
+def write_rows(path: Path, rec: Records, model_of_row: Any, cold_rows: Sequence[int], models: Sequence[str]) -> None:
+    """One overcommit run's rows: intended time, latency from it, outcome, status, model, cold."""
+    cold = np.zeros(len(rec), dtype=np.bool_)
+    if len(cold_rows):
+        cold[np.asarray(cold_rows, dtype=np.int64)] = True
+    lines = ["intended_s,latency_ms,outcome,status,model,cold"]
+    for i in range(len(rec)):
+        lat = (rec.done[i] - rec.intended[i]) * 1000
+        lines.append(
+            f"{rec.intended[i]:.6f},{lat:.3f},{Outcome(int(rec.outcome[i])).name.lower()},{int(rec.status[i])},"
+            f"{models[int(model_of_row[i])]},{int(cold[i])}"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 # -- the whole measurement -----------------------------------------------------------------------------------
@@ -388,7 +411,7 @@ def measure(
                 break
             say(on_event, f"overcommit: {len(served.models)} models, at most {k} resident, {opts.rate_rps:g} rps "
                 f"for {opts.duration_s:g} s, mix {opts.mix}")  # fmt: skip
-            run = _overcommit_run(served, mixed, k, opts, stop)
+            run = _overcommit_run(served, mixed, k, opts, stop, out_dir / f"overcommit-k{k}.csv")
             runs.append(run)
             say(
                 on_event,
