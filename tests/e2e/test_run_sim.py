@@ -45,7 +45,7 @@ def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
     assert st["error_rate"] == 0
     for key in ("schema_version", "tool_version", "target", "stages"):
         assert key in s
-    assert s["target"] == {"url": url, "model": "sim", "protocol": "rest"}
+    assert s["target"] == {"url": url, "model": "sim", "protocol": "rest", "stream": False}
     for key in ("p50", "p90", "p95", "p99", "p999", "max"):
         assert key in st["latency_ms"] and key in st["service_ms"]
     assert set(st["send_lag_ms"]) >= {"p50", "p99", "max"}

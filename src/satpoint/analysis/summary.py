@@ -197,6 +197,7 @@ def build_summary(results: Results) -> dict[str, Any]:
             "url": redact_url(url) if isinstance(url, str) else url,  # folders written before redaction
             "model": target.get("model"),
             "protocol": target.get("protocol"),
+            "stream": bool(target.get("stream", False)),  # every answer streamed (``--stream``)
         },
         "server": h.get("server"),
         "triton": target.get("triton"),

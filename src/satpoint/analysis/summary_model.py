@@ -242,6 +242,7 @@ class TargetInfo(BaseModel):
     url: str | None = None
     model: str | None = None
     protocol: str | None = None
+    stream: bool = False  # every answer streamed (``--stream``); False in older folders
 
 
 class LostSegment(BaseModel):
