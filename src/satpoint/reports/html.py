@@ -31,6 +31,7 @@ from satpoint.reports.html_tables import (
     warnings_html,
 )
 from satpoint.reports.html_trace import has_trace, trace_section
+from satpoint.reports.per_model import has_models, models_section
 
 __all__ = ["render_report", "write_report"]
 
@@ -215,6 +216,8 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         nav.append('<a href="#trace">replayed trace</a>')
     if any(has_stream(f) for f in folders):
         nav.append('<a href="#stream">streams</a>')
+    if any(has_models(f) for f in folders):
+        nav.append('<a href="#models">models</a>')
     nav.append('<a href="#details">configuration</a>')
     out = [
         *page_head(title),
@@ -238,6 +241,7 @@ def render_report(folders: list[FolderData], report_dir: Path | None = None) -> 
         out.append(f'<div class="scroll">{stage_table(f)}</div>')
     out.extend(trace_section(folders))
     out.extend(stream_section(folders))
+    out.extend(models_section(folders, figure_html))
     if has_server:
         out.append('<h2 id="server">Inside the server</h2>')
         for f in folders:

@@ -16,6 +16,7 @@ from rich.text import Text
 from satpoint.engine.live import WINDOW_S, LiveSnapshot
 from satpoint.plan import RateCurve, Stage, StageSpan, spans
 from satpoint.redact import redact_url
+from satpoint.reports.per_model import print_models
 from satpoint.reports.server_terminal import print_diagnosis, print_flamegraph, print_server
 from satpoint.reports.stream_terminal import print_stream
 from satpoint.reports.trace_terminal import print_trace
@@ -164,6 +165,7 @@ def print_summary(console: Console, summary: dict[str, Any], out_dir: str) -> No
             console.print(f"  stage {summary['stages'].index(s) + 1}: {r}")
     print_trace(console, summary)
     print_stream(console, summary)
+    print_models(console, summary)
     print_server(console, summary)
     print_flamegraph(console, summary, out_dir)
     if summary.get("kind") != "find":  # find prints it with its answer
