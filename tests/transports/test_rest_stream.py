@@ -106,6 +106,14 @@ def test_a_whole_stream_is_ok_with_every_chunk_and_gap() -> None:
     assert s.first_s[0] < s.last_s[0] <= c.rec.done[0]
 
 
+def test_a_last_event_without_its_blank_line_still_counts() -> None:
+    c = run_one(lambda conn: conn.send(HEAD + piece(EVENT) + piece(EVENT.strip()) + TERMINATOR))
+    assert c.outcome(0) is Outcome.OK
+    assert c.rec.stream is not None and int(c.rec.stream.chunks[0]) == 2
+    c = run_one(lambda conn: conn.send(HEAD + piece(EVENT) + piece(ERROR_EVENT.strip()) + TERMINATOR))
+    assert c.outcome(0) is Outcome.STREAM_ERROR
+
+
 def test_a_stream_closed_without_its_terminator_is_broken() -> None:
     c = run_one(lambda conn: (conn.send(HEAD + piece(EVENT) + piece(EVENT)), conn.close()))
     assert c.outcome(0) is Outcome.STREAM_BROKEN

@@ -17,7 +17,14 @@ from satpoint.redact import redact_url
 from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
-from satpoint.transports.rest_stream import RestStreamPool, is_chunk, is_error_event, split_events, stream_path
+from satpoint.transports.rest_stream import (
+    ACCEPT_EVENT_STREAM,
+    RestStreamPool,
+    is_chunk,
+    is_error_event,
+    split_events,
+    stream_path,
+)
 from satpoint.transports.tls import TlsOptions
 
 
@@ -100,8 +107,10 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         except ValueError:
             raise PayloadError(f"the test request's response is not JSON: {body[:200]!r}") from None
     path = address.path(stream_path(spec.model, spec.version) if spec.stream else infer_path(spec.model, spec.version))
+    accept = (ACCEPT_EVENT_STREAM,) if spec.stream else ()
     reqs = tuple(
-        encode_request(address.host, address.port, path, b, (*headers, *x)) for b, x in zip(bodies, extra, strict=True)
+        encode_request(address.host, address.port, path, b, (*headers, *x, *accept))
+        for b, x in zip(bodies, extra, strict=True)
     )
     return PreparedTarget(
         spec=spec,

@@ -129,7 +129,14 @@ class _StreamConn(_Conn):
         if idx < 0 or status < 200:
             self._not_final(idx, status)
             return
-        self._finish(_OK if status < 300 else _HTTP_ERROR, status)
+        outcome = _OK if status < 300 else _HTTP_ERROR
+        last = bytes(self.buf).strip()  # a last event the body ended without its blank line
+        if self.stream_ok and is_chunk(last):
+            if is_error_event(last):
+                outcome = int(Outcome.STREAM_ERROR)
+            else:
+                self.pool._stamp.chunk(idx, perf())
+        self._finish(outcome, status)
         self.idle_since = perf()
         if parser.should_keep_alive():
             self.pool._release(self)
