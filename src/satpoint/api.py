@@ -35,6 +35,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
 from satpoint.errors import ConfigError
 from satpoint.metrics.results import Segment, load_results, write_header
+from satpoint.metrics.stream_records import StreamRecords
 from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
 from satpoint.observe.pyspy import preflight as flamegraph_preflight
@@ -92,13 +93,21 @@ class LoadedResults:
 
     def rows(self) -> dict[str, npt.NDArray[np.generic]]:
         """Every recorded request as numpy columns (intended, sent, done on the segment's run clock, seconds;
-        outcome, status, waited, retried) plus ``segment``: the segment each row belongs to."""
+        outcome, status, waited, retried) plus ``segment``: the segment each row belongs to.  A streamed run
+        adds the ``stream_*`` columns (``metrics.stream_records``): ``stream_gaps_us`` is the flat array of
+        every gap, row ``i``'s at ``[stream_gap_start[i], + stream_gap_count[i])``."""
         cols: dict[str, list[npt.NDArray[np.generic]]] = {}
         for seg in self.segments:
             for k, v in seg.records.columns().items():
-                cols.setdefault(k, []).append(v)
+                if not k.startswith("stream_"):  # joined below: the gap offsets are per segment
+                    cols.setdefault(k, []).append(v)
             cols.setdefault("segment", []).append(np.full(len(seg.records), seg.index, dtype=np.int32))
-        return {k: np.concatenate(v) for k, v in cols.items()}
+        out = {k: np.concatenate(v) for k, v in cols.items()}
+        streams = [seg.records.stream for seg in self.segments]
+        if any(st is not None for st in streams):
+            parts = [st or StreamRecords.empty(len(g.records)) for st, g in zip(streams, self.segments, strict=True)]
+            out.update(StreamRecords.concat(parts).columns())
+        return out
 
 
 def default_out(kind: str) -> Path:
