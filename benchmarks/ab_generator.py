@@ -17,6 +17,11 @@ Prints per-pair figures and ratios (new / old) and medians as Markdown; raw resu
 Without venvs, source trees side by side: ``--old-pythonpath OLD/src --new-pythonpath NEW/src`` (both
 with this Python, ``--old-python python``).
 
+``--new-args "--wake-window-ms 0.5"`` passes extra ``generator_bench.py`` arguments to one side (run both
+sides with this checkout's script and ``--old-pythonpath OLD/src`` when the old script lacks them);
+``--hog DUTY`` runs a busy loop pinned to core 1 (busy ``DUTY`` of every ``--hog-period`` s) during every
+call: the generator's core shared with another process.
+
 Loopback only; each call is bounded in time (``--hold`` + ``--max-wait`` + 90 s).
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,18 +41,37 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def one(python: str, bench: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+HOG = """
+import sys, time
+busy, period = float(sys.argv[1]), float(sys.argv[2])
+while True:
+    t = time.monotonic()
+    while time.monotonic() - t < busy * period:
+        pass
+    if busy < 1.0:
+        time.sleep((1.0 - busy) * period)
+"""
+
+
+def one(python: str, bench: str, args: argparse.Namespace, env: dict[str, str], extra: list[str]) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [python, bench, "--rates", f"{args.rate:g}", "--repeats", "1", "--hold", f"{args.hold:g}"]
     cmd += ["--no-scan", "--no-wrk", "--max-wait", f"{args.max_wait:g}", "--load-limit", f"{args.load_limit:g}"]
-    cmd += ["--json", out]
+    cmd += ["--json", out, *extra]
+    hog = None
+    if args.hog > 0:  # another process sharing the generator's core for the whole call
+        hog_cmd = ["taskset", "-c", "1", sys.executable, "-c", HOG, str(args.hog), str(args.hog_period)]
+        hog = subprocess.Popen(hog_cmd)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.hold + args.max_wait + 90)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr}")
         doc = json.loads(Path(out).read_text())
     finally:
+        if hog is not None:
+            os.kill(hog.pid, signal.SIGKILL)
+            hog.wait()
         os.unlink(out)
     res: dict[str, Any] = doc["fixed"][str(float(args.rate))][0]
     res["satpoint_version"] = doc["facts"]["versions"].get("satpoint")
@@ -70,6 +95,10 @@ def main() -> int:
     p.add_argument("--load-limit", type=float, default=0.6)
     p.add_argument("--max-wait", type=float, default=20.0)
     p.add_argument("--new-first", action="store_true", help="run B before A in every pair (order effects)")
+    p.add_argument("--old-args", default="", help="extra generator_bench.py arguments for the old version")
+    p.add_argument("--new-args", default="", help="extra generator_bench.py arguments for the new version")
+    p.add_argument("--hog", type=float, default=0.0, help="busy share of a loop pinned to core 1 (0: none)")
+    p.add_argument("--hog-period", type=float, default=0.02, help="the busy loop's period, s")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -82,11 +111,11 @@ def main() -> int:
     pairs: list[dict[str, Any]] = []
     for i in range(args.pairs):
         if args.new_first:
-            new = one(sys.executable, args.new_bench, args, env_new)
-            old = one(args.old_python, args.old_bench, args, env_old)
+            new = one(sys.executable, args.new_bench, args, env_new, args.new_args.split())
+            old = one(args.old_python, args.old_bench, args, env_old, args.old_args.split())
         else:
-            old = one(args.old_python, args.old_bench, args, env_old)
-            new = one(sys.executable, args.new_bench, args, env_new)
+            old = one(args.old_python, args.old_bench, args, env_old, args.old_args.split())
+            new = one(sys.executable, args.new_bench, args, env_new, args.new_args.split())
         pairs.append({"old": old, "new": new})
         print(
             f"  pair {i + 1}: old {old['cpu_us_per_req']} µs/req (hold {old['cpu_us_per_req_hold']}), "

@@ -238,7 +238,16 @@ class Nginx:
 # --------------------------------------------------------------------------------------------------
 # one measurement (runs in a fresh process pinned to the generator core)
 # --------------------------------------------------------------------------------------------------
-def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cprofile: str | None) -> dict[str, Any]:
+def child(
+    url: str,
+    rate: float,
+    ramp: float,
+    hold: float,
+    max_inflight: int,
+    cprofile: str | None,
+    arrival: str = "constant",
+    wake_window_ms: float = 0.0,
+) -> dict[str, Any]:
     import numpy as np
 
     import satpoint
@@ -252,7 +261,15 @@ def child(url: str, rate: float, ramp: float, hold: float, max_inflight: int, cp
         if isinstance(ev, satpoint.Snapshot):
             samples.append((ev.snapshot.now_s, time.process_time()))
 
-    load = satpoint.LoadOptions(max_inflight=max_inflight, timeout_s=10.0, drain_s=5.0, generator_cpus=(GEN_CORE,))
+    extra: dict[str, Any] = {"wake_window_ms": wake_window_ms} if wake_window_ms else {}  # older versions lack it
+    load = satpoint.LoadOptions(
+        max_inflight=max_inflight,
+        timeout_s=10.0,
+        drain_s=5.0,
+        generator_cpus=(GEN_CORE,),
+        arrival=arrival,  # type: ignore[arg-type]
+        **extra,
+    )
     stages = [satpoint.Stage(rate, ramp, hold)]
     with tempfile.TemporaryDirectory(prefix="satpoint-genbench-") as out:
 
@@ -345,6 +362,10 @@ def run_child(
         str(args.hold),
         "--max-inflight",
         str(args.max_inflight),
+        "--arrival",
+        args.arrival,
+        "--wake-window-ms",
+        str(args.wake_window_ms),
     ]
     if cprofile:
         cmd += ["--cprofile", cprofile]
@@ -511,6 +532,10 @@ def main() -> int:
     p.add_argument("--wrk-conns", type=int, default=16)
     p.add_argument("--cprofile", default=None, help="also run one cProfile'd measurement, stats to this file")
     p.add_argument("--profile-rate", type=float, default=5000)
+    p.add_argument("--arrival", default="constant", help="the arrival process (constant, poisson, ...)")
+    p.add_argument(
+        "--wake-window-ms", type=float, default=0.0, help="LoadOptions.wake_window_ms (0: each request on time)"
+    )
     p.add_argument("--json", default=None, help="write all raw results here")
     # internal: one measurement in this process
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -520,7 +545,17 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, _terminate)  # clean up (nginx, temp prefix) on SIGTERM too
     if args.child:
-        print(json.dumps(child(args.url, args.rate, args.ramp, args.hold, args.max_inflight, args.cprofile)))
+        res = child(
+            args.url,
+            args.rate,
+            args.ramp,
+            args.hold,
+            args.max_inflight,
+            args.cprofile,
+            args.arrival,
+            args.wake_window_ms,
+        )
+        print(json.dumps(res))
         return 0
 
     if os.cpu_count() is None or os.cpu_count() < 2:  # type: ignore[operator]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
@@ -143,11 +144,9 @@ def parse_perf_stat(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for line in text.splitlines():
         m = re.match(r"\s*([\d,.]+)\s+([\w:.-]+)", line)
-        if m and ":" in m.group(2) or (m and m.group(2) in ("context-switches", "cpu-migrations")):
-            try:
+        if m and (":" in m.group(2) or m.group(2) in ("context-switches", "cpu-migrations")):
+            with contextlib.suppress(ValueError):
                 counts[m.group(2)] = int(m.group(1).replace(",", "").replace(".", ""))
-            except ValueError:
-                pass
     return counts
 
 

@@ -83,6 +83,9 @@ class LoadOptions:
     grpc_connections: int | None = None
     #: shards on Ray actors across hosts (None: this machine only, ``procs`` processes)
     ray: RayOptions | None = None
+    #: wake-up window (ms): one wake-up sends every request due within this window after the first one,
+    #: which leaves up to this late (its send lag recorded as always); 0: each request at its own due time
+    wake_window_ms: float = 0.0
 
     def validate(self) -> LoadOptions:
         parse_arrival(self.arrival)  # a PlanError (a ValueError) naming the valid processes
@@ -92,6 +95,8 @@ class LoadOptions:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
         if self.grpc_connections is not None and self.grpc_connections < 1:
             raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
+        if self.wake_window_ms < 0:
+            raise ValueError("wake_window_ms must be >= 0")
         if self.ray is not None:
             self.ray.validate()
         return self
@@ -106,6 +111,7 @@ class LoadOptions:
             "procs": self.procs,
             "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
             "grpc_connections": self.grpc_connections,
+            "wake_window_ms": self.wake_window_ms,
             "ray": self.ray.describe() if self.ray is not None else None,
         }
 

@@ -168,6 +168,7 @@ def run_segment(
         payload_count=len(target.payload_docs),
         payload_index=payload_index,
         model_index=model_index,
+        wake_window_s=opts.wake_window_ms / 1000.0,
     )
     fleet_block: dict[str, Any] | None = None
     if fleet is not None:

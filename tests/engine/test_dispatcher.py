@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 import uvloop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -187,6 +188,35 @@ def test_every_due_request_gets_a_row_and_leaves_at_its_due_time() -> None:
     assert np.allclose(rec.latency_s(), rec.send_lag_s() + rec.service_s())
     # everything answered: the run ends without waiting out the drain time
     assert stats.wall_s < 0.05 + 0.5 + 1.5
+
+
+def test_a_wake_window_sends_the_rows_due_within_it_in_one_wake_up_never_early() -> None:
+    """Rows 2 ms apart, a 7 ms window: a wake-up waits for the last row due within 7 ms of the first one
+    and sends the four together (every row still never early, its lag recorded)."""
+    due = np.arange(40, dtype=np.float64) * 0.002
+    opts = DispatchOptions(timeout_s=5.0, drain_s=2.0, wake_window_s=0.007)
+    rec, _, t, _ = shard(due, answer_after(1.0), opts)
+
+    assert (rec.outcome == Outcome.OK).all() and len(t.sends) == 40
+    lag = rec.send_lag_s()
+    assert lag.min() >= -1e-4  # never early
+    sent = np.sort(rec.sent)
+    wake_ups = 1 + int(np.count_nonzero(np.diff(sent) > 0.001))  # sends more than 1 ms apart: another wake-up
+    assert wake_ups <= 12  # 10 windows of 4 rows (a late wake-up only merges more rows); without a window: 40
+    assert lag.max() >= 0.005  # the first row of a window waited for the window's last one
+    assert np.median(lag) < 0.5
+
+
+def test_a_wake_window_never_delays_a_row_with_no_other_row_in_it() -> None:
+    due = np.array([0.0, 0.3, 0.6])
+    rec, _, _, _ = shard(due, answer_after(0.001), DispatchOptions(timeout_s=5.0, drain_s=1.0, wake_window_s=0.2))
+    assert (rec.outcome == Outcome.OK).all()
+    assert rec.send_lag_s().max() < 0.1  # each row alone in its window leaves at its own due time
+
+
+def test_a_negative_wake_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="wake_window_s"):
+        OpenLoopDispatcher(np.zeros(1), perf(), fake_factory(NEVER)[0], DispatchOptions(wake_window_s=-0.001))
 
 
 def test_the_wake_timer_is_the_precise_timerfd_here() -> None:

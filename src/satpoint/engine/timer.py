@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import struct
 import time
 from collections.abc import Callable
 
@@ -22,27 +23,26 @@ _TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_TIMER_ABSTIME = 1
 
 
-class _Itimerspec(ctypes.Structure):
-    """``struct itimerspec`` laid flat (interval then value), so arming sets two plain fields."""
-
-    _fields_ = [
-        ("interval_sec", ctypes.c_long),
-        ("interval_nsec", ctypes.c_long),
-        ("value_sec", ctypes.c_long),
-        ("value_nsec", ctypes.c_long),
-    ]
+_SPEC = struct.Struct("@llll")  # struct itimerspec: interval (tv_sec, tv_nsec), then value (tv_sec, tv_nsec)
 
 
 class WakeTimer:
-    """Calls ``callback`` once at or just after an absolute time; re-arm with :meth:`arm`."""
+    """Calls ``callback`` once at or just after an absolute time; re-arm with :meth:`arm`.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    The hot path re-arms without a method call: a callback that returns a time (a ``perf_counter``
+    value) has the timer armed for it on the spot; one that returns None leaves it disarmed unless the
+    callback called :meth:`arm` itself."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], float | None]) -> None:
         self._loop = loop
         self._callback = callback
         self._fd = -1
         self._handle: asyncio.TimerHandle | None = None
-        self._spec = _Itimerspec()
-        self._spec_ref = ctypes.byref(self._spec)
+        # the itimerspec lives in a bytearray written with struct.pack_into and handed to the kernel by
+        # address: cheaper than setting ctypes Structure fields and byref() per arming
+        self._buf = bytearray(_SPEC.size)
+        self._cbuf = (ctypes.c_char * _SPEC.size).from_buffer(self._buf)
+        self._addr = ctypes.addressof(self._cbuf)
         self._settime: Callable[..., int] | None = None
         self._armed_in_callback = False
         try:
@@ -52,7 +52,8 @@ class WakeTimer:
             fd = -1
         if fd >= 0 and time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)":
             self._fd = fd
-            settime = libc.timerfd_settime
+            # PyDLL: the call keeps the GIL (timerfd_settime never blocks), one release/acquire less per arming
+            settime = ctypes.PyDLL(None).timerfd_settime
             settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
             settime.restype = ctypes.c_int
             self._settime = settime
@@ -68,11 +69,9 @@ class WakeTimer:
         """Wake at ``at`` (a ``perf_counter`` value); replaces any earlier arming."""
         settime = self._settime
         if settime is not None:
-            spec = self._spec
             sec = int(at)
-            spec.value_sec = sec
-            spec.value_nsec = int((at - sec) * 1e9) or 1  # all zero would disarm
-            settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None)
+            _SPEC.pack_into(self._buf, 0, 0, 0, sec, int((at - sec) * 1e9) or 1)  # all zero would disarm
+            settime(self._fd, _TFD_TIMER_ABSTIME, self._addr, None)
             self._armed_in_callback = True
             return
         if self._handle is not None:
@@ -83,15 +82,23 @@ class WakeTimer:
         # re-arming with timerfd_settime clears the expiry count, so the usual path needs no read();
         # if the callback did not re-arm, disarm (which also clears it) so epoll stops reporting it
         self._armed_in_callback = False
-        self._callback()
-        if not self._armed_in_callback and self._fd >= 0:
-            spec = self._spec
-            spec.value_sec = spec.value_nsec = 0
-            self._settime(self._fd, 0, self._spec_ref, None)  # type: ignore[misc]
+        at = self._callback()
+        settime = self._settime
+        if settime is None:  # closed meanwhile
+            return
+        if at is not None:
+            sec = int(at)
+            _SPEC.pack_into(self._buf, 0, 0, 0, sec, int((at - sec) * 1e9) or 1)
+            settime(self._fd, _TFD_TIMER_ABSTIME, self._addr, None)
+        elif not self._armed_in_callback:
+            _SPEC.pack_into(self._buf, 0, 0, 0, 0, 0)
+            settime(self._fd, 0, self._addr, None)
 
     def _fire(self) -> None:
         self._handle = None
-        self._callback()
+        at = self._callback()
+        if at is not None:
+            self.arm(at)
 
     def close(self) -> None:
         if self._handle is not None:

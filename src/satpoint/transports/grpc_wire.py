@@ -79,6 +79,7 @@ _S_HEADER_TABLE_SIZE, _S_ENABLE_PUSH, _S_MAX_STREAMS, _S_INITIAL_WINDOW, _S_MAX_
 
 #: receive window advertised for every stream and for the connection
 RECV_WINDOW = 1 << 30
+_ACK_AT = RECV_WINDOW // 4  # connection credit returned once this much was received
 #: DATA frames are cut at this size (every peer accepts 16 KiB frames)
 MAX_SEND_FRAME = 16384
 _DEFAULT_WINDOW = 65535
@@ -220,6 +221,7 @@ class _Conn(asyncio.Protocol):
         self.cont: tuple[int, int, bytearray] | None = None  # HEADERS awaiting CONTINUATION
         self.decoder = Decoder()
         self.cache: dict[bytes, tuple[int, int]] = {}
+        self.hits = 0  # header blocks answered from ``cache`` (GrpcPool.stats sums them)
         self.recv_unacked = 0
         self.send_window = _DEFAULT_WINDOW  # connection-level credit the server gave us
         self.peer_stream_window = _DEFAULT_WINDOW
@@ -258,7 +260,12 @@ class _Conn(asyncio.Protocol):
         n = len(body)
         if p.dprefix and not self.queue and n <= self.send_window and n <= self.peer_stream_window:
             self.send_window -= n
-            self.write(b"".join((self.hhead, sidb, self.hblock, p.dprefix, sidb, body)))
+            data = b"".join((self.hhead, sidb, self.hblock, p.dprefix, sidb, body))
+            t = self.transport
+            if t is not None and not self.pool._corked:
+                t.write(data)
+            else:
+                self.write(data)
             return
         self.write(self.hhead + sidb + self.hblock)
         self.stream_windows[sid] = self.peer_stream_window
@@ -370,7 +377,7 @@ class _Conn(asyncio.Protocol):
             return
         if pos < n:
             self.buf = data[pos:]
-        if self.recv_unacked > RECV_WINDOW // 4:
+        if self.recv_unacked > _ACK_AT:
             self.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.recv_unacked)))
             self.recv_unacked = 0
         if finished and not self.pool._closing:
@@ -403,7 +410,7 @@ class _Conn(asyncio.Protocol):
         """(grpc-status or -1, :status or -1) of a header block; decoded once per distinct block."""
         hit = self.cache.get(block)
         if hit is not None:
-            self.pool.hpack_hits += 1
+            self.hits += 1
             return hit
         self.pool.hpack_misses += 1
         grpc_status = http_status = -1
@@ -420,7 +427,12 @@ class _Conn(asyncio.Protocol):
         return result
 
     def _headers_done(self, sid: int, flags: int, block: bytes) -> int:
-        grpc_status, http_status = self._summary(block)  # always decoded: it keeps the HPACK state
+        hit = self.cache.get(block)  # always decoded (or known to leave the HPACK state as it is)
+        if hit is None:
+            grpc_status, http_status = self._summary(block)
+        else:
+            self.hits += 1
+            grpc_status, http_status = hit
         if sid not in self.streams:
             return 0
         if not flags & END_STREAM:
@@ -447,11 +459,11 @@ class _Conn(asyncio.Protocol):
         idx = self.streams.pop(sid, None)
         if idx is None:
             return 0
-        rec = self.pool.rec
-        rec.done[idx] = self.now
-        rec.outcome[idx] = outcome
-        rec.status[idx] = status
-        self.pool._inflight -= 1
+        pool = self.pool
+        pool._done[idx] = self.now
+        pool._outcome[idx] = outcome
+        pool._status[idx] = status
+        pool._inflight -= 1
         if self.stream_windows:
             self.stream_windows.pop(sid, None)
         return 1
@@ -566,6 +578,7 @@ class GrpcPool:
         self.host = host
         self.port = port
         self.max_inflight = max_inflight
+        self._views()
         self.fixed = connections is not None  # else automatic: grow while MAX_CONCURRENT_STREAMS binds
         self.connections = connections if connections is not None else AUTO_START_CONNECTIONS
         self.ssl = ssl
@@ -630,6 +643,8 @@ class GrpcPool:
     def _forget(self, conn: _Conn) -> None:
         with contextlib.suppress(ValueError):
             self._conns.remove(conn)
+            self.hpack_hits += conn.hits  # its count, once (it is in the list at most once)
+            conn.hits = 0
 
     def _pick(self) -> _Conn | None:
         conns = self._conns
@@ -672,8 +687,17 @@ class GrpcPool:
         conn.send_request(sid, self._payloads[self._pay[idx]])
         return True
 
+    def _views(self) -> None:
+        """memoryviews of the record columns the hot path writes: a fraction of numpy's item-set cost."""
+        rec = self.rec
+        self._sent = _view(rec.sent)
+        self._done = _view(rec.done)
+        self._outcome = _view(rec.outcome)
+        self._status = _view(rec.status)
+
     def rebind(self) -> None:
-        """The record columns grew (closed loop): grow the payload index too."""
+        """The record columns grew (closed loop): new views of them, and a longer payload index."""
+        self._views()
         n = len(self.rec)
         if n > len(self._pay):
             self._pay.extend(array("i", bytes(4 * (n - len(self._pay)))))
@@ -698,9 +722,10 @@ class GrpcPool:
         conns = self._conns
         conn: _Conn | None = None
         if conns:
-            self._rr += 1
-            conn = conns[self._rr % len(conns)]
-            if not conn.has_room():
+            rr = self._rr = self._rr + 1
+            conn = conns[rr % len(conns)]
+            # _Conn.has_room, inline
+            if conn.dead or conn.goaway or len(conn.streams) >= conn.max_streams or conn.next_sid >= _RETIRE_SID:
                 conn = self._pick()
         else:
             conn = self._pick()
@@ -711,7 +736,7 @@ class GrpcPool:
         conn.streams[sid] = idx
         self._pay[idx] = payload_idx
         self._inflight += 1
-        self.rec.sent[idx] = perf()
+        self._sent[idx] = perf()
         conn.send_request(sid, self._payloads[payload_idx])
         return True
 
@@ -754,6 +779,7 @@ class GrpcPool:
 
     def abort_all(self, outcome: int) -> None:
         self._closing = True
+        self._fold_hits()
         for conn in list(self._conns):
             conn.fail_all(outcome)
             if conn.transport is not None:
@@ -762,6 +788,7 @@ class GrpcPool:
 
     async def close(self) -> None:
         self._closing = True
+        self._fold_hits()
         for conn in list(self._conns):
             if conn.streams:
                 conn.fail_all(Outcome.UNFINISHED)
@@ -771,6 +798,11 @@ class GrpcPool:
                 conn.transport.close()
         self._conns.clear()
         await asyncio.sleep(0)
+
+    def _fold_hits(self) -> None:
+        for conn in self._conns:
+            self.hpack_hits += conn.hits
+            conn.hits = 0
 
     # diagnostics -----------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -793,9 +825,14 @@ class GrpcPool:
             "connect_errors": self.connect_errors,
             "protocol_errors": self.protocol_errors,
             "goaways": self.goaways,
-            "hpack_cache_hits": self.hpack_hits,
+            "hpack_cache_hits": self.hpack_hits + sum(c.hits for c in self._conns),
             "hpack_decodes": self.hpack_misses,
         }
+
+
+def _view(column: Any) -> Any:
+    """A writable memoryview of a numpy column (its format follows the dtype: d, b, i)."""
+    return memoryview(column)
 
 
 def _authority(host: str, port: int) -> str:

@@ -213,7 +213,9 @@ class _Conn(asyncio.Protocol):
         pool._inflight -= 1
         self.idle_since = now
         if parser.should_keep_alive():
-            pool._release(self)
+            if not pool._closing:  # RestPool._release, inline
+                pool._free.append(self)
+                pool.on_free()
         else:
             self._drop()
 
