@@ -284,3 +284,18 @@ def test_the_sim_streams_its_chunks_at_the_shared_offsets_and_fails_mid_stream()
     failed, _ = _sim_streams(1.0, ["sim"])
     assert failed.outcome[0] == Outcome.STREAM_ERROR and failed.status[0] == 13
     assert _stream(failed).chunks[0] == 2  # the last chunk's place taken by INTERNAL
+
+
+@pytest.mark.slow
+def test_mlserver_streams_textgen_over_model_stream_infer_one_request_per_stream() -> None:
+    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+    from satpoint.transports.grpc_stream import stream_once
+
+    with MLServerTarget(MLServerSettings(demo_model="textgen", max_tokens=6, input_len=5)) as server:
+        host, port = server.grpc_address.rsplit(":", 1)
+        doc = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 5], "data": [0.1, 0.2, 0.3, 0.4, 0.5]}]}
+        answer = stream_once(host, int(port), encode_infer_request(doc, "textgen"), timeout_s=10)
+        missing = stream_once(host, int(port), encode_infer_request(doc, "nope"), timeout_s=10)
+    assert (answer.outcome, answer.chunks) == (Outcome.OK, 6)  # bare ModelInferResponse messages, one per character
+    assert answer.first_s is not None and answer.done_s is not None and answer.first_s <= answer.done_s
+    assert missing.outcome == Outcome.GRPC_ERROR and missing.chunks == 0
