@@ -299,3 +299,39 @@ def test_mlserver_streams_textgen_over_model_stream_infer_one_request_per_stream
     assert (answer.outcome, answer.chunks) == (Outcome.OK, 6)  # bare ModelInferResponse messages, one per character
     assert answer.first_s is not None and answer.done_s is not None and answer.first_s <= answer.done_s
     assert missing.outcome == Outcome.GRPC_ERROR and missing.chunks == 0
+
+
+def test_a_stream_target_probes_its_service_time_with_whole_streams() -> None:
+    import threading
+
+    from satpoint.endpoints.grpc import GrpcFactoryBuilder
+    from satpoint.servers.sim_grpc import SimConfig, serve
+    from satpoint.transports.grpc_control import GrpcTarget
+
+    config = SimConfig(port=0, slots=2, model="sim", stream_first_ms=4.0, stream_gap_ms=2.0, stream_chunks=3)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ports: list[int] = []
+    ready = threading.Event()
+
+    def on_listening(host: str, port: int) -> None:
+        ports.append(port)
+        ready.set()
+
+    thread = threading.Thread(
+        target=loop.run_until_complete,
+        args=(serve(config, stop=stop, handle_signals=False, on_listening=on_listening),),
+    )
+    thread.start()
+    try:
+        assert ready.wait(10)
+        doc = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}]}
+        builder = GrpcFactoryBuilder(
+            GrpcTarget("127.0.0.1", ports[0]), (encode_infer_request(doc, "sim"),), 4, (), stream=True
+        )
+        took = builder.probe_service_s(3)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
+    assert took is not None and 0.008 <= took < 1.0  # the whole stream: 4 ms + 2 x 2 ms, never less

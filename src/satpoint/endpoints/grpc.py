@@ -64,9 +64,29 @@ class GrpcFactoryBuilder:
         )
 
     def probe_service_s(self, count: int) -> float | None:
-        """Median of ``count`` sequential ModelInfer calls over one channel, after one that opens it."""
+        """Median of ``count`` sequential ModelInfer calls over one channel, after one that opens it (streams:
+        of ``count`` whole ``ModelStreamInfer`` streams, each on a connection of its own: a decoupled Triton
+        model refuses ModelInfer)."""
+        if self.stream:
+            times = sorted(t for t in (self._stream_s() for _ in range(count)) if t is not None)
+            return times[len(times) // 2] if times else None
         times = sorted(grpc_control.timed_infers(self.target, self.messages[0], count, self.metadata))
         return times[len(times) // 2] if times else None
+
+    def _stream_s(self) -> float | None:
+        from satpoint.metrics.records import Outcome
+        from satpoint.transports.grpc_stream import stream_once
+
+        answer = stream_once(
+            self.target.host,
+            self.target.port,
+            self.messages[0],
+            decoder="triton" if self.decoder == "triton" else "mlserver",
+            metadata=self.metadata,
+            ssl=self.target.ssl_context(),
+            server_hostname=self.target.server_name,
+        )
+        return answer.done_s if answer.outcome == Outcome.OK else None
 
 
 def prepare_grpc(
