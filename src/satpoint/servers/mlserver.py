@@ -218,7 +218,7 @@ class MLServerTarget(EmbeddedServer):
             self._startup_s = time.monotonic() - t_start
             self._remember_pids()
             self._memory_at_ready = tree_memory(self.pids())
-            if self.models > 1:
+            if self.models > 1 or s.demo_models is not None:  # the log says when each model loaded
                 self._load_span = load_span(process.log_text(), started_unix)
             return
 
