@@ -106,7 +106,11 @@ def timeline_plot(f: FolderData, title: str) -> go.Figure:
             )
         )  # fmt: skip
     _layout(fig, title, height=max(300, 22 * TIMELINE_ROWS))
-    fig.update_layout(xaxis=_axis("ms after the intended send"), yaxis=_axis("request", autorange="reversed"))
+    fig.update_layout(
+        xaxis=_axis("ms after the intended send"),
+        yaxis=_axis("", autorange="reversed"),
+        margin={"l": 95, "r": 20, "t": 60, "b": 55},
+    )
     return fig
 
 
