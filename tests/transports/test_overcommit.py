@@ -4,6 +4,7 @@ transport with a few slots and a fake control client that records its calls."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
 from collections.abc import Callable
@@ -11,14 +12,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from satpoint.engine.overcommit import (
+from satpoint.metrics.records import Outcome, Records
+from satpoint.transports.overcommit import (
     LOAD_FAILED_STATUS,
     OvercommitBuilder,
     OvercommitTransport,
     initial_resident,
     settle,
 )
-from satpoint.metrics.records import Outcome, Records
 
 MODELS = ("a", "b", "c")
 
@@ -204,8 +205,26 @@ def test_builder_keeps_the_inner_cap_and_resizes_it() -> None:
         def __call__(self) -> Callable[[Records, Callable[[], None]], FakeInner]:
             return FakeInner
 
-    b = OvercommitBuilder(Inner(), FakeControl(), MODELS, (0, 1, 2), resident=2)
+    b = OvercommitBuilder(Inner(), FakeControl(), MODELS, (0, 1, 2), resident=2, max_inflight=64)
     assert b.max_inflight == 64 and b.with_max_inflight(8).max_inflight == 8
+    assert dataclasses.replace(b, max_inflight=4)._inner_recipe().max_inflight == 4  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         OvercommitTransport(Records.empty(np.zeros(1)), lambda: None, FakeInner, FakeControl(), MODELS, (0,), 0)
     assert math.isnan(Records.empty(np.zeros(1)).sent[0])
+
+
+def test_the_next_transport_of_a_recipe_starts_from_the_residency_the_last_one_left() -> None:
+    async def go() -> None:
+        control = FakeControl()
+        builder = OvercommitBuilder(lambda: FakeInner, control, MODELS, (0, 1, 2), resident=1, initial=(0,))
+        rec = Records.empty(np.arange(4, dtype=np.float64))
+        first = builder()(rec, lambda: None)
+        await first.prepare(1)
+        assert first.try_send(0, 2)  # c: held, a evicted, c loaded
+        await _settle()
+        await first.close()
+        second = builder()(Records.empty(np.arange(4, dtype=np.float64)), lambda: None)
+        await second.prepare(1)
+        assert second.resident() == ["c"]  # type: ignore[attr-defined]
+
+    asyncio.run(go())

@@ -7,7 +7,7 @@ and the requests of a small open-loop stream sent at the model while it was load
 their intended times; MLServer answers 404 while a model is absent, so most are errors).
 
 An overcommit run (``overcommit_summary``) is a constant-rate mix over N models of which at most K stay
-resident (``engine.overcommit``): its latency distribution, that of its cold requests (those that arrived
+resident (``transports.overcommit``): its latency distribution, that of its cold requests (those that arrived
 for a model that was not resident) and of the others, the share of cold requests, loads and evictions.
 
 ``recommend`` turns both into what a replica plan needs: the latency a cold start adds to the request that

@@ -53,6 +53,7 @@ from satpoint.cli.common import (
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
+from satpoint.cli.overcommit_opts import ResidentOpt, with_resident
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.trace_opts import (
@@ -178,6 +179,7 @@ def find(
     stream: StreamOpt = False,
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
+    resident: ResidentOpt = None,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target (or, with --trace, the
     headroom: how many times as fast as recorded one replica sustains a trace)."""
@@ -186,6 +188,7 @@ def find(
 
     def body() -> int:
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
+        models = with_resident(models, resident)
         if url is not None and model is None:
             raise fail("--url needs --model")
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)

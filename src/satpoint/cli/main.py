@@ -58,6 +58,7 @@ from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
+from satpoint.cli.overcommit_opts import ResidentOpt, with_resident
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.stream_opts import StreamOpt
@@ -150,6 +151,7 @@ def run(
     stream: StreamOpt = False,
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
+    resident: ResidentOpt = None,
 ) -> None:
     """Run a staged open-loop load test and judge every stage (or a closed loop with --users, or replay a
     recorded trace with --trace)."""
@@ -160,6 +162,7 @@ def run(
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
         one, models = model_mix(model, models_from_server, mix)
+        models = with_resident(models, resident)
         if one is None:
             raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
         target = Target(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from satpoint.endpoints.overcommit import loading, with_resident
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError, ModelNotFound, PayloadError, SatpointError, TargetUnreachable
 from satpoint.payloads.mix import ModelMix, ResolvedMix, mix_weights, natural_order
@@ -57,6 +58,8 @@ def prepare_mix(spec: Target, prepare_one: PrepareOne) -> PreparedTarget:
     mix: ModelMix = spec.mix.validate()
     names = ready_models(spec) if mix.from_server else list(mix.models)
     weights = mix_weights(mix.weights, names)
+    if mix.resident is not None:  # models a previous run left unloaded are loaded to be prepared
+        prepare_one = loading(spec, prepare_one, names, weights, mix.resident)
     parts: list[PreparedTarget] = []
     for name in names:
         try:
@@ -70,7 +73,7 @@ def prepare_mix(spec: Target, prepare_one: PrepareOne) -> PreparedTarget:
         raise PayloadError(f"the models of the mix got different numbers of requests ({sorted(counts)})")
     per_model = counts.pop()
     first = parts[0]
-    return PreparedTarget(
+    joined = PreparedTarget(
         spec=replace(spec, model=names[0]),
         metadata=first.metadata,
         payload_docs=[d for p in parts for d in p.payload_docs],
@@ -81,6 +84,7 @@ def prepare_mix(spec: Target, prepare_one: PrepareOne) -> PreparedTarget:
         triton=first.triton,
         mix=ResolvedMix(tuple(names), weights, mix.weights, per_model, mix.from_server),
     )
+    return joined if mix.resident is None else with_resident(joined, mix.resident)
 
 
 def join_builders(builders: list[Any]) -> Any:

@@ -13,7 +13,7 @@ with several demo models (MLServer: ``demo_models``; Triton: ``servers.triton_re
 3. right after the load's answer, the first inference, then a few warm ones (the reference).
 
 Then, with ``resident`` (one or more K), one constant-rate run per K of a mix over the N models through
-``engine.overcommit`` (at most K resident, load on demand, LRU eviction: an overcommitting scheduler's
+``transports.overcommit`` (at most K resident, load on demand, LRU eviction: an overcommitting scheduler's
 policy, emulated on the client's side, not Seldon's own code): its latency distribution, that of the cold
 requests, the share of cold requests, and the smallest K whose p99 met ``slo_p99_ms``.
 
@@ -51,13 +51,13 @@ from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.endpoints.spec import Target
 from satpoint.engine.dispatcher import DispatchOptions
-from satpoint.engine.overcommit import OvercommitBuilder, settle
 from satpoint.engine.runner import run_schedule
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
 from satpoint.reports.coldstart import write_html
 from satpoint.transports import rest_control
+from satpoint.transports.overcommit import OvercommitBuilder, settle
 from satpoint.transports.repository import RepositoryClient, RepositoryError, loaded_models
 from satpoint.transports.rest import RestPool, encode_json_body
 

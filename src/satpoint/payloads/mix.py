@@ -49,8 +49,12 @@ class ModelMix:
     models: tuple[str, ...] = ()
     from_server: bool = False
     weights: str = "uniform"
+    #: at most this many models resident (``endpoints.overcommit``: load on demand, LRU eviction); None: all
+    resident: int | None = None
 
     def validate(self) -> ModelMix:
+        if self.resident is not None and self.resident < 1:
+            raise ConfigError(f"--resident must be >= 1, got {self.resident}")
         if self.from_server and self.models:
             raise ConfigError("give the models (--model, repeated) or --models-from-server, not both")
         if not self.from_server and not self.models:
@@ -62,7 +66,10 @@ class ModelMix:
         return self
 
     def describe(self) -> dict[str, Any]:
-        return {"models": list(self.models), "from_server": self.from_server, "weights": self.weights}
+        out: dict[str, Any] = {"models": list(self.models), "from_server": self.from_server, "weights": self.weights}
+        if self.resident is not None:
+            out["resident"] = self.resident
+        return out
 
 
 @dataclass(frozen=True)

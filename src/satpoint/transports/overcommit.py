@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Self
 
+from satpoint.errors import ConfigError
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports.base import HotTransport, TransportFactory, transport_stats
 
@@ -40,6 +42,7 @@ CLOSE_WAIT_S = 120.0
 #: an eviction waits at most this long for its model's requests in flight
 DRAIN_WAIT_S = 30.0
 _PRUNE_AT = 4096
+_KEEP_LOAD_TIMES = 5000  # the load times kept (the first ones) for the results
 
 
 class ModelControl(Protocol):
@@ -97,6 +100,7 @@ class OvercommitTransport:
         initial: Sequence[int] = (),
         *,
         keep_cold_rows: bool = False,
+        residency: list[int] | None = None,
     ) -> None:
         if resident < 1:
             raise ValueError(f"resident must be >= 1, got {resident}")
@@ -106,7 +110,11 @@ class OvercommitTransport:
         self._models = list(models)
         self._payload_model = list(payload_model)
         self._k = resident
-        self._initial = initial_resident(len(self._models), resident, initial)
+        # ``residency``: the resident models as the previous transport of the same recipe left them (a
+        # search's next segment starts where the last one ended), written back by ``close``
+        self._residency = residency
+        start = residency if residency else initial
+        self._initial = initial_resident(len(self._models), resident, start)
         self._lru: OrderedDict[int, None] = OrderedDict()  # resident models, least recently used first
         self._held: dict[int, list[tuple[int, int]]] = {}  # model -> requests waiting for its load
         self._queue: deque[int] = deque()  # models waiting for a load, in order of first demand
@@ -210,7 +218,8 @@ class OvercommitTransport:
                         self._note(f"unload {self._models[victim]}: {e}")
                 took = await loop.run_in_executor(None, self._control.load, self._models[model])
                 self.counters.loads += 1
-                self.counters.load_s.append(took)
+                if len(self.counters.load_s) < _KEEP_LOAD_TIMES:
+                    self.counters.load_s.append(took)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -289,6 +298,8 @@ class OvercommitTransport:
                 await asyncio.wait_for(asyncio.shield(worker), CLOSE_WAIT_S)
             except (TimeoutError, asyncio.CancelledError, Exception):
                 worker.cancel()
+        if self._residency is not None:
+            self._residency[:] = list(self._lru)
         await self._inner.close()
 
     def resident(self) -> list[str]:
@@ -326,18 +337,28 @@ class OvercommitBuilder:
     resident: int
     initial: tuple[int, ...] = ()
     keep_cold_rows: bool = False
-
-    @property
-    def max_inflight(self) -> int | None:
-        cap = getattr(self.inner, "max_inflight", None)
-        return cap if isinstance(cap, int) else None
+    #: the resident models between segments (one scheduler: built and run in this process only)
+    residency: list[int] = field(default_factory=list, compare=False)
+    origin_pid: int = field(default_factory=os.getpid, compare=False)
+    #: the in-flight cap handed to the inner recipe (a session sets it per segment); None: the inner's own
+    max_inflight: int | None = None
 
     def with_max_inflight(self, max_inflight: int) -> Self:
+        return replace(self, max_inflight=max_inflight)
+
+    def _inner_recipe(self) -> Callable[[], TransportFactory]:
         resize = getattr(self.inner, "with_max_inflight", None)
-        return replace(self, inner=resize(max_inflight)) if callable(resize) else self
+        if self.max_inflight is None or not callable(resize):
+            return self.inner
+        recipe: Callable[[], TransportFactory] = resize(self.max_inflight)
+        return recipe
 
     def __call__(self) -> TransportFactory:
-        inner = self.inner()
+        if os.getpid() != self.origin_pid:
+            raise ConfigError(
+                "--resident emulates one scheduler and runs in one generator process: --procs 1, no --ray"
+            )
+        inner = self._inner_recipe()()
 
         def factory(rec: Records, on_free: Callable[[], None]) -> HotTransport:
             return OvercommitTransport(
@@ -350,6 +371,7 @@ class OvercommitBuilder:
                 self.resident,
                 self.initial,
                 keep_cold_rows=self.keep_cold_rows,
+                residency=self.residency,
             )
 
         return factory

@@ -1,0 +1,83 @@
+"""A model mix with at most K models resident: the prepared target's transport wrapped in
+``transports.overcommit`` (load on demand, least recently used evicted), emulating an overcommitting
+scheduler's policy (Seldon Core 2's agent) from the client's side; it is not Seldon's code.
+
+``with_resident`` settles the server before any load (the K most popular models of the mix loaded, the
+others unloaded, through the repository API) and returns the target whose recipe keeps that residency
+from one segment to the next (a search's stages see the residency the previous one left)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from satpoint.endpoints.spec import PreparedTarget, Target
+from satpoint.errors import ConfigError
+from satpoint.transports.overcommit import OvercommitBuilder, settle
+from satpoint.transports.repository import RepositoryClient
+
+#: a load or unload may take this long (a large model, a slow disk)
+CONTROL_TIMEOUT_S = 300.0
+
+
+def _client(spec: Target) -> RepositoryClient:
+    return RepositoryClient(spec.url, spec.wire_headers, spec.tls_options(), timeout_s=CONTROL_TIMEOUT_S)
+
+
+def _first_k(weights: Sequence[float], k: int) -> tuple[int, ...]:
+    """The ``k`` most popular models (ties: the order given)."""
+    return tuple(int(i) for i in np.argsort(-np.asarray(weights, dtype=np.float64), kind="stable")[:k])
+
+
+def loading(
+    spec: Target,
+    prepare_one: Callable[[Target], PreparedTarget],
+    names: Sequence[str],
+    weights: Sequence[float],
+    resident: int,
+) -> Callable[[Target], PreparedTarget]:
+    """``prepare_one`` for a mix with at most ``resident`` models loaded: a model that is not loaded (a
+    previous run evicted it) is loaded to be prepared (its metadata, a test request), then unloaded again
+    unless it is one of the ``resident`` most popular; so no more than ``resident`` + 1 are ever loaded."""
+    if spec.protocol != "rest":
+        raise ConfigError("--resident loads and unloads through the REST repository API: give an http(s):// URL")
+    client = _client(spec)
+    keep = {names[i] for i in _first_k(weights, min(resident, len(names)))}
+
+    def prepare_loaded(one: Target) -> PreparedTarget:
+        loaded_here = not client.ready(one.model)
+        if loaded_here:
+            client.load(one.model)
+        prepared = prepare_one(one)
+        if loaded_here and one.model not in keep:
+            client.unload(one.model)
+        return prepared
+
+    return prepare_loaded
+
+
+def with_resident(prepared: PreparedTarget, resident: int) -> PreparedTarget:
+    """``prepared`` (a mix) with at most ``resident`` of its models loaded at any time."""
+    mix = prepared.mix
+    spec = prepared.spec
+    if mix is None:
+        raise ConfigError("--resident K needs a model mix (--model repeated, or --models-from-server)")
+    if spec.protocol != "rest":
+        raise ConfigError("--resident loads and unloads through the REST repository API: give an http(s):// URL")
+    if resident < 1:
+        raise ConfigError(f"--resident must be >= 1, got {resident}")
+    names = mix.names
+    k = min(resident, len(names))
+    initial = _first_k(mix.weights, k)
+    client = _client(spec)
+    settle(client, names, initial)
+    payload_model = tuple(i // mix.per_model for i in range(len(prepared.payload_docs)))
+    cap = getattr(prepared.builder, "max_inflight", None)
+    builder = OvercommitBuilder(prepared.builder, client, names, payload_model, k, initial, max_inflight=cap)
+    note = (
+        f"at most {k} of the {len(names)} models resident (load on demand, least recently used unloaded): an "
+        "overcommitting scheduler's policy emulated by satpoint, not Seldon's code; the cost shows in latency"
+    )
+    return replace(prepared, builder=builder, notes=[*prepared.notes, note])
