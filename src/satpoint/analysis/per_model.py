@@ -29,18 +29,19 @@ from satpoint.metrics.results import Results, Segment
 from satpoint.metrics.stats import StageMetrics, pct_ms
 from satpoint.payloads.mix import ResolvedMix
 
-#: a model's latency has risen in a stage when its p99 is at least this many times its p99 in the
-#: lowest-rate stage ...
+#: a model's latency has risen in a stage when its p50 and its p99 are both at least this many times
+#: what they were in its lowest-rate stage (the median too: a p99 over a few dozen requests of a rarely
+#: drawn model is nearly its maximum, and one slow answer would pass for a rise) ...
 RISE_FACTOR = 2.0
 #: ... and at least this much higher (sub-millisecond noise on a fast server is not a rise) ...
 RISE_MIN_MS = 1.0
 #: ... counting only stages where the model had this many requests in the steady window
 MIN_REQUESTS = 20
 RISE_RULE = (
-    f"the first stage, by offered rate, in which a model's p99 latency (from the intended time) reached "
-    f"{RISE_FACTOR:g}x its p99 in the lowest-rate stage (and at least +{RISE_MIN_MS:g} ms), counting stages "
-    f"where the model had >= {MIN_REQUESTS} requests; of the models that crossed in that stage, the one with "
-    "the largest ratio"
+    f"the first stage, by offered rate, in which a model's p50 and p99 latency (from the intended time) both "
+    f"reached {RISE_FACTOR:g}x their values in the model's lowest-rate stage (and at least +{RISE_MIN_MS:g} ms), "
+    f"counting stages where the model had >= {MIN_REQUESTS} requests; of the models that crossed in that stage, "
+    "the one whose p99 rose by the largest factor"
 )
 PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 #: the server's per-model figures kept (``analysis.server_side.interpret``)
@@ -158,23 +159,23 @@ def chi2_sf(x: float, dof: int) -> float:
 def first_rise(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The model whose latency rose first (``RISE_RULE``) over the judged stages ``rows``; None if none rose."""
     ordered = sorted(rows, key=lambda r: (r["target_rps"], r["segment"], r["stage"]))
-    base: dict[str, tuple[float, dict[str, Any]]] = {}
-    for r in ordered:  # each model's baseline: its p99 in the lowest-rate stage where it had enough requests
+    base: dict[str, tuple[float, float, dict[str, Any]]] = {}
+    for r in ordered:  # each model's baseline: its lowest-rate stage where it had enough requests
         for d in r["models"]:
-            p99 = d["latency_ms"].get("p99")
-            if d["model"] not in base and d["requests"] >= MIN_REQUESTS and p99 is not None:
-                base[d["model"]] = (float(p99), r)
+            p50, p99 = d["latency_ms"].get("p50"), d["latency_ms"].get("p99")
+            if d["model"] not in base and d["requests"] >= MIN_REQUESTS and p50 is not None and p99 is not None:
+                base[d["model"]] = (float(p50), float(p99), r)
     for r in ordered:
         crossed = []
         for d in r["models"]:
             b = base.get(d["model"])
-            p99 = d["latency_ms"].get("p99")
-            if b is None or b[1] is r or p99 is None or d["requests"] < MIN_REQUESTS:
+            p50, p99 = d["latency_ms"].get("p50"), d["latency_ms"].get("p99")
+            if b is None or b[2] is r or p50 is None or p99 is None or d["requests"] < MIN_REQUESTS:
                 continue
-            if p99 >= RISE_FACTOR * b[0] and p99 - b[0] >= RISE_MIN_MS:
-                crossed.append((p99 / b[0] if b[0] > 0 else math.inf, d, b))
+            if _rose(p50, b[0]) and _rose(p99, b[1]):
+                crossed.append((p99 / b[1] if b[1] > 0 else math.inf, d, (b[1], b[2])))
         if crossed:
-            ratio, d, b = max(crossed, key=lambda c: c[0])
+            ratio, d, (base_p99, base_stage) = max(crossed, key=lambda c: c[0])
             return {
                 "model": d["model"],
                 "segment": r["segment"],
@@ -182,12 +183,16 @@ def first_rise(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
                 "target_rps": r["target_rps"],
                 "verdict": r["verdict"],
                 "p99_ms": d["latency_ms"]["p99"],
-                "baseline_p99_ms": round(b[0], 4),
-                "baseline_target_rps": b[1]["target_rps"],
+                "baseline_p99_ms": round(base_p99, 4),
+                "baseline_target_rps": base_stage["target_rps"],
                 "ratio": round(ratio, 3) if math.isfinite(ratio) else None,
                 "models_crossed": sorted(c[1]["model"] for c in crossed),
             }
     return None
+
+
+def _rose(now_ms: float, base_ms: float) -> bool:
+    return now_ms >= RISE_FACTOR * base_ms and now_ms - base_ms >= RISE_MIN_MS
 
 
 def server_by_model(

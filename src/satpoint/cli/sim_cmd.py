@@ -31,6 +31,7 @@ def sim(
     models: Annotated[
         str | None, typer.Option(help="serve N models (MODEL-1..MODEL-N) or the names A,B,.. (a model mix)")
     ] = None,
+    model_queues: Annotated[bool, typer.Option(help="with --models: each model its own --slots and queue")] = False,
     seed: Annotated[int, typer.Option(help="seed for service-time draws")] = 0,
     protocol: ProtocolOpt = "rest",
     tls_cert: Annotated[Path | None, typer.Option(help="serve TLS (https/grpcs) with this PEM certificate")] = None,
@@ -89,7 +90,7 @@ def sim(
         config = SimConfig(
             host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]
             pause_every_s=pause_every, pause_s=pause_s, error_rate=error_rate, model=model, seed=seed,
-            models=model_names(models, model),
+            models=model_names(models, model), model_queues=model_queues,
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,  # type: ignore[arg-type]

@@ -23,9 +23,10 @@ under ``/v2/models/{m}/versions/{v}/...`` (any version). The request body is rea
 Content-Length or chunked framing) but not parsed: ``id`` echoes the first ``"id": "<string>"`` found in
 the body (a plain string without escapes), else a server-generated number. A model other than
 ``model`` (or, with ``--models N|A,B,..``, than the names served: a model mix on one server, every name
-sharing the same slots) gets 404 ``{"error": "Model X not found"}``; ``POST /v2/repository/index`` lists
-the names served as READY; an unknown route 404 ``{"error": "Not Found"}``;
-a known route with the wrong method (HEAD included) 405. HTTP/1.1 keep-alive by default,
+sharing the same slots, or with ``--model-queues`` each its own ``--slots`` and queue) gets 404
+``{"error": "Model X not found"}``; ``POST /v2/repository/index`` lists the names served as READY; an
+unknown route 404 ``{"error": "Not Found"}``; a known route with the wrong method (HEAD included) 405.
+HTTP/1.1 keep-alive by default,
 ``Connection: close`` (and HTTP/1.0 without keep-alive) honoured; pipelined requests are answered in
 order; malformed HTTP gets 400 and the connection is closed.
 
@@ -184,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--models", default=None, metavar="N|A,B,..", help="serve N models (MODEL-1..MODEL-N) or these names"
     )
+    p.add_argument("--model-queues", action="store_true", help="each model its own --slots and queue")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the draws (default {d.seed})")
     p.add_argument("--fault", choices=FAULTS, default=None, help="misbehave this way (see the module's doc)")
     p.add_argument(

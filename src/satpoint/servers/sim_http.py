@@ -18,6 +18,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import cast
 from urllib.parse import unquote
 
@@ -55,6 +56,7 @@ class _SimServer:
         self.responses = Responses(config)
         self.release = _Release(loop)
         self.scheduler: SlotScheduler
+        self.model_schedulers: dict[bytes, SlotScheduler] | None = None
         #: metastable mode: the scheduler that takes the place of ``scheduler``, and its start timer
         self.metastable: MetastableScheduler | None = None
         self.starts: StartTimer | None = None
@@ -75,6 +77,14 @@ class _SimServer:
     def reset_scheduler(self, origin_s: float) -> None:
         """A fresh scheduler whose time (pauses, free slots) starts at ``origin_s``."""
         self.scheduler = SlotScheduler.from_config(self.config, origin_s)
+        self.model_schedulers = (  # --model-queues: a queue (and slots, and draws) per model
+            {
+                m.encode(): SlotScheduler.from_config(replace(self.config, seed=self.config.seed + k), origin_s)
+                for k, m in enumerate(self.config.served_models)
+            }
+            if self.config.model_queues
+            else None
+        )
         if self.config.metastable:
             if self.starts is not None:
                 self.starts.close()
@@ -87,11 +97,15 @@ class _SimServer:
             assert ticket.finish_s is not None
             self.release.schedule(ticket.finish_s, ticket.payload)
 
-    def admit(self, arrival_s: float) -> tuple[float | None, bool, Ticket | None]:
-        """Admit an inference request: its finish (None while it waits in metastable mode), whether it
-        fails, and its metastable ticket (to hand its answer to with ``release_at``)."""
+    def admit(self, arrival_s: float, model: bytes = b"") -> tuple[float | None, bool, Ticket | None]:
+        """Admit an inference request (for ``model``: its own queue with ``--model-queues``): its finish (None
+        while it waits in metastable mode), whether it fails, and its metastable ticket (to hand its answer to
+        with ``release_at``)."""
         if self.metastable is None:
-            admission = self.scheduler.admit(arrival_s)
+            sched = (
+                self.scheduler if self.model_schedulers is None else self.model_schedulers.get(model, self.scheduler)
+            )
+            admission = sched.admit(arrival_s)
             return admission.finish_s, admission.error, None
         ticket = self.metastable.admit(arrival_s)
         if ticket.finish_s is None and self.starts is not None:
@@ -317,7 +331,7 @@ class _SimProtocol(asyncio.Protocol):
         """``close``: the request asked for Connection: close; ``after``: AFTER_CLOSE if the connection ends
         with this answer (asked for, or close-after), else AFTER_NOTHING."""
         server = self._server
-        finish_s, error, ticket = server.admit(arrival_s)
+        finish_s, error, ticket = server.admit(arrival_s, self._meta_name)
         if server.fault_draws is not None and server.fault_draws.next():
             self._faulty_infer(finish_s, ticket, close)
             return

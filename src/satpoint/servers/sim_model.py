@@ -68,6 +68,9 @@ class SimConfig:
     #: the names served (a model mix on one server: every name answers with the same slots, and
     #: ``POST /v2/repository/index`` lists them READY); empty: ``model`` only
     models: tuple[str, ...] = ()
+    #: each served model its own ``slots`` and queue (as Triton's instances per model), instead of one queue
+    #: for all (as one MLServer worker); REST unary inference only
+    model_queues: bool = False
     seed: int = 0
     fault: Fault | None = None
     fault_rate: float = 1.0
@@ -217,6 +220,7 @@ class SimConfig:
             error_rate=args.error_rate,
             model=args.model,
             models=model_names(getattr(args, "models", None), args.model),
+            model_queues=bool(getattr(args, "model_queues", False)),
             seed=args.seed,
             # faults: the REST sim's command line has them, the gRPC sim's has not
             fault=getattr(args, "fault", None),
