@@ -26,7 +26,7 @@ import numpy as np
 from satpoint.metrics.observed import Observations
 from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
 from satpoint.metrics.results import Results, Segment
-from satpoint.metrics.stats import StageMetrics, pct_ms
+from satpoint.metrics.stats import StageMetrics, pct_ms, queue_growth_rps
 from satpoint.payloads.mix import ResolvedMix
 
 #: a model's latency has risen in a stage when its p50 and its p99 are both at least this many times
@@ -101,6 +101,9 @@ def stage_models(rec: Records, m: StageMetrics, mix: ResolvedMix) -> list[dict[s
                 "error_rate": round(n_err / n, 5) if n else 0.0,
                 "errors": _error_classes(part.outcome[mine & err], part.status[mine & err]),
                 "latency_ms": pct_ms(lat[mine & lat_ok], PCTS),
+                # the model's own outstanding count's slope over the window (> 0: its queue grows): one model
+                # past its own capacity can hide in a stage whose whole queue grows too little to judge
+                "queue_growth_rps": round(queue_growth_rps(rec.select(rec.model == k), w0, w1), 3) if n else 0.0,
             }
         )
     return out

@@ -67,6 +67,24 @@ def first_rise_line(block: dict[str, Any]) -> str:
     )
 
 
+def growing_lines(block: dict[str, Any]) -> list[str]:
+    """Stages judged stable as a whole in which a model's own queue grew (its outstanding count's slope above
+    1 % of its offered rate, and above 1 request/s): the stage's verdict does not see one model past its
+    capacity when the rest of the load hides it."""
+    out = []
+    for s in by_rate(block):
+        if s["verdict"] != "stable":
+            continue
+        grew = [
+            f"{d['model']} (+{d['queue_growth_rps']:.1f} req/s of {d['offered_rps']:g})"
+            for d in s["models"]
+            if d.get("queue_growth_rps", 0.0) > max(1.0, 0.01 * (d.get("offered_rps") or 0.0))
+        ]
+        if grew:
+            out.append(f"  at {s['target_rps']:g} rps (stable as a whole) the queue of " + ", ".join(grew) + " grew")
+    return out
+
+
 def counts_line(block: dict[str, Any]) -> str:
     c = block.get("counts") or {}
     p = c.get("p_value")
@@ -105,6 +123,8 @@ def print_models(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"  ({len(names) - len(shown)} models of lower weight are in summary.json's models block)")
     console.print(counts_line(block))
     console.print(first_rise_line(block))
+    for line in growing_lines(block):
+        console.print(line)
 
 
 # HTML ----------------------------------------------------------------------------------------------------
