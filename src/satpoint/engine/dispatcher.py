@@ -209,9 +209,9 @@ class OpenLoopDispatcher(Housekeeping):
                 backlog.popleft()
         i = self._next
         if i < self._n and self._due[i] <= perf():
-            at = self._fire_due()
-            if at is not None:  # the timer was armed for a row just sent: re-arm it, sparing a wake-up
-                self._timer.arm(at)  # type: ignore[union-attr]
+            # the timer stays armed for the row just sent and wakes once for nothing: re-arming it here
+            # instead costs a system call per answer, which at tens of thousands of answers a second is more
+            self._fire_due()
 
     # housekeeping ------------------------------------------------------------------------------------------
     def _progress(self) -> Progress:
