@@ -407,7 +407,10 @@ def _served(settings: MLServerSettings) -> str:
     """What the embedded MLServer serves, for the progress line."""
     if settings.model_dir is not None:
         return f"model {settings.served_model_name} from {settings.model_dir}"
-    return f"{settings.demo_model} model, {settings.runtime} runtime"
+    if settings.model_repo is not None:
+        return f"{len(settings.served_model_names)} models from {settings.model_repo}"
+    copies = f"{settings.demo_models} copies of the " if settings.demo_models is not None else ""
+    return f"{copies}{settings.demo_model} model, {settings.runtime} runtime"
 
 
 def _cpu_list(cpus: Sequence[int] | None) -> str:
