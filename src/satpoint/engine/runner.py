@@ -89,8 +89,7 @@ def _shard_rows(due_s: FloatArray, shard: int, procs: int) -> FloatArray:
 
 
 def _shard_options(options: DispatchOptions, shard: int, procs: int) -> DispatchOptions:
-    """A shard's dispatch options: its rows' payloads, when every row has its own (``payload_index``), and
-    its rows' models (``model_index``, a model mix)."""
+    """A shard's dispatch options: its rows' payloads (``payload_index``) and models (``model_index``)."""
     pay, models = options.payload_index, options.model_index
     if pay is None and models is None:
         return options
@@ -131,12 +130,10 @@ def run_shard(
 ) -> tuple[Records, ShardStats]:
     """Run one shard's rows on a fresh event loop; with ``checkpoint``, its rows are appended to its
     checkpoint file about once a second and once more, complete, when it ends.  Pinned to ``cpus`` while
-    it runs; the calling thread's CPUs are restored after (run in place, the caller goes on: a sweep's
-    next point picks its server's cores from the CPUs satpoint may use, not the generator's)."""
-    if not cpus:
-        return _run_shard(due_s, t0, build, options, on_snapshot, stop_requested, checkpoint, shard)
+    it runs, the calling thread's CPUs restored after (a sweep's next point picks its server's cores from
+    the CPUs satpoint may use, not the generator's)."""
     before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+    os.sched_setaffinity(0, cpus or before)
     try:
         return _run_shard(due_s, t0, build, options, on_snapshot, stop_requested, checkpoint, shard)
     finally:
