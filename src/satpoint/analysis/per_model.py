@@ -61,7 +61,9 @@ def models_block(results: Results, stages: list[tuple[int, StageMetrics]]) -> di
         server = server_by_model(seg, m, results.observed, mix)
         for doc in per:
             doc["server"] = server.get(doc["model"])
-        rows.append({"segment": i, "stage": m.index, "target_rps": m.target_rps, "verdict": m.verdict, "models": per})
+        rows.append(
+            {"segment": i, "stage": m.index, "target_rps": round(m.target_rps, 4), "verdict": m.verdict, "models": per}
+        )
     return {
         "names": list(mix.names),
         "weights": [round(w, 6) for w in mix.weights],
