@@ -52,8 +52,9 @@ class WakeTimer:
             fd = -1
         if fd >= 0 and time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)":
             self._fd = fd
-            # PyDLL: the call keeps the GIL (timerfd_settime never blocks), one release/acquire less per arming
-            settime = ctypes.PyDLL(None).timerfd_settime
+            # CDLL releases the GIL around the call: other threads (the checkpoint writer) get it here instead
+            # of waiting for the interpreter's switch interval while the loop never idles
+            settime = libc.timerfd_settime
             settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
             settime.restype = ctypes.c_int
             self._settime = settime
