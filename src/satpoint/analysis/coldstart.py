@@ -4,7 +4,7 @@ A cold-start repetition (``Repetition``) is one unload and load of one model thr
 the unload's answer time, the wait until the model stopped answering ready, the load's answer time (both
 servers answer a load once the model is loaded), the first inference after the load and a few warm ones,
 and the requests of a small open-loop stream sent at the model while it was loading (their latency from
-their intended times; MLServer answers 404 while a model is absent, so most are errors).
+their intended times; MLServer answers 404 while a model is absent and 400 while it loads, so most are errors).
 
 An overcommit run (``overcommit_summary``) is a constant-rate mix over N models of which at most K stay
 resident (``transports.overcommit``): its latency distribution, that of its cold requests (those that arrived

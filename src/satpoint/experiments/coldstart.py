@@ -9,7 +9,7 @@ with several demo models (MLServer: ``demo_models``; Triton: ``servers.triton_re
 2. start a small open-loop stream at the model (``during_rps``; 0: none), then load it
    (``.../load``: both servers answer once the model is loaded) and time the answer; the stream sends
    nothing intended after the load answered, and each of its requests is judged from its intended time,
-   errors included (MLServer answers 404 while the model is absent);
+   errors included (MLServer answers 404 while the model is absent, 400 while it loads);
 3. right after the load's answer, the first inference, then a few warm ones (the reference).
 
 Then, with ``resident`` (one or more K), one constant-rate run per K of a mix over the N models through
