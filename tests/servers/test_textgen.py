@@ -141,3 +141,13 @@ def test_the_triton_binding_yields_one_character_per_row_of_every_request(tiny: 
     first = b"".join(s[0]["text"][0, 0] for s in steps).decode()
     assert first == "".join(tiny.generate(prompt_ids(rows[0]), 5))
     assert b"".join(s[1]["text"][0, 0] for s in steps).decode() == first  # same prompt, same answer
+
+
+def test_a_sweep_refuses_textgen_knobs_on_another_model_before_anything_starts() -> None:
+    from satpoint.experiments.sweep_config import SweepConfig
+    from satpoint.experiments.sweep_servers import BaseServer
+
+    ok = SweepConfig(sets=("max_tokens=16,256",), server=BaseServer(kind="mlserver", demo_model="textgen"))
+    assert [p.values for p in ok.validate().points()] == [{"max_tokens": 16}, {"max_tokens": 256}]
+    with pytest.raises(ValueError, match="max_tokens: knobs of the streaming demo model"):
+        SweepConfig(sets=("max_tokens=16,64",), server=BaseServer(kind="mlserver")).validate()

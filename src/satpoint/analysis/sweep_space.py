@@ -142,10 +142,16 @@ def check_artefact_point(
     values: dict[str, Any], base_demo_model: str | None, base_runtime: str | None, base_model_dir: str | None = None
 ) -> None:
     """An embedded MLServer point's artefact that cannot be built (``onnx-int8`` or ``pruned:F`` on a model
-    without an MLP; a runtime a user's model folder cannot be served through): a ``ValueError`` saying why,
-    before anything starts."""
+    without an MLP; a runtime a user's model folder cannot be served through; ``max_tokens``/``input_len`` on
+    another model than ``textgen``): a ``ValueError`` saying why, before anything starts."""
     runtime = values.get("runtime", base_runtime)
     model_dir = values.get("model_dir", base_model_dir)
+    demo = str(values.get("demo_model", base_demo_model or "iris"))
+    textgen = [k for k in ("max_tokens", "input_len") if k in values]
+    if textgen and (model_dir is not None or demo not in DEMO_MODELS or not DEMO_MODELS[demo].streaming):
+        raise ValueError(
+            f"{', '.join(textgen)}: knobs of the streaming demo model (--demo-model textgen), not of {demo}"
+        )
     if model_dir is not None:
         if runtime is not None and str(runtime) != "sklearn":  # the default: the folder served as it is
             check_folder_onnx(find_folder_onnx(Path(model_dir), str(runtime)), str(runtime))
