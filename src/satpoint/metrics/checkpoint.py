@@ -10,9 +10,10 @@ cost of one checkpoint is proportional to the rows of the last interval, not to 
 
 Frame layout (little endian)::
 
-    b"SPC2"  u32 flags (1 = final)  i64 rows  f64 now_s  i64 due    then rows x ROW (39 bytes)
+    b"SPC3"  u32 flags (1 = final)  i64 rows  f64 now_s  i64 due    then rows x ROW (41 bytes)
 
-(``b"SPCK"`` frames, from before the ``retried`` column, have 38-byte rows without it; they still read.)
+(``b"SPC2"`` frames, from before the ``model`` column (a model mix), have 39-byte rows without it, and
+``b"SPCK"`` frames, from before ``retried``, 38-byte rows without either; they still read.)
 
 A streaming run (``Records.stream``, see ``metrics.stream_records``) follows each frame with a stream frame
 holding the stream columns of that frame's finished rows (a row's stream has ended once ``done`` is set)::
@@ -68,8 +69,11 @@ ROW = np.dtype(
         ("status", "<i4"),
         ("waited", "?"),
         ("retried", "?"),
+        ("model", "<i2"),
     ]
 )
+#: the row layout of ``b"SPC2"`` frames (no ``model``)
+ROW_V2 = np.dtype([(name, dtype) for name, (dtype, *_) in (ROW.fields or {}).items() if name != "model"])
 #: the row layout of ``b"SPCK"`` frames (no ``retried``)
 ROW_V1 = np.dtype(
     [
@@ -96,8 +100,8 @@ STREAM_ROW = np.dtype(
 _STREAM_HEADER = struct.Struct("<4sIqq")
 _STREAM_MAGIC = b"SPS1"
 _HEADER = struct.Struct("<4sIqdq")
-_MAGIC = b"SPC2"
-_LAYOUTS = {_MAGIC: ROW, b"SPCK": ROW_V1}
+_MAGIC = b"SPC3"
+_LAYOUTS = {_MAGIC: ROW, b"SPC2": ROW_V2, b"SPCK": ROW_V1}
 _FINAL = 1
 #: seconds between checkpoints while a segment runs
 INTERVAL_S = 1.0
@@ -188,6 +192,7 @@ class RowCheckpoint:
         frame["status"] = rec.status[rows]
         frame["waited"] = rec.waited[rows]
         frame["retried"] = rec.retried[rows]
+        frame["model"] = rec.model[rows]
         self._final[lo:due] |= is_final
         self._sent[lo:due] |= is_sent
         unfinished = np.flatnonzero(~self._final[lo:due])
@@ -329,9 +334,9 @@ def read_shard_file(path: Path) -> Recovered | None:
         if layout is None or n < 0 or end > len(data):
             break  # a frame cut short by the crash
         frame = np.frombuffer(data, dtype=layout, count=n, offset=pos + _HEADER.size)
-        if layout is not ROW:  # an older frame: no row was retried
+        if layout is not ROW:  # an older frame: no row was retried (SPCK), every row model 0 (SPCK, SPC2)
             wide = np.zeros(n, dtype=ROW)
-            for name in ROW_V1.fields or ():
+            for name in layout.fields or ():
                 wide[name] = frame[name]
             frame = wide
         parts.append(frame)
@@ -357,6 +362,7 @@ def read_shard_file(path: Path) -> Recovered | None:
         status=latest["status"].astype(np.int32),
         waited=latest["waited"].astype(np.bool_),
         retried=latest["retried"].astype(np.bool_),
+        model=latest["model"].astype(np.int16),
         stream=_recovered_streams(uniq[uniq < due].astype(np.int64), streams),
     )
     if not final:
