@@ -35,6 +35,7 @@ API = [
     "LoadedResults",
     "MLServerSettings",
     "Message",
+    "ModelMix",
     "ObserveOptions",
     "FlamegraphOptions",
     "PayloadError",

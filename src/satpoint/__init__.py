@@ -22,6 +22,7 @@ from satpoint._version import SCHEMA_VERSION, __version__
 _EXPORTS = {
     # targets
     "Target": "satpoint.endpoints.spec",
+    "ModelMix": "satpoint.payloads.mix",
     "SimServer": "satpoint.servers.sim_process",
     "EmbeddedMLServer": "satpoint.api",
     "MLServerSettings": "satpoint.servers.mlserver",
@@ -85,6 +86,7 @@ __all__ = [
     "LoadedResults",
     "MLServerSettings",
     "Message",
+    "ModelMix",
     "ObserveOptions",
     "PayloadError",
     "PlanError",
@@ -161,6 +163,7 @@ if TYPE_CHECKING:
     from satpoint.experiments.sweep import SweepConfig
     from satpoint.experiments.sweep import run_sweep as sweep
     from satpoint.experiments.sweep_servers import BaseServer
+    from satpoint.payloads.mix import ModelMix
     from satpoint.plan import PlanError, Stage
     from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
     from satpoint.servers.mlserver import MLServerSettings
