@@ -188,7 +188,7 @@ def find(
 
     def body() -> int:
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
-        models = with_resident(models, resident)
+        models = with_resident(models, resident, procs, ray)
         if url is not None and model is None:
             raise fail("--url needs --model")
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)

@@ -162,7 +162,7 @@ def run(
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
         one, models = model_mix(model, models_from_server, mix)
-        models = with_resident(models, resident)
+        models = with_resident(models, resident, procs, ray)
         if one is None:
             raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
         target = Target(

@@ -24,20 +24,17 @@ run's counters), ``summary.json`` (``kind: coldstart``: the distributions and th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import statistics
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import uvloop
 
 from satpoint._version import __version__
 from satpoint.analysis.coldstart import (
@@ -52,6 +49,7 @@ from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.endpoints.spec import Target
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_schedule
+from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
@@ -59,7 +57,7 @@ from satpoint.reports.coldstart import write_html
 from satpoint.transports import rest_control
 from satpoint.transports.overcommit import OvercommitBuilder, settle
 from satpoint.transports.repository import RepositoryClient, RepositoryError, loaded_models
-from satpoint.transports.rest import RestPool, encode_json_body
+from satpoint.transports.rest import encode_json_body
 
 SUMMARY_FILE = "summary.json"
 DATA_FILE = "coldstart.json"
@@ -154,94 +152,6 @@ class _Served:
     info: dict[str, Any]
 
 
-# -- the during-load stream ------------------------------------------------------------------------------
-
-
-class _LoadStream:
-    """A small open-loop stream at one model, on a thread of its own, from ``t0`` until ``stop_at``: each
-    request intended at ``t0 + i / rate``; none intended after ``stop_at`` is sent.  Rows keep raw
-    ``perf_counter`` times."""
-
-    def __init__(self, builder: RestFactoryBuilder, rate_rps: float, horizon_s: float, timeout_s: float) -> None:
-        self._builder = builder
-        self._rate = rate_rps
-        self._timeout_s = timeout_s
-        n = int(rate_rps * horizon_s) + 1
-        self.rec = Records.empty(np.zeros(n))
-        self.sent_rows = 0
-        self.t0 = 0.0
-        self.stop_at: float | None = None
-        self.error: BaseException | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="coldstart-stream", daemon=True)
-
-    def start(self, lead_s: float = 0.05) -> float:
-        """Start the stream; returns its ``t0`` (a ``perf_counter`` value: call the load then)."""
-        self._lead_s = lead_s
-        self._thread.start()
-        if not self._started.wait(30):
-            raise RepositoryError("the during-load stream could not connect within 30 s")
-        if self.error is not None:
-            raise self.error
-        return self.t0
-
-    def finish(self, stop_at: float) -> Records:
-        """Stop sending at ``stop_at``; wait for the requests sent (at most the request timeout); its rows."""
-        self.stop_at = stop_at
-        self._thread.join(self._timeout_s + 10)
-        rec = self.rec.select(np.arange(len(self.rec)) < self.sent_rows)
-        return rec
-
-    def _main(self) -> None:
-        loop = uvloop.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._run())
-        except BaseException as e:  # reported to the caller
-            self.error = e
-            self._started.set()
-        finally:
-            loop.close()
-            asyncio.set_event_loop(None)
-
-    async def _run(self) -> None:
-        backlog: deque[int] = deque()
-        pool: RestPool
-
-        def on_free() -> None:
-            while backlog and pool.try_send(backlog[0], 0):
-                backlog.popleft()
-
-        b = self._builder
-        ssl_context = b.tls.context() if b.tls is not None else None
-        pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context)
-        await pool.prepare(2)
-        self.t0 = perf() + self._lead_s
-        self._started.set()
-        i, n = 0, len(self.rec)
-        while i < n:
-            due = self.t0 + i / self._rate
-            wait = due - perf()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if self.stop_at is not None and due > self.stop_at:
-                break
-            self.rec.intended[i] = due
-            if backlog or not pool.try_send(i, 0):
-                backlog.append(i)
-                self.rec.waited[i] = True
-            i += 1
-        self.sent_rows = i
-        end = perf() + self._timeout_s
-        while (pool.inflight() or backlog) and perf() < end:
-            await asyncio.sleep(0.01)
-            pool.expire(perf(), self._timeout_s)
-        pool.abort_all(Outcome.UNFINISHED)
-        for idx in backlog:
-            self.rec.done[idx] = perf()
-        await pool.close()
-
-
 # -- one repetition --------------------------------------------------------------------------------------
 
 
@@ -261,7 +171,7 @@ def _repetition(
     out = Repetition(model=model, rep=rep)
     out.unload_s = client.unload(model)
     out.absent_wait_s = client.wait_absent(model, timeout_s=opts.call_timeout_s)
-    stream = _LoadStream(builder, opts.during_rps, opts.call_timeout_s + 5, opts.request_timeout_s)
+    stream = SideStream(builder, opts.during_rps, opts.call_timeout_s + 5, opts.request_timeout_s)
     t0 = stream.start() if opts.during_rps > 0 else perf()
     while perf() < t0:
         time.sleep(max(0.0, t0 - perf()))
