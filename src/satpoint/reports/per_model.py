@@ -57,7 +57,7 @@ def top_models(block: dict[str, Any], limit: int) -> list[int]:
 def first_rise_line(block: dict[str, Any]) -> str:
     fr = block.get("first_rise")
     if not fr:
-        return "no model's p99 rose to 2x its lowest-rate p99 in the stages measured"
+        return "no model's p50 and p99 rose to 2x their lowest-rate values in the stages measured"
     others = [m for m in fr.get("models_crossed", []) if m != fr["model"]]
     also = f" (also crossed there: {len(others)} other model(s))" if others else ""
     return (
