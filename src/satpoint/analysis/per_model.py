@@ -54,10 +54,13 @@ def models_block(results: Results, stages: list[tuple[int, StageMetrics]]) -> di
     if mix is None:
         return None
     segs = {s.index: s for s in results.segments}
+    split: dict[int, list[Records]] = {}  # each segment's rows per model, split once
     rows = []
     for i, m in stages:
         seg = segs[i]
-        per = stage_models(seg.records, m, mix)
+        if i not in split:
+            split[i] = by_model(seg.records, len(mix.names))
+        per = stage_models(seg.records, m, mix, split[i])
         server = server_by_model(seg, m, results.observed, mix)
         for doc in per:
             doc["server"] = server.get(doc["model"])
@@ -75,8 +78,19 @@ def models_block(results: Results, stages: list[tuple[int, StageMetrics]]) -> di
     }
 
 
-def stage_models(rec: Records, m: StageMetrics, mix: ResolvedMix) -> list[dict[str, Any]]:
-    """Each model's figures over the stage's steady window ``[window_start_s, window_end_s)``."""
+def by_model(rec: Records, k: int) -> list[Records]:
+    """The rows of each of ``k`` models (in intended order), from one sort of the model column."""
+    order = np.argsort(rec.model, kind="stable")
+    bounds = np.searchsorted(rec.model[order], np.arange(k + 1), side="left")
+    return [rec.select(order[bounds[j] : bounds[j + 1]]) for j in range(k)]
+
+
+def stage_models(
+    rec: Records, m: StageMetrics, mix: ResolvedMix, per_model: list[Records] | None = None
+) -> list[dict[str, Any]]:
+    """Each model's figures over the stage's steady window ``[window_start_s, window_end_s)`` (``per_model``:
+    ``by_model(rec)``, when the caller has it)."""
+    per_model = per_model if per_model is not None else by_model(rec, len(mix.names))
     w0, w1 = m.window_start_s, m.window_end_s
     win = w1 - w0
     lo, hi = np.searchsorted(rec.intended, [w0, w1], side="left")
@@ -105,7 +119,7 @@ def stage_models(rec: Records, m: StageMetrics, mix: ResolvedMix) -> list[dict[s
                 "latency_ms": pct_ms(lat[mine & lat_ok], PCTS),
                 # the model's own outstanding count's slope over the window (> 0: its queue grows): one model
                 # past its own capacity can hide in a stage whose whole queue grows too little to judge
-                "queue_growth_rps": round(queue_growth_rps(rec.select(rec.model == k), w0, w1), 3) if n else 0.0,
+                "queue_growth_rps": round(queue_growth_rps(per_model[k], w0, w1), 3) if n else 0.0,
             }
         )
     return out
