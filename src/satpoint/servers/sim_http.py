@@ -7,6 +7,11 @@ request arrives and released by a single loop timer once its virtual ``finish_s`
 Faults (``SimConfig.fault``, see ``satpoint.servers.sim``) change only what is written and when the
 connection ends, never the queueing model; without a fault the hot path pays one attribute test per
 inference request and per message.
+
+Why this module is long: ``_SimProtocol`` is one connection, and its unary answers, faulty answers and
+streamed answers all go through the same per-connection response queue and release timer (HTTP/1.1 keeps
+answers in request order); splitting them would spread one connection's state over modules.  What is
+written (bodies, faults, the server-sent event framing) lives in ``sim_wire``.
 """
 
 from __future__ import annotations
@@ -37,9 +42,13 @@ from satpoint.servers.sim_wire import (
     AFTER_RESET,
     AFTER_SLOW_CLOSE,
     RESET_AFTER_S,
+    STREAM_END,
+    STREAM_ERROR,
     Responses,
     faulty_answer,
     send_reset,
+    sse_piece,
+    stream_head,
 )
 from satpoint.servers.sim_wire import response as _response
 
@@ -169,25 +178,6 @@ _MODEL_ROUTES = {
     (b"generate_stream",): _R_INFER_STREAM,
 }
 _POST_ROUTES = (_R_INFER, _R_INFER_STREAM)
-_STREAM_END = b"0\r\n\r\n"
-_STREAM_ERROR = b'data: {"error":"injected error"}\n\n'
-
-
-def stream_head(close: bool) -> bytes:
-    """The head of the sim's server-sent event answer (chunked, as MLServer's)."""
-    lines = [
-        b"HTTP/1.1 200 OK",
-        b"content-type: text/event-stream; charset=utf-8",
-        b"transfer-encoding: chunked",
-    ]
-    if close:
-        lines.append(b"connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def sse_piece(event: bytes) -> bytes:
-    """One server-sent event as one piece of a chunked body."""
-    return b"%x\r\n" % len(event) + event + b"\r\n"
 
 
 class _SimProtocol(asyncio.Protocol):
@@ -363,11 +353,11 @@ class _SimProtocol(asyncio.Protocol):
         self._body = []
         last = len(offsets) - 1
         for i, offset_s in enumerate(offsets):
-            data = sse_piece(_STREAM_ERROR) if admission.error and i == last else piece
+            data = sse_piece(STREAM_ERROR) if admission.error and i == last else piece
             if i == 0:
                 data = stream_head(close) + data
             if i == last:
-                data += _STREAM_END
+                data += STREAM_END
             entry = _Entry(self, data, False, after if i == last else AFTER_NOTHING)
             self._queue.append(entry)
             server.release.schedule(admission.start_s + offset_s, entry)

@@ -148,3 +148,25 @@ def send_reset(transport: asyncio.Transport) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
     transport.abort()
+
+
+# -- server-sent events (infer_stream) ---------------------------------------------------------------
+STREAM_END = b"0\r\n\r\n"
+STREAM_ERROR = b'data: {"error":"injected error"}\n\n'
+
+
+def stream_head(close: bool) -> bytes:
+    """The head of the sim's server-sent event answer (chunked, as MLServer's)."""
+    lines = [
+        b"HTTP/1.1 200 OK",
+        b"content-type: text/event-stream; charset=utf-8",
+        b"transfer-encoding: chunked",
+    ]
+    if close:
+        lines.append(b"connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def sse_piece(event: bytes) -> bytes:
+    """One server-sent event as one piece of a chunked body."""
+    return b"%x\r\n" % len(event) + event + b"\r\n"
