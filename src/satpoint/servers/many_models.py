@@ -158,6 +158,28 @@ def repo_models(repo: Path, read_folder: Any, name_re: re.Pattern[str]) -> list[
     return sorted(found, key=lambda m: m.name)
 
 
+def models_info(settings: Any, names: Sequence[str], digests: Sequence[str], load: dict[str, Any]) -> dict[str, Any]:
+    """The results header's ``models`` block of an embedded MLServer (``settings``: its ``MLServerSettings``):
+    how many models it holds, their names, and (with many) how they were made and loaded (``load``)."""
+    s = settings
+    out: dict[str, Any] = {"count": len(names), "names": list(names)}
+    if s.demo_models is not None:
+        out["source"] = "demo_models"
+        out["distinct_artifacts"] = len(set(digests)) if digests else None
+        out["how"] = (
+            f"copy i of the demo model {s.demo_model} trained on its own stratified bootstrap sample of the "
+            "training split (seed i), written to its own folder and loaded by its own model instance"
+        )
+    elif s.model_repo is not None:
+        out["source"] = "model_repo"
+        out["model_repo"] = str(s.model_repo.resolve())
+    else:
+        out["source"] = "model_dir" if s.model_dir is not None else "demo_model"
+    if len(names) > 1 or s.demo_models is not None:
+        out["load"] = load
+    return out
+
+
 def ready_timeout_s(models: int, workers: int) -> float:
     """How long to wait for a server holding ``models`` models in ``workers`` processes to be ready."""
     return BASE_READY_TIMEOUT_S + PER_MODEL_READY_S * models * max(1, workers)

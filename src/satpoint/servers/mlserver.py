@@ -62,7 +62,7 @@ from satpoint.servers.embedded_base import (
     satpoint_root,
 )
 from satpoint.servers.folder_onnx import find_folder_onnx, write_folder_onnx
-from satpoint.servers.many_models import copy_digests, load_span, tree_memory, write_demo_copies
+from satpoint.servers.many_models import copy_digests, load_span, models_info, tree_memory, write_demo_copies
 from satpoint.servers.many_models import ready_timeout_s as many_ready_timeout_s
 from satpoint.servers.mlserver_settings import (
     DEFAULT_RUNTIME,
@@ -74,7 +74,7 @@ from satpoint.servers.mlserver_settings import (
     repo_model_settings,
 )
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
-from satpoint.servers.textgen import TEXTGEN_SERVER_SETTINGS, textgen_model_settings
+from satpoint.servers.textgen import TEXTGEN_SERVER_SETTINGS
 
 __all__ = [
     "MLServerSettings",
@@ -326,23 +326,8 @@ class MLServerTarget(EmbeddedServer):
 
     def _models_info(self) -> dict[str, Any]:
         """How many models the server holds, their names, and (with many) how they were made and loaded."""
-        s = self._settings
-        out: dict[str, Any] = {"count": self.models, "names": list(self.model_names)}
-        if s.demo_models is not None:
-            out["source"] = "demo_models"
-            out["distinct_artifacts"] = len(set(self._digests)) if self._digests else None
-            out["how"] = (
-                f"copy i of the demo model {s.demo_model} trained on its own stratified bootstrap sample of the "
-                "training split (seed i), written to its own folder and loaded by its own model instance"
-            )
-        elif s.model_repo is not None:
-            out["source"] = "model_repo"
-            out["model_repo"] = str(s.model_repo.resolve())
-        else:
-            out["source"] = "model_dir" if s.model_dir is not None else "demo_model"
-        if self.models > 1 or s.demo_models is not None:
-            out["load"] = {"startup_s": self._startup_s, "workers": s.parallel_workers, **(self._load_span or {})}
-        return out
+        load = {"startup_s": self._startup_s, "workers": self._settings.parallel_workers, **(self._load_span or {})}
+        return models_info(self._settings, self.model_names, self._digests, load)
 
     # -- internals -------------------------------------------------------------------------------------
 
@@ -417,7 +402,7 @@ class MLServerTarget(EmbeddedServer):
             **batching,
         }
         if spec.streaming:  # the textgen model: its own runtime, artefact, input and output
-            served = _textgen_settings(s, s.served_model_name)
+            served = s.textgen_model_settings(s.served_model_name)
             info.update(implementation=served["implementation"], artifact="model.npz", inputs=served["inputs"])
             info.update(outputs=served["outputs"], max_tokens=served["parameters"]["extra"]["max_tokens"])
         if s.runtime == "openvino":
@@ -455,7 +440,7 @@ class MLServerTarget(EmbeddedServer):
         if s.model_dir is not None:
             return folder_model_settings(s)
         if demo_model(s.demo_model).streaming:
-            return _textgen_settings(s, name or s.served_model_name)
+            return s.textgen_model_settings(name or s.served_model_name)
         artifact = artifact_filename(s.runtime)
         return {
             "name": name or s.served_model_name,
@@ -502,18 +487,6 @@ class MLServerTarget(EmbeddedServer):
 
 
 # -- small helpers ---------------------------------------------------------------------------------------
-
-
-def _textgen_settings(s: MLServerSettings, name: str) -> dict[str, Any]:
-    return textgen_model_settings(
-        name,
-        input_name=s.input_name,
-        input_datatype=s.input_datatype,
-        max_tokens=s.max_tokens,
-        input_len=s.input_len,
-        max_batch_size=s.effective_max_batch_size,
-        max_batch_time_s=s.effective_max_batch_time_s,
-    )
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

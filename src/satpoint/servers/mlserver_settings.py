@@ -228,6 +228,20 @@ class MLServerSettings:
             return float(self._folder_settings.get("max_batch_time", 0.0))
         return 0.0
 
+    def textgen_model_settings(self, name: str) -> dict[str, Any]:
+        """``model-settings.json`` of the streaming demo model ``textgen`` served as ``name``."""
+        from satpoint.servers.textgen import textgen_model_settings
+
+        return textgen_model_settings(
+            name,
+            input_name=self.input_name,
+            input_datatype=self.input_datatype,
+            max_tokens=self.max_tokens,
+            input_len=self.input_len,
+            max_batch_size=self.effective_max_batch_size,
+            max_batch_time_s=self.effective_max_batch_time_s,
+        )
+
     def folder_settings(self) -> dict[str, Any] | None:
         """A copy of the model folder's ``model-settings.json`` (None without ``model_dir``)."""
         return json.loads(json.dumps(self._folder_settings)) if self._folder_settings is not None else None
