@@ -20,10 +20,9 @@ from satpoint.servers.sim_model import (
     ServiceDraws,
     SimConfig,
     SlotScheduler,
-    metastable_figures,
     metastable_line,
-    parse_metastable,
 )
+from satpoint.servers.sim_rates import metastable_figures, parse_metastable
 
 S = 0.010  # service time of the model tests
 

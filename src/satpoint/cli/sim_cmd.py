@@ -15,7 +15,7 @@ from satpoint.cli.stream_opts import (
     StreamGapMsOpt,
     sim_stream_fields,
 )
-from satpoint.servers.sim_model import METASTABLE_HELP
+from satpoint.servers.sim_rates import METASTABLE_HELP, metastable_fields
 
 
 def sim(
@@ -75,7 +75,7 @@ def sim(
     from satpoint.servers.sim import SimConfig
     from satpoint.servers.sim import run as run_rest
     from satpoint.servers.sim_grpc import run as run_grpc
-    from satpoint.servers.sim_model import metastable_fields, model_names
+    from satpoint.servers.sim_model import model_names
     from satpoint.servers.sim_tls import SimTls
 
     if protocol not in ("rest", "grpc"):

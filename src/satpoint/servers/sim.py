@@ -72,7 +72,7 @@ the server is *degraded* from the moment more than ``HIGH`` requests wait for a 
 service) until fewer than ``LOW`` do (the start that brings the queue below ``LOW`` is already a normal
 one), and every service that *starts* while degraded takes ``F`` x its draw (and holds its slot that
 long). A waiting request's finish is therefore settled when it starts (``sim_starts.StartTimer``), not
-when it arrives. Known rates (``sim_model.metastable_figures``, printed on a line of their own before the
+when it arrives. Known rates (``sim_rates.metastable_figures``, printed on a line of their own before the
 listening line): ``collapse_rps`` = ``slots / service_s`` (offered load above it builds a queue that passes
 ``HIGH``), ``degraded_capacity_rps`` = ``slots / (service_s * F)`` (the goodput while collapsed), and
 ``recovery_rps`` = the same (offered load below it drains the queue below ``LOW``; 0 when ``LOW`` is 0,

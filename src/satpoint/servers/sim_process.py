@@ -189,7 +189,7 @@ class SimServer:
         #: long-run completion rate when overloaded, without pauses: ``slots / (service_ms / 1000)``.
         self.capacity_rps = slots / (self.service_ms / 1000.0)
         self.metastable = metastable
-        #: metastable mode's known rates (``sim_model.metastable_figures``); None without it
+        #: metastable mode's known rates (``sim_rates.metastable_figures``); None without it
         self.collapse_rps = figures.collapse_rps if figures is not None else None
         self.degraded_capacity_rps = figures.degraded_capacity_rps if figures is not None else None
         self.recovery_rps = figures.recovery_rps if figures is not None else None
