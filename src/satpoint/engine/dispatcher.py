@@ -10,7 +10,6 @@ when the run ends are recorded as ``NOT_SENT`` with their due times.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from array import array
 from bisect import bisect_right
@@ -250,18 +249,11 @@ class OpenLoopDispatcher(Housekeeping):
         await self._transport.prepare(self._opts.warm_connections)
         keeper = self._loop.create_task(self._housekeeping(self._opts.timeout_s))
         self._timer = WakeTimer(self._loop, self._fire_due)
-        # the objects alive now (imports, the plan, the records) are left out of the collector's scans while
-        # the run lasts: an occasional full collection would otherwise walk all of them on the hot path
-        frozen = gc.get_freeze_count() == 0
-        if frozen:
-            gc.freeze()
         try:
             if self._n:
                 self._timer.arm(self._first_wake())
             await self._wait_done()
         finally:
-            if frozen:
-                gc.unfreeze()
             self._timer.close()
             keeper.cancel()
             self._finish_rows()
