@@ -23,6 +23,7 @@ can be.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import platform
@@ -257,10 +258,14 @@ def append_segment(out_dir: Path, results: Results, seg: Segment) -> None:
 
 
 def _save_rows(folder: Path, seg: Segment) -> None:
+    """The rows as one compressed ``.npz``, built in memory and written in one go: written by ``np.savez``
+    straight to a full disk, the zip's own ``close`` could fail too and its finaliser print a traceback."""
     path = folder / seg.records_name
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **seg.records.columns())  # type: ignore[arg-type,unused-ignore]
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, **seg.records.columns())  # type: ignore[arg-type,unused-ignore]
+        path.write_bytes(buf.getbuffer())
     except OSError:
         with contextlib.suppress(OSError):  # no torn file left behind
             path.unlink(missing_ok=True)
