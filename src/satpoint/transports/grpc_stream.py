@@ -66,7 +66,6 @@ from satpoint.transports.grpc_wire import (
     WINDOW_UPDATE,
     GrpcPool,
     _Conn,
-    _quiet,
     frame,
 )
 
@@ -258,6 +257,8 @@ class GrpcStreamPool(GrpcPool):
     message stamped as a chunk; implements :class:`~satpoint.transports.base.HotTransport` like
     :class:`~satpoint.transports.grpc_wire.GrpcPool`, whose connection handling it keeps."""
 
+    conn_type = _StreamConn
+
     def __init__(
         self,
         rec: Records,
@@ -292,16 +293,6 @@ class GrpcStreamPool(GrpcPool):
         )
         self.decoder: Decoder = decoder
         self.stamp: StreamStamper = attach(rec)
-
-    def _open(self) -> _Conn:
-        # GrpcPool._open with the stream connection
-        conn = _StreamConn(self)
-        self._conns.append(conn)
-        usable = sum(1 for c in self._conns if not (c.dead or c.goaway))
-        self.peak_connections = max(self.peak_connections, usable)
-        task = self._loop.create_task(self._connect(conn))
-        task.add_done_callback(_quiet)
-        return conn
 
     def rebind(self) -> None:
         super().rebind()

@@ -555,6 +555,9 @@ class GrpcPool:
     here) and replaced when they die or receive GOAWAY.
     """
 
+    #: the connection class (``grpc_stream`` opens its stream connections through the same pool logic)
+    conn_type: type[_Conn] = _Conn
+
     def __init__(
         self,
         rec: Records,
@@ -609,7 +612,7 @@ class GrpcPool:
 
     # connections -------------------------------------------------------------------------------------
     def _open(self) -> _Conn:
-        conn = _Conn(self)
+        conn = self.conn_type(self)
         self._conns.append(conn)
         usable = sum(1 for c in self._conns if not (c.dead or c.goaway))
         self.peak_connections = max(self.peak_connections, usable)
