@@ -86,6 +86,9 @@ class LoadOptions:
     #: wake-up window (ms): one wake-up sends every request due within this window after the first one,
     #: which leaves up to this late (its send lag recorded as always); 0: each request at its own due time
     wake_window_ms: float = 0.0
+    #: run each generator process's event loop at SCHED_FIFO this priority (1-99; ``engine.realtime``), so a
+    #: process sharing its core cannot hold a due request back for a scheduler slice; 0: the usual policy
+    realtime_priority: int = 0
 
     def validate(self) -> LoadOptions:
         parse_arrival(self.arrival)  # a PlanError (a ValueError) naming the valid processes
@@ -97,6 +100,8 @@ class LoadOptions:
             raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
         if self.wake_window_ms < 0:
             raise ValueError("wake_window_ms must be >= 0")
+        if not 0 <= self.realtime_priority <= 99:
+            raise ValueError("realtime_priority must be from 1 to 99 (0: the usual scheduling)")
         if self.ray is not None:
             self.ray.validate()
         return self
@@ -112,6 +117,7 @@ class LoadOptions:
             "generator_cpus": list(self.generator_cpus) if self.generator_cpus else None,
             "grpc_connections": self.grpc_connections,
             "wake_window_ms": self.wake_window_ms,
+            "realtime_priority": self.realtime_priority,
             "ray": self.ray.describe() if self.ray is not None else None,
         }
 

@@ -38,9 +38,10 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.lead import start_lead_s
 from satpoint.engine.live import LiveSnapshot
+from satpoint.engine.realtime import RealtimeUnavailable, check_realtime
 from satpoint.engine.runner import RunOutput, ShardStats, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
-from satpoint.errors import TargetUnreachable
+from satpoint.errors import ConfigError, TargetUnreachable
 from satpoint.metrics.checkpoint import CheckpointSpec
 from satpoint.metrics.observed import read_observations
 from satpoint.metrics.records import Records
@@ -88,7 +89,12 @@ class Fleet(Protocol):
 
 
 def require_fleet(load: LoadOptions) -> None:
-    """Fail early, with the one-line error naming the extra, when ``load.ray`` asks for Ray and there is none."""
+    """Fail early, with the one-line error naming the extra, when ``load.ray`` asks for Ray and there is none,
+    and when ``load.realtime_priority`` cannot be set on this machine (a ``ConfigError`` saying why)."""
+    try:
+        check_realtime(load.realtime_priority)
+    except RealtimeUnavailable as e:
+        raise ConfigError(str(e)) from None
     if load.ray is not None:
         from satpoint.distributed.ray_fleet import import_ray
 
@@ -169,6 +175,7 @@ def run_segment(
         payload_index=payload_index,
         model_index=model_index,
         wake_window_s=opts.wake_window_ms / 1000.0,
+        realtime_priority=opts.realtime_priority,
     )
     fleet_block: dict[str, Any] | None = None
     if fleet is not None:

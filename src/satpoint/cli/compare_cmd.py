@@ -32,6 +32,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
@@ -67,6 +68,8 @@ def compare(
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
     stream: StreamOpt = False,
+    wake_window_ms: WakeWindowOpt = 0.0,
+    realtime: RealtimeOpt = 0,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
     secrets = secrets_of([url, grpc_url], parse_headers(header))
@@ -89,7 +92,9 @@ def compare(
             workers=workers,
             **served,
             server_cpus=parse_cpus(server_cpus) if server_cpus else s_cpus,
-            load=LoadOptions(drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus),
+            load=LoadOptions(
+                drain_s=5.0, generator_cpus=parse_cpus(generator_cpus) or g_cpus, **pacing(wake_window_ms, realtime)
+            ),
             find=FindOptions(
                 precision=precision,
                 budget_s=budget_s,

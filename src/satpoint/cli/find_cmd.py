@@ -54,6 +54,7 @@ from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.overcommit_opts import ResidentOpt, with_resident
+from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.trace_opts import (
@@ -177,6 +178,8 @@ def find(
     trace_stage_s: TraceStageOpt = 60.0,
     start_speed: StartSpeedOpt = 1.0,
     stream: StreamOpt = False,
+    wake_window_ms: WakeWindowOpt = 0.0,
+    realtime: RealtimeOpt = 0,
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
     resident: ResidentOpt = None,
@@ -201,7 +204,7 @@ def find(
                                   trace_stage_s, seed)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
                                parse_cpus(generator_cpus) if generator_cpus else None,
-                               grpc_connections=grpc_connections)  # fmt: skip
+                               grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip
             params = search_params(precision, growth, start_speed, confirm=confirm)
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 found = find_headroom(tgt, replay, params, load=load, budget_s=budget_s, cooldown_s=cooldown,
@@ -222,6 +225,7 @@ def find(
         load = LoadOptions(
             arrival=arrival, seed=seed, max_inflight=max_inflight, procs=procs,
             timeout_s=timeout, drain_s=min(5.0, timeout), grpc_connections=grpc_connections,
+            **pacing(wake_window_ms, realtime),
             ray=ray_options(ray, ray_hosts, procs_per_host, procs),
             generator_cpus=parse_cpus(generator_cpus) if generator_cpus is not None else None if ray else g_cpus,
         ).validate()  # fmt: skip

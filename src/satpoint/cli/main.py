@@ -59,6 +59,7 @@ from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.overcommit_opts import ResidentOpt, with_resident
+from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.stream_opts import StreamOpt
@@ -149,6 +150,8 @@ def run(
     trace_stage_s: TraceStageOpt = 60.0,
     server_slots: ServerSlotsOpt = None,
     stream: StreamOpt = False,
+    wake_window_ms: WakeWindowOpt = 0.0,
+    realtime: RealtimeOpt = 0,
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
     resident: ResidentOpt = None,
@@ -177,7 +180,7 @@ def run(
                                   trace_stage_s, seed, stages=len(stage or ()), users=users,
                                   server_slots=server_slots)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
-                               grpc_connections=grpc_connections,
+                               grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime),
                                ray=ray_options(ray, ray_hosts, procs_per_host, procs))  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 replayed = run_trace(target, replay, load=load, on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
@@ -192,6 +195,7 @@ def run(
             load = LoadOptions(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
+                **pacing(wake_window_ms, realtime),
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run(

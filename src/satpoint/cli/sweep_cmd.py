@@ -35,6 +35,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
+from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions, ray_options
@@ -134,6 +135,8 @@ def sweep(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     stream: StreamOpt = False,
+    wake_window_ms: WakeWindowOpt = 0.0,
+    realtime: RealtimeOpt = 0,
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
 ) -> None:
@@ -201,7 +204,7 @@ def sweep(
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(
-                    drain_s=5.0, ray=ray_options(ray, ray_hosts, procs_per_host),
+                    drain_s=5.0, ray=ray_options(ray, ray_hosts, procs_per_host), **pacing(wake_window_ms, realtime),
                     generator_cpus=parse_cpus(generator_cpus) if generator_cpus else None if ray else g_cpus,
                 ),
             ).validate()  # fmt: skip

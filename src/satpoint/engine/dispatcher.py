@@ -45,6 +45,8 @@ class DispatchOptions:
     #: together (the first one up to this late; its lag is recorded like any other).  0: every row at its
     #: own due time.  Fewer wake-ups per request: the generator's main cost at a few thousand requests/s.
     wake_window_s: float = 0.0
+    #: the event loop's thread at SCHED_FIFO this priority while it runs (``engine.realtime``); 0: unchanged
+    realtime_priority: int = 0
     #: each row's model in a model mix (``payloads.mix``), recorded in ``Records.model``; None: one model
     model_index: npt.NDArray[np.int16] | None = None
 

@@ -35,6 +35,7 @@ from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher, Prog
 from satpoint.engine.inflight import fit_to_fd_limit, raise_fd_limit
 from satpoint.engine.lead import LEAD_S, SPAWN_LEAD_S
 from satpoint.engine.live import ErrorCount, LiveSnapshot, merge, snapshot
+from satpoint.engine.realtime import pinned
 from satpoint.errors import RunFailed, TargetConnectFailed
 from satpoint.metrics.checkpoint import CheckpointSpec, RowCheckpoint, read_shard_file
 from satpoint.metrics.records import Records
@@ -130,14 +131,9 @@ def run_shard(
 ) -> tuple[Records, ShardStats]:
     """Run one shard's rows on a fresh event loop; with ``checkpoint``, its rows are appended to its
     checkpoint file about once a second and once more, complete, when it ends.  Pinned to ``cpus`` while
-    it runs, the calling thread's CPUs restored after (a sweep's next point picks its server's cores from
-    the CPUs satpoint may use, not the generator's)."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus or before)
-    try:
+    it runs, at ``options.realtime_priority`` if set (``engine.realtime.pinned``)."""
+    with pinned(cpus, options.realtime_priority):
         return _run_shard(due_s, t0, build, options, on_snapshot, stop_requested, checkpoint, shard)
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _run_shard(
