@@ -247,6 +247,7 @@ def child(
     cprofile: str | None,
     arrival: str = "constant",
     wake_window_ms: float = 0.0,
+    realtime: int = 0,
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -262,6 +263,8 @@ def child(
             samples.append((ev.snapshot.now_s, time.process_time()))
 
     extra: dict[str, Any] = {"wake_window_ms": wake_window_ms} if wake_window_ms else {}  # older versions lack it
+    if realtime:
+        extra["realtime_priority"] = realtime
     load = satpoint.LoadOptions(
         max_inflight=max_inflight,
         timeout_s=10.0,
@@ -366,6 +369,8 @@ def run_child(
         args.arrival,
         "--wake-window-ms",
         str(args.wake_window_ms),
+        "--realtime",
+        str(args.realtime),
     ]
     if cprofile:
         cmd += ["--cprofile", cprofile]
@@ -536,6 +541,7 @@ def main() -> int:
     p.add_argument(
         "--wake-window-ms", type=float, default=0.0, help="LoadOptions.wake_window_ms (0: each request on time)"
     )
+    p.add_argument("--realtime", type=int, default=0, help="LoadOptions.realtime_priority (SCHED_FIFO; 0: off)")
     p.add_argument("--json", default=None, help="write all raw results here")
     # internal: one measurement in this process
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -554,6 +560,7 @@ def main() -> int:
             args.cprofile,
             args.arrival,
             args.wake_window_ms,
+            args.realtime,
         )
         print(json.dumps(res))
         return 0

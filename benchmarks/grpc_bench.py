@@ -205,7 +205,14 @@ def _cpu() -> float:
 
 
 async def _client(
-    client: str, port: int, rate: float, duration: float, connections: int, inflight: int, wake_window_ms: float = 0.0
+    client: str,
+    port: int,
+    rate: float,
+    duration: float,
+    connections: int,
+    inflight: int,
+    wake_window_ms: float = 0.0,
+    realtime: int = 0,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
     # below the API on purpose: two transports compared under the same dispatcher (satpoint.run picks one)
@@ -242,8 +249,15 @@ async def _client(
     loop.call_later(t0 + warm_s - time.perf_counter(), mark, "start")
     loop.call_later(t0 + end_s - time.perf_counter(), mark, "end")
     extra: dict[str, Any] = {"wake_window_s": wake_window_ms / 1000.0} if wake_window_ms else {}
+    restore = None
+    if realtime:  # as run_shard does (engine.realtime); older versions lack it
+        from satpoint.engine.realtime import enter_realtime
+
+        restore = enter_realtime(realtime)
     disp = OpenLoopDispatcher(due, t0, factory, DispatchOptions(timeout_s=10.0, drain_s=3.0, **extra))
     rec = await disp.run()
+    if restore is not None:
+        restore()
     win = (rec.intended >= warm_s) & (rec.intended <= end_s)
     sent = win & ~np.isnan(rec.sent)
     lag_ms = (rec.sent[sent] - rec.intended[sent]) * 1000.0
@@ -273,8 +287,9 @@ async def _client(
 def child_main(args: argparse.Namespace) -> None:
     import uvloop
 
+    a = args
     result = uvloop.run(
-        _client(args.client, args.port, args.rate, args.duration, args.connections, args.inflight, args.wake_window_ms)
+        _client(a.client, a.port, a.rate, a.duration, a.connections, a.inflight, a.wake_window_ms, a.realtime)
     )
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -285,7 +300,7 @@ def run_one(args: argparse.Namespace, client: str, port: int, rate: float, serve
         *_pin(args.client_cpu, args.rt), sys.executable, __file__, "--child", "--client", client,
         "--port", str(port), "--rate", str(rate), "--duration", str(args.duration),
         "--connections", str(args.connections), "--inflight", str(args.inflight),
-        "--wake-window-ms", str(args.wake_window_ms),
+        "--wake-window-ms", str(args.wake_window_ms), "--realtime", str(args.realtime),
     ]  # fmt: skip
     s0, t0 = proc_cpu_s(server_pid), time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -326,6 +341,7 @@ def main() -> None:
     p.add_argument("--rt", type=int, default=0, help="SCHED_FIFO priority for server and client (0: off)")
     p.add_argument("--out", default=str(HERE / "grpc_bench_results.json"))
     p.add_argument("--wake-window-ms", type=float, default=0.0, help="DispatchOptions.wake_window_s in ms")
+    p.add_argument("--realtime", type=int, default=0, help="the client's loop at SCHED_FIFO this priority (0: off)")
     # internal
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--client", default="wire", help=argparse.SUPPRESS)
