@@ -225,6 +225,7 @@ def main() -> int:
     p.add_argument("--window", type=float, default=8.0)
     p.add_argument("--spy-rate", type=int, default=250)
     p.add_argument("--grpc-build-dir", default=os.path.join(tempfile.gettempdir(), "satpoint-grpc-fixed-server"))
+    p.add_argument("--wake-window-ms", type=float, default=0.0, help="the generator's wake-up window (0: off)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -242,6 +243,7 @@ def main() -> int:
             server, port = start_grpc_server(Path(args.grpc_build_dir))
             cmd = [sys.executable, str(HERE / "grpc_bench.py"), "--child", "--client", "wire", "--port", str(port)]
             cmd += ["--rate", str(args.rate), "--duration", f"{hold + 1:g}", "--connections", "1", "--inflight", "512"]
+        cmd += ["--wake-window-ms", str(args.wake_window_ms)] if args.wake_window_ms else []
         child = subprocess.Popen(["taskset", "-c", str(gb.GEN_CORE), *cmd], stdout=subprocess.PIPE, text=True)
         time.sleep(args.settle)
         u0, s0 = proc_cpu(child.pid)

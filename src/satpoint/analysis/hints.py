@@ -14,7 +14,9 @@ def hints(summary: dict[str, Any]) -> list[str]:
     if "generator_limited" in verdicts and (summary.get("kind") != "find" or ended_limited):
         out.append(
             "generator-limited: results are a lower bound; give the generator its own cores "
-            "(--generator-cpus, --procs) or run it on another machine"
+            "(--generator-cpus, --procs) or run it on another machine; --wake-window-ms 0.5 sends the requests "
+            "due within 0.5 ms in one wake-up (about a third less CPU per request at 5 000/s), --realtime 10 "
+            "keeps a process sharing its core from delaying it"
         )
     elif "generator_limited" in verdicts:
         out.append(

@@ -159,7 +159,8 @@ def build_summary(results: Results) -> dict[str, Any]:
         warnings.append(
             "GENERATOR LIMITED: in some stages the load generator fell behind its own schedule; "
             "those numbers describe the generator, not the server (give it more CPU: --procs, "
-            "--generator-cpus, or a separate machine)"
+            "--generator-cpus, or a separate machine; fewer wake-ups: --wake-window-ms; priority on a "
+            "shared core: --realtime)"
         )
     if any(m.verdict == Verdict.CLIENT_LIMITED for _, m in stages):
         warnings.append(
