@@ -10,7 +10,8 @@ two *ranges* (one per side) and a *tolerance* (the change that matters), by the 
   ``--repeats`` searches or a sweep point's measurements; a lower bound (the capacity was never reached)
   is open upwards.
 - **at equal offered load** (latency, service time, error rate, throughput of the stages both sides ran
-  at the same rate): a block bootstrap over one-second blocks (``diff_rows``).
+  at the same rate; time to first chunk and gaps between chunks when both sides streamed): a block
+  bootstrap over one-second blocks (``diff_rows``).
 - **a sweep's latency at ``--at-rps``**: the range of its measurements' figures.
 """
 
@@ -35,6 +36,7 @@ from satpoint.analysis.diff_verdict import (
     tolerance_for,
 )
 from satpoint.analysis.sweep import LOWER_BOUND_TEXT, lower_bound_reasons
+from satpoint.analysis.sweep_measurement import STREAM_FIELDS
 from satpoint.metrics.records import Records
 
 SWEEP_FILE = "sweep.json"  # the sweep's document (``experiments.sweep`` writes it)
@@ -181,6 +183,7 @@ def diff_folders(
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
     notes: list[str] = []
     metrics: list[MetricDiff] = []
+    stream: dict[str, bool] | None = None
     if base.kind != new.kind:
         notes.append(
             "the base is a find, the new folder a run: the saturation point is not compared (a run does not "
@@ -211,11 +214,37 @@ def diff_folders(
                 "(run both with the same --stage rates, or sweep with --at-rps)"
             )
         notes.extend(_interrupted_notes(base, new))
+        stream, stream_note = streams_compared(base, new)
+        notes.extend([stream_note] if stream_note else [])
     doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
     if new.kind == "sweep":
         return doc
+    if stream is not None:
+        doc = doc.model_copy(update={"stream": stream})
     return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
+
+
+def _streamed(f: Folder) -> bool:
+    return bool((f.doc.get("target") or {}).get("stream")) or any(r.stream is not None for r in f.rows.values())
+
+
+def streams_compared(base: Folder, new: Folder) -> tuple[dict[str, bool] | None, str]:
+    """``diff.json``'s ``stream`` (None when neither side streamed) and, when only one side did, a note saying
+    so: time to first chunk and gaps are then not compared (one side has none), and its latency ends with
+    the last chunk where the other's ends with the one answer."""
+    b, n = _streamed(base), _streamed(new)
+    if not b and not n:
+        return None, ""
+    note = ""
+    if b != n:
+        only, other = ("base", "new") if b else ("new", "base")
+        note = (
+            f"only the {only} folder streamed its answers (--stream), the {other} did not: time to first chunk "
+            f"and gaps between chunks are not compared, and latency is to the last chunk on the {only} side, "
+            f"to the whole answer on the {other}"
+        )
+    return {"base": b, "new": n, "compared": b and n}, note
 
 
 def _interrupted_notes(base: Folder, new: Folder) -> list[str]:
@@ -254,11 +283,11 @@ def point_diffs(
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> list[MetricDiff]:
     """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (the same offered load) when both have it
-    (p99 judged with ``tail_tolerance``)."""
+    (p99 judged with ``tail_tolerance``); with ``--stream``, time to first chunk and gaps there too."""
     reasons = sorted(set(base.get("lower_bound_reasons") or []) | set(new.get("lower_bound_reasons") or []))
     out = [saturation_diff(sweep_point_side(base), sweep_point_side(new), point, tolerance, reasons)]
     ba, na = base.get("at_rps") or {}, new.get("at_rps") or {}
-    for key in ("p50_ms", "p99_ms"):
+    for key in ("p50_ms", "p99_ms", *STREAM_FIELDS):
         b, n = ba.get(key), na.get(key)
         if not b or not n:
             continue
@@ -267,7 +296,7 @@ def point_diffs(
             for s in (b, n)
         )
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
-        metric = f"latency_{key}"
+        metric = key if key in STREAM_FIELDS else f"latency_{key}"
         tol = tolerance_for(metric, tolerance, tail_tolerance)
         out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method))
     return out

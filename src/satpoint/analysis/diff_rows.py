@@ -1,6 +1,7 @@
 """Figures at equal offered load for ``satpoint diff``: latency (p50, p90, p99), service time, error rate
-and throughput of the stages both sides ran at the same rate, each with a 95 % interval from a block
-bootstrap over one-second blocks of the steady window (``block_bootstrap``).
+and throughput of the stages both sides ran at the same rate, and, when both sides streamed (``--stream``),
+time to first chunk and gaps between chunks (p50, p99), each with a 95 % interval from a block bootstrap
+over one-second blocks of the steady window (``block_bootstrap``).
 
 Why blocks: neighbouring requests are correlated under queueing (a slow request delays the ones queued
 behind it), so resampling single requests would treat correlated rows as independent and give intervals
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE, MetricDiff, Side, metric_diff, tolerance_for
 from satpoint.metrics.records import Records
+from satpoint.metrics.stream_stats import ttfc_s
 
 #: two stages are at the same offered load when their target rates are within 1 %
 RATE_MATCH = 0.01
@@ -52,6 +54,12 @@ class StageRows:
     error: F64  # 1.0 for an error row, per row due in the window
     error_block: npt.NDArray[np.int64]
     ok_per_block: F64  # OK rows due per block, per second
+    #: streamed answers (``--stream``; None: the stage did not stream): time to first chunk per latency row
+    #: (``metrics.stream_stats.ttfc_s``) and every gap between chunks of those rows, each with its block
+    ttfc_s: F64 | None = None
+    ttfc_block: npt.NDArray[np.int64] | None = None
+    gap_s: F64 | None = None
+    gap_block: npt.NDArray[np.int64] | None = None
 
 
 def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
@@ -66,6 +74,18 @@ def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
     lat_m = part.latency_mask()
     ok = part.ok_mask()
     ok_counts = np.bincount(block[ok], minlength=blocks).astype(np.float64) / width
+    streams: dict[str, Any] = {}
+    if part.stream is not None:  # the rows ``summary.json``'s ``stages[].stream`` counts (``stream_window``)
+        ttfc = ttfc_s(part)
+        got = lat_m & ~np.isnan(ttfc)
+        s = part.stream
+        has_gaps = lat_m & (s.gap_start >= 0) & (s.gap_count > 0)
+        streams = {
+            "ttfc_s": ttfc[got],
+            "ttfc_block": block[got],
+            "gap_s": s.gaps_of(has_gaps).astype(np.float64) / 1e6,
+            "gap_block": np.repeat(block[has_gaps], s.gap_count[has_gaps].astype(np.int64)),
+        }
     return StageRows(
         target_rps=float(stage["target_rps"]),
         verdict=str(stage.get("verdict", "")),
@@ -79,6 +99,7 @@ def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
         error=part.error_mask().astype(np.float64),  # over every row due in the window, as summary.json's
         error_block=block,
         ok_per_block=ok_counts,
+        **streams,
     )
 
 
@@ -109,7 +130,13 @@ def block_bootstrap(
     return float(lo), float(hi)
 
 
-_BLOCK_OF = {"latency_s": "latency_block", "service_s": "service_block", "error": "error_block"}
+_BLOCK_OF = {
+    "latency_s": "latency_block",
+    "service_s": "service_block",
+    "error": "error_block",
+    "ttfc_s": "ttfc_block",
+    "gap_s": "gap_block",
+}
 
 
 def _pooled_groups(stages: Sequence[StageRows], field: str) -> tuple[F64, list[F64]]:
@@ -127,7 +154,8 @@ def _rows_side(stages: Sequence[StageRows], field: str, stat: Callable[[F64], fl
     values, groups = _pooled_groups(stages, field)
     blocks = sum(st.blocks for st in stages)
     n = len(stages)
-    detail = f"{n} stage{'s' if n > 1 else ''}, {len(values)} requests, {blocks} one-second blocks"
+    rows = "gaps" if field == "gap_s" else "requests"
+    detail = f"{n} stage{'s' if n > 1 else ''}, {len(values)} {rows}, {blocks} one-second blocks"
     if len(values) == 0:
         return Side(value=None, low=None, high=None, n=n, blocks=blocks, detail=detail)
     ci = block_bootstrap(groups, stat, seed=seed)
@@ -174,6 +202,13 @@ _ROW_METRICS: tuple[tuple[str, str, Callable[[F64], float], float, str], ...] = 
     ("service_p99_ms", "service_s", _percentile(99), 1000.0, "ms"),
     ("error_rate", "error", lambda x: float(np.mean(x)), 1.0, "fraction"),
 )
+#: streamed answers, compared when every stage on both sides streamed (lower is better, as latency)
+_STREAM_METRICS: tuple[tuple[str, str, Callable[[F64], float], float, str], ...] = (
+    ("ttfc_p50_ms", "ttfc_s", _percentile(50), 1000.0, "ms"),
+    ("ttfc_p99_ms", "ttfc_s", _percentile(99), 1000.0, "ms"),
+    ("gap_p50_ms", "gap_s", _percentile(50), 1000.0, "ms"),
+    ("gap_p99_ms", "gap_s", _percentile(99), 1000.0, "ms"),
+)
 
 BOOTSTRAP_METHOD = (
     f"block bootstrap over one-second blocks of the steady window ({N_BOOT} resamples, {LEVEL:.0%} interval)"
@@ -189,7 +224,8 @@ def load_diffs(
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> list[MetricDiff]:
     """Latency, service time, error rate and throughput of two sets of stages at the same offered rate
-    (p90 and p99 judged with ``tail_tolerance``)."""
+    (p90 and p99 judged with ``tail_tolerance``), and time to first chunk and gaps between chunks when every
+    stage of both sides streamed (their p99 judged with ``tail_tolerance`` too)."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
     caveat = ""
     if unstable:
@@ -207,7 +243,18 @@ def load_diffs(
     b = _throughput_side(base, seed=100)
     n = _throughput_side(new, seed=101)
     out.append(metric_diff("throughput_rps", point, "rps", "higher", b, n, tolerance, BOOTSTRAP_METHOD, caveat=caveat))
+    if all(s.ttfc_s is not None for s in (*base, *new)):
+        for i, (metric, field, stat, scale, unit) in enumerate(_STREAM_METRICS, start=len(_ROW_METRICS)):
+            b = _rows_side(base, field, stat, scale, seed=2 * i)
+            n = _rows_side(new, field, stat, scale, seed=2 * i + 1)
+            tol = tolerance_for(metric, tolerance, tail_tolerance)
+            out.append(metric_diff(metric, point, unit, "lower", b, n, tol, BOOTSTRAP_METHOD, caveat=caveat))
     return out
+
+
+def streamed(stages: Sequence[StageRows]) -> bool:
+    """Whether these stages carry stream figures (their rows were recorded with ``--stream``)."""
+    return any(s.ttfc_s is not None for s in stages)
 
 
 def match_rates(

@@ -32,6 +32,9 @@ DEFAULT_TOLERANCE = 0.05
 DEFAULT_TAIL_TOLERANCE = 0.20
 #: the metrics ``--tail-tolerance`` applies to (the rest use ``--tolerance``; the error rate its own)
 TAIL_METRICS = ("latency_p90_ms", "latency_p99_ms", "service_p90_ms", "service_p99_ms")
+#: the tails of streamed answers (``--stream``: time to first chunk, gaps between chunks), judged as ``TAIL_METRICS``
+STREAM_TAIL_METRICS = ("ttfc_p99_ms", "gap_p99_ms")
+_TAILS = (*TAIL_METRICS, *STREAM_TAIL_METRICS)
 #: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
 DEFAULT_ERROR_TOLERANCE = 0.005
 DIFF_FILE = "diff.json"
@@ -57,7 +60,7 @@ class MetricDiff(BaseModel):
     """One metric at one point: the verdict and its evidence (``diff.json`` ``metrics[]``)."""
 
     model_config = _CONFIG
-    metric: str  # saturation_rps, latency_p50_ms, ..., service_p50_ms, error_rate, throughput_rps
+    metric: str  # saturation_rps, latency_p50_ms, ..., service_p50_ms, error_rate, throughput_rps, ttfc_p50_ms, ...
     point: str  # what was matched: "search", "300 rps", a sweep point's label
     verdict: Outcome
     unit: str  # rps, ms, fraction
@@ -99,6 +102,9 @@ class DiffDoc(BaseModel):
     #: ``find --baseline``: the hold at the baseline's per-replica target (``analysis.diff_target``); not held
     #: is a regression (``verdict``), not judged inconclusive
     target_hold: TargetHold | None = None
+    #: streamed answers (``--stream``) of a run or find diff: ``{base, new, compared}`` (whether each side
+    #: streamed; ``compared``: both did, so ``ttfc_*``/``gap_*`` metrics are judged); None: neither streamed
+    stream: dict[str, bool] | None = None
 
     @property
     def regressed(self) -> bool:
@@ -292,8 +298,9 @@ def make_doc(
 
 
 def tolerance_for(metric: str, tolerance: float, tail_tolerance: float) -> float:
-    """The tolerance a relative metric is judged with: ``tail_tolerance`` for ``TAIL_METRICS``."""
-    return tail_tolerance if metric in TAIL_METRICS else tolerance
+    """The tolerance a relative metric is judged with: ``tail_tolerance`` for ``TAIL_METRICS`` and
+    ``STREAM_TAIL_METRICS``."""
+    return tail_tolerance if metric in _TAILS else tolerance
 
 
 def calibrated(doc: DiffDoc) -> DiffDoc:
@@ -301,11 +308,11 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
     ``improvement`` is a false alarm.  Adds the false-alarm rate at the tolerances used, and the smallest
     tolerance that would have called none of them (the widest gap between two ranges): over every relative
     metric, per metric, and separately for the two groups (``--tolerance``: saturation point, p50, service
-    p50, throughput; ``--tail-tolerance``: ``TAIL_METRICS``)."""
+    p50, throughput; ``--tail-tolerance``: ``TAIL_METRICS`` and ``STREAM_TAIL_METRICS``)."""
     alarms = [m for m in doc.metrics if m.verdict in ("regression", "improvement")]
     relative = [m for m in doc.metrics if not m.absolute and m.gap is not None]
-    central = [m for m in relative if m.metric not in TAIL_METRICS]
-    tails = [m for m in relative if m.metric in TAIL_METRICS]
+    central = [m for m in relative if m.metric not in _TAILS]
+    tails = [m for m in relative if m.metric in _TAILS]
     n = len(doc.metrics)
     cal = {
         "metrics": n,

@@ -188,6 +188,7 @@ def find_fields(
                 "throughput_rps": round(m.throughput_rps, 3),
                 "latency_ms": {k: m.latency_ms[k] for k in ("p50", "p90", "p99", "max")},
                 "verdict": m.verdict,
+                **({"stream": m.stream} if m.stream is not None else {}),  # --stream: TTFC, gaps there
             }
         )
     slo = f.get("slo") or None

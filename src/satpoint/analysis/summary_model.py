@@ -284,6 +284,8 @@ class LatencyAt(BaseModel):
     throughput_rps: float
     latency_ms: Percentiles
     verdict: str
+    #: streamed answers (``--stream``): the profile stage's ``stream`` figures; None when it did not stream
+    stream: StreamStage | None = None
 
 
 class Recommendation(BaseModel):

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from satpoint.analysis.sweep_measurement import LOWER_BOUND_TEXT as LOWER_BOUND_TEXT
 from satpoint.analysis.sweep_measurement import OPERATING_FRACTION as OPERATING_FRACTION
+from satpoint.analysis.sweep_measurement import STREAM_FIELDS, rounded
 from satpoint.analysis.sweep_measurement import lower_bound_reasons as lower_bound_reasons
 from satpoint.analysis.sweep_measurement import measurement_figures as measurement_figures
-from satpoint.analysis.sweep_measurement import rounded
 
 Objective = Literal["saturation", "per_core", "p99", "slo"]
 OBJECTIVES: tuple[Objective, ...] = ("saturation", "per_core", "p99", "slo")
@@ -67,6 +67,14 @@ def _nested(ms: Sequence[Mapping[str, Any]], key: str, field: str) -> dict[str, 
     return spread([(m.get(key) or {}).get(field) for m in ms])
 
 
+def _stream_nested(ms: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
+    """``--stream``: time to first chunk and gaps (``STREAM_FIELDS``) where the latency is taken, median and
+    range over the measurements; no keys when no measurement streamed there."""
+    if not any(f in (m.get(key) or {}) for m in ms for f in STREAM_FIELDS):
+        return {}
+    return {f: _nested(ms, key, f) for f in STREAM_FIELDS}
+
+
 def aggregate(p: PointInput) -> dict[str, Any]:
     """One point's row of ``sweep.json``: figures as median/min/max over its measurements."""
     # a search that lost its target is no measurement of the server (the sweep marks it failed)
@@ -102,17 +110,20 @@ def aggregate(p: PointInput) -> dict[str, Any]:
             "rps": _nested(ms, "low_load", "rps"),
             "p50_ms": _nested(ms, "low_load", "p50_ms"),
             "p99_ms": _nested(ms, "low_load", "p99_ms"),
+            **_stream_nested(ms, "low_load"),
         },
         "at_operating_point": {
             "rps": _nested(ms, "at_operating_point", "rps"),
             "p50_ms": _nested(ms, "at_operating_point", "p50_ms"),
             "p99_ms": _nested(ms, "at_operating_point", "p99_ms"),
+            **_stream_nested(ms, "at_operating_point"),
         },
         "at_rps": (
             {
                 "p50_ms": _nested(ms, "at_rps", "p50_ms"),
                 "p99_ms": _nested(ms, "at_rps", "p99_ms"),
                 "stable": all((m.get("at_rps") or {}).get("verdict") == "stable" for m in ms) if ms else None,
+                **_stream_nested(ms, "at_rps"),
             }
             if any(m.get("at_rps") is not None for m in ms)
             else None

@@ -1,6 +1,7 @@
 """What one measurement of a sweep (one ``find`` on a freshly started server) contributes to it: its
-saturation point and bracket, the latency at the operating point and at low load, the server's own
-figures there, and why its answer is only a lower bound when the search never bracketed the capacity."""
+saturation point and bracket, the latency at the operating point and at low load (with ``--stream``, time to
+first chunk and gaps between chunks there too), the server's own figures there, and why its answer is only
+a lower bound when the search never bracketed the capacity."""
 
 from __future__ import annotations
 
@@ -18,9 +19,30 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def _latency_point(rps: float | None, latency: Mapping[str, Any] | None, verdict: str | None) -> dict[str, Any]:
+#: a streamed stage's figures a sweep keeps beside its latency (``summary.json`` ``stages[].stream``)
+STREAM_FIELDS = ("ttfc_p50_ms", "ttfc_p99_ms", "gap_p50_ms", "gap_p99_ms")
+
+
+def stream_figures(stream: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``ttfc_p50_ms``, ``ttfc_p99_ms``, ``gap_p50_ms``, ``gap_p99_ms`` of a stage's ``stream`` block (empty
+    when the stage did not stream)."""
+    if not stream:
+        return {}
+    ttfc, gap = stream.get("ttfc_ms") or {}, stream.get("gap_ms") or {}
+    return {
+        "ttfc_p50_ms": ttfc.get("p50"),
+        "ttfc_p99_ms": ttfc.get("p99"),
+        "gap_p50_ms": gap.get("p50"),
+        "gap_p99_ms": gap.get("p99"),
+    }
+
+
+def _latency_point(
+    rps: float | None, latency: Mapping[str, Any] | None, verdict: str | None, stream: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     latency = latency or {}
-    return {"rps": rounded(rps), "p50_ms": latency.get("p50"), "p99_ms": latency.get("p99"), "verdict": verdict}
+    point = {"rps": rounded(rps), "p50_ms": latency.get("p50"), "p99_ms": latency.get("p99"), "verdict": verdict}
+    return {**point, **stream_figures(stream)}
 
 
 def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None) -> dict[str, Any]:
@@ -39,12 +61,12 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         held = [s for s in stages if abs(float(s["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0)]
         if held:
             st = held[-1]
-            op = _latency_point(st["offered_rps"], st.get("latency_ms"), st.get("verdict"))
+            op = _latency_point(st["offered_rps"], st.get("latency_ms"), st.get("verdict"), st.get("stream"))
     if op["rps"] is None:  # no confirmation hold: the profile's stage nearest 85 %, if any
         prof = [x for x in summary.get("latency_at") or [] if x.get("fraction")]
         near = min(prof, key=lambda x: abs(float(x["fraction"]) - OPERATING_FRACTION), default=None)
         if near is not None and abs(float(near["fraction"]) - OPERATING_FRACTION) <= 0.06:
-            op = _latency_point(near["offered_rps"], near.get("latency_ms"), near.get("verdict"))
+            op = _latency_point(near["offered_rps"], near.get("latency_ms"), near.get("verdict"), near.get("stream"))
     at: dict[str, Any] | None = None
     if at_rps is not None:
         at = _latency_point(None, None, None)
@@ -55,7 +77,7 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         ]
         if cands:
             x = cands[-1]
-            at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"))
+            at = _latency_point(x["offered_rps"], x.get("latency_ms"), x.get("verdict"), x.get("stream"))
     gen = summary.get("generator") or {}
     reasons = lower_bound_reasons(summary)
     at_sat = [s for s in stable if sat is not None and abs(float(s["target_rps"]) - float(sat)) <= 1e-3 * float(sat)]
@@ -65,7 +87,9 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
         "unstable_rps": summary.get("unstable_rps"),
         "max_throughput_rps": summary.get("max_throughput_rps"),
         "precision_achieved": summary.get("precision_achieved"),
-        "low_load": _latency_point(low["offered_rps"], low.get("latency_ms"), "stable") if low else None,
+        "low_load": (
+            _latency_point(low["offered_rps"], low.get("latency_ms"), "stable", low.get("stream")) if low else None
+        ),
         "at_operating_point": op,
         "at_rps": at,
         "generator_cpu_us_per_request": gen.get("cpu_us_per_request"),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.summary import build_summary
+from satpoint.analysis.sweep_measurement import stream_figures
 from satpoint.config import FindOptions, LoadOptions, VerdictRules
 from satpoint.endpoints.spec import Target
 from satpoint.progress import OnEvent, say
@@ -96,18 +97,27 @@ class CompareOutcome:
 
 
 def compare_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The side-by-side figures (a pure function of the per-protocol summaries)."""
+    """The side-by-side figures (a pure function of the per-protocol summaries).  With ``--stream`` each
+    protocol says so (``stream``) and each ``latency_at`` entry has ``stream``: time to first chunk and gaps
+    between chunks at that load (``ttfc_p50_ms``, ``ttfc_p99_ms``, ``gap_p50_ms``, ``gap_p99_ms``)."""
     out: dict[str, Any] = {"protocols": {}}
     for proto, s in summaries.items():
+        streamed = bool((s.get("target") or {}).get("stream"))
         out["protocols"][proto] = {
             "saturation_rps": s.get("saturation_rps"),
             "max_throughput_rps": s.get("max_throughput_rps"),
             "precision_achieved": s.get("precision_achieved"),
             "generator_cpu_us_per_request": s.get("generator", {}).get("cpu_us_per_request"),
             "latency_at": [
-                {"offered_rps": r["offered_rps"], "latency_ms": r["latency_ms"], "verdict": r["verdict"]}
+                {
+                    "offered_rps": r["offered_rps"],
+                    "latency_ms": r["latency_ms"],
+                    "verdict": r["verdict"],
+                    **({"stream": stream_figures(r.get("stream")) or None} if streamed else {}),
+                }
                 for r in s.get("latency_at", [])
             ],
+            **({"stream": True} if streamed else {}),
         }
     return out
 

@@ -1,4 +1,5 @@
-"""The REST-vs-gRPC table of ``satpoint compare`` (a function of ``compare.json``)."""
+"""The REST-vs-gRPC table of ``satpoint compare`` (a function of ``compare.json``; with ``--stream``, time
+to first chunk and gap p99 beside latency at each offered load)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def compare_table(doc: dict[str, Any]) -> Table:
                 f"{pct} latency at {rate:.0f} rps (ms)",
                 *(_fmt(doc["protocols"][p]["latency_at"][i]["latency_ms"][pct], ".2f") for p in protos),
             )
+        if any(doc["protocols"][p].get("stream") for p in protos):  # --stream: first chunk and gaps there
+            for label, key in (("TTFC p99", "ttfc_p99_ms"), ("gap p99", "gap_p99_ms")):
+                t.add_row(
+                    f"{label} at {rate:.0f} rps (ms)",
+                    *(_fmt((doc["protocols"][p]["latency_at"][i].get("stream") or {}).get(key), ".2f") for p in protos),
+                )
     return t
 
 

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from satpoint.analysis.sweep_measurement import STREAM_FIELDS
+
 
 def _num(v: Any, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
@@ -53,6 +55,16 @@ def quality_cells(r: Mapping[str, Any]) -> list[str]:
 QUALITY_HEADS = ("accuracy % (loss pp)", "agree % vs ref.", "max |Δp|")
 
 
+def has_stream(doc: Mapping[str, Any]) -> bool:
+    """Whether the points carry stream figures (a sweep with ``--stream``: TTFC and gaps at 85 %)."""
+    return any("ttfc_p99_ms" in (r.get("at_operating_point") or {}) for r in doc["points"])
+
+
+def stream_cells(at: Mapping[str, Any]) -> list[str]:
+    """TTFC p99 and gap p99 (ms, median (min–max)) where a point's latency is taken."""
+    return [median_range(at.get("ttfc_p99_ms"), ".1f"), median_range(at.get("gap_p99_ms"), ".1f")]
+
+
 def sorted_rows(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     by_id = {r["id"]: r for r in doc["points"]}
     return [by_id[i] for i in doc.get("order") or by_id]
@@ -69,6 +81,7 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
     quality = has_quality(doc)
     srv = [r.get("server") or {} for r in rows]
     limited = any(x.get("throttled_share_at_saturation") or x.get("memory_peak_mb") for x in srv)  # cgroup limits
+    streamed = has_stream(doc)
     cols = [("point", "left"), ("knobs", "left"), ("n", "right"), ("saturation rps", "right")]
     if batched:
         cols.append(("inferences/s", "right"))
@@ -78,6 +91,7 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
         ("rps/core", "right"),
         ("low load p50/p99 ms", "right"),
         ("p99 ms at 85 %", "right"),
+        *([("TTFC p99 ms at 85 %", "right"), ("gap p99 ms at 85 %", "right")] if streamed else []),
         ("server cores at sat.", "right"),
         ("server µs/req", "right"),
         ("vs 1 worker (of ideal)", "right"),
@@ -113,6 +127,7 @@ def sweep_table(doc: Mapping[str, Any]) -> Table:
             median_range(r["rps_per_core"], ".0f"),
             low_txt,
             median_range(r["at_operating_point"]["p99_ms"], ".1f"),
+            *(stream_cells(r["at_operating_point"]) if streamed else []),
             median_range(r["server"]["cpu_cores_at_saturation"], ".2f"),
             median_range(r["server"]["cpu_us_per_request"], ".0f"),
             scaling_text(r.get("scaling")),
@@ -191,6 +206,14 @@ CSV_COLUMNS = (
     "server_rss_mb_at_ready",
     "server_pss_mb_at_ready",
     "server_startup_s",
+    "operating_point_ttfc_p50_ms",
+    "operating_point_ttfc_p99_ms",
+    "operating_point_gap_p50_ms",
+    "operating_point_gap_p99_ms",
+    "low_load_ttfc_p99_ms",
+    "low_load_gap_p99_ms",
+    "at_rps_ttfc_p99_ms",
+    "at_rps_gap_p99_ms",
 )
 
 
@@ -213,6 +236,7 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         q = r.get("quality") or {}
         sc = r.get("scaling") or {}
         at = r.get("at_rps") or {}
+        op, low = r["at_operating_point"], r["low_load"]
         row: dict[str, Any] = {f"knob.{k}": r["knobs"].get(k) for k in knobs}
         row.update(
             {
@@ -257,6 +281,13 @@ def csv_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "server_rss_mb_at_ready": _m(r["server"].get("rss_mb_at_ready")),
                 "server_pss_mb_at_ready": _m(r["server"].get("pss_mb_at_ready")),
                 "server_startup_s": _m(r["server"].get("startup_s")),
+                # --stream: time to first chunk and gaps (empty without)
+                **{f"operating_point_{k}": _m(op.get(k)) for k in STREAM_FIELDS},
+                **{
+                    f"{pre}_{k}": _m(x.get(k))
+                    for pre, x in (("low_load", low), ("at_rps", at))
+                    for k in ("ttfc_p99_ms", "gap_p99_ms")
+                },
             }
         )
         out.append(row)

@@ -14,7 +14,16 @@ import plotly.graph_objects as go
 
 from satpoint.reports.html import REPORT_ERRORS_BOX, figure_html, page_head, page_tail
 from satpoint.reports.html_tables import esc, fmt_time, table
-from satpoint.reports.sweep import QUALITY_HEADS, has_quality, median_range, quality_cells, scaling_text, sorted_rows
+from satpoint.reports.sweep import (
+    QUALITY_HEADS,
+    has_quality,
+    has_stream,
+    median_range,
+    quality_cells,
+    scaling_text,
+    sorted_rows,
+    stream_cells,
+)
 from satpoint.reports.sweep_models import memory_plot
 
 FRONT_COLOUR = "#b42318"
@@ -183,6 +192,9 @@ def _table_html(doc: Mapping[str, Any]) -> str:
     quality = has_quality(doc)
     if quality:
         head += list(QUALITY_HEADS)
+    streamed = has_stream(doc)  # --stream: time to first chunk and gaps at 85 %
+    if streamed:
+        head += ["TTFC p99 ms at 85 %", "gap p99 ms at 85 %"]
     rows = []
     for r in sorted_rows(doc):
         sc = r.get("scaling")
@@ -210,6 +222,7 @@ def _table_html(doc: Mapping[str, Any]) -> str:
                 esc(scaling_text(sc)),
                 *([esc(c) for c in limit_cells] if limited else []),
                 *([esc(c) for c in quality_cells(r)] if quality else []),
+                *([esc(c) for c in stream_cells(r["at_operating_point"])] if streamed else []),
             ]
         )
     return table(head, rows, "stages")
