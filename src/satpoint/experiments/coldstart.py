@@ -53,6 +53,7 @@ from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
+from satpoint.redact import redact_text
 from satpoint.reports.coldstart import write_html
 from satpoint.transports import rest_control
 from satpoint.transports.overcommit import OvercommitBuilder, settle
@@ -183,7 +184,7 @@ def _repetition(
         except ModelNotFound:
             raise
         except RepositoryError as e:
-            out.load_error = str(e)
+            out.load_error = redact_text(str(e), served.spec.secret_values())  # a server may echo a credential
         t_end = perf()
         if out.load_error is None:
             out.first_infer_s, out.first_status = _infer_s(served, model, body, opts.request_timeout_s)
@@ -364,10 +365,25 @@ def write_results(
         "demand, evict the least recently used) from the client's side; it is not Seldon's code",
     }
     data = {"repetitions": [r.to_dict() for r in reps], "overcommit": list(runs)}
+    # every text the server wrote (load errors, the overcommit's control errors) may echo a credential
+    secrets = served.spec.secret_values()
+    summary, data = _redacted(summary, secrets), _redacted(data, secrets)
     (out_dir / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     write_html(summary, out_dir / REPORT_FILE, data)
     return summary
+
+
+def _redacted(doc: Any, secrets: Sequence[str]) -> Any:
+    """``doc`` with every string redacted (``satpoint.redact``: URL credentials, secret header values and
+    the target's literal ``secrets``); keys, numbers and the structure unchanged."""
+    if isinstance(doc, str):
+        return redact_text(doc, secrets)
+    if isinstance(doc, dict):
+        return {k: _redacted(v, secrets) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_redacted(v, secrets) for v in doc]
+    return doc
 
 
 def _ms(v: float | None) -> str:
