@@ -40,8 +40,9 @@ def test_the_command_line_is_a_thin_shell() -> None:
     # 1299: model mixes (mix_opts +40; --model repeated, --models-from-server, --mix on run, find and sweep;
     # sim --models and --model-queues)
     # 1302: --resident refused with --procs > 1 or --ray (+3)
-    # 1343: --wake-window-ms and --realtime on run, find, sweep and compare (pacing_opts +25, +4 per command)
-    assert total < 1343, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1345: --wake-window-ms and --realtime on run, find, sweep and compare (pacing_opts +25, +4 per command;
+    # +2: refused on a closed loop)
+    assert total < 1345, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 

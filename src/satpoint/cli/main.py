@@ -208,6 +208,8 @@ def run(
                 raise fail("--users needs --duration S")
             if procs != 1 or ray is not None:
                 raise fail("a closed loop runs in one generator process (--procs 1, no --ray)")
+            if wake_window_ms or realtime:
+                raise fail("--wake-window-ms and --realtime pace an open-loop schedule (--stage), not a closed loop")
             if flamegraph:
                 raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
             if hold_rps is not None:
