@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from satpoint.metrics.checkpoint import read_shard_file
+
 pytestmark = pytest.mark.slow
 FAST = ["--ramp", "1", "--min-hold", "3", "--max-hold", "4", "--min-requests", "500", "--precision", "0.15"]
 
@@ -47,6 +49,11 @@ def wait_for_server_pid(out: Path, proc: subprocess.Popen[str], timeout_s: float
     raise AssertionError("the embedded MLServer did not start")
 
 
+def has_rows(path: Path) -> bool:
+    got = read_shard_file(path) if path.exists() else None
+    return got is not None and len(got.records) > 0
+
+
 def test_find_on_embedded_mlserver(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "65", "--no-html", *FAST],
@@ -79,7 +86,12 @@ def test_interrupted_find_leaves_no_server_behind(tmp_path: Path) -> None:
     try:
         pid = wait_for_server_pid(tmp_path, proc)
         assert group_members(pid)
-        time.sleep(6)  # mid-stage
+        # mid-stage: the first stage has checkpointed rows (about a second into its 1 s ramp and 3-4 s hold)
+        deadline = time.monotonic() + 60
+        while not has_rows(tmp_path / "segment-000.shard-0.rows") and time.monotonic() < deadline:
+            assert proc.poll() is None, "find ended before its first stage had rows"
+            time.sleep(0.1)
+        assert has_rows(tmp_path / "segment-000.shard-0.rows"), "the first stage had no rows within 60 s"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
