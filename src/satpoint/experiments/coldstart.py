@@ -53,7 +53,7 @@ from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
-from satpoint.redact import redact_text
+from satpoint.redact import redact_text, redact_url
 from satpoint.reports.coldstart import write_html
 from satpoint.transports import rest_control
 from satpoint.transports.overcommit import OvercommitBuilder, settle
@@ -447,5 +447,5 @@ def run_coldstart(
     with attach(target, opts) if target is not None else embedded(opts) as served:
         if len(served.models) < 1:
             raise ModelNotFound("no model to measure")
-        say(on_event, f"cold starts of {', '.join(served.models)} at {served.url}, {opts.repeats} rounds")
+        say(on_event, f"cold starts of {', '.join(served.models)} at {redact_url(served.url)}, {opts.repeats} rounds")
         return measure(served, opts, out, on_event=on_event, stop=stop)
