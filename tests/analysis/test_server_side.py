@@ -277,3 +277,38 @@ def test_no_gpu_samples_means_an_empty_list(tmp_path: Path) -> None:
     doc = build_summary(folder(tmp_path))
     assert all(s["server"]["gpus"] == [] for s in doc["stages"])
     assert doc["flamegraph"] is None
+
+
+def test_a_streamed_run_gets_the_same_server_side_its_streams_and_both_report_sections(tmp_path: Path) -> None:
+    """``run --stream --server-pid --metrics-url``, offline: the same samples and scrapes beside streamed rows
+    (MLServer counts a stream once it has ended, at the rows' done times) give the same server figures,
+    cross-check and diagnosis as the unary folder, the streams' own block, and a report with both sections."""
+    from satpoint.config import RunConfig
+    from satpoint.engine.schedule import due_times
+    from satpoint.metrics.results import Segment, append_segment, new_header, write_header
+    from satpoint.reports.html import write_report
+    from satpoint.servers.offline_stream import simulate_stream
+
+    sim = SimConfig(slots=4, stream=True, stream_first_ms=4, stream_gap_ms=1, stream_chunks=7)  # 10 ms a stream
+    out = tmp_path / "streamed"
+    target = {"url": "http://sim.invalid:8080", "model": "sim", "protocol": "rest", "stream": True}
+    results = Results(new_header(RunConfig.from_header({"kind": "run", "config": {"mode": "open_loop"}}), target, 0))
+    rec = simulate_stream(due_times(STAGES, "constant"), sim)
+    append_segment(out, results, Segment(0, "run", STAGES, "constant", 0, 0.0, rec))
+    write_observations(out, results)
+    write_header(out, results)
+    streamed, unary = build_summary(load_results(out)), build_summary(folder(tmp_path))
+    assert streamed["target"]["stream"] is True and unary["target"]["stream"] is not True
+    for s, u in zip(streamed["stages"], unary["stages"], strict=True):
+        assert s["stream"]["chunks_per_request"] == 7 and s["stream"]["ttfc_ms"]["p50"] > 0
+        assert s["server"]["cpu_cores"] == u["server"]["cpu_cores"] and s["server"]["rss_mb"] == u["server"]["rss_mb"]
+        assert s["server"]["cpu_us_per_request"] > 0 and s["server"]["procs_max"] == 2
+        (met,) = s["server_metrics"]
+        assert met["source"] == "mlserver" and met["window"] == "steady" and met["cross_check"]["agrees"]
+    assert [d["kind"] for d in streamed["diagnosis"]] == [d["kind"] for d in unary["diagnosis"]]
+    assert streamed["observed"] == unary["observed"]
+    _assert_mirrors(parse_summary(streamed), streamed)
+    page = write_report([out], out / "report.html").read_text()
+    for section in ('id="stream"', 'id="stream-timeline-0"', 'id="server"', 'id="plot-server"', "Inside the server"):
+        assert section in page, section
+    assert 'id="plot-server-vs-client"' in page
