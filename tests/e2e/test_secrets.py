@@ -217,9 +217,10 @@ def test_find_sweep_and_compare_write_print_and_pass_no_secret(tmp_path: Path, m
             "--remeasure-top", "0", "--find-budget-s", "12", *SHORT_FIND, "--out", out["sweep"],
         )  # fmt: skip
         resumed = satpoint_watched("resume", "sweep", "--resume", out["sweep"], *headers)
+        # compare --budget-s 9: its search's first stage (no later one is examined), then its profile
         compared = satpoint_watched(
             "compare", "compare", "--url", url, "--model", "sim", *headers, "--protocols", "rest",
-            "--budget-s", "12", *SHORT_FIND, "--out", out["compare"],
+            "--budget-s", "9", *SHORT_FIND, "--out", out["compare"],
         )  # fmt: skip
         reported = satpoint_watched("report", "report", out["find"])
     runs = [found, swept, resumed, compared, reported]

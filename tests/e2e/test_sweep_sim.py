@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> No
                 server_cores=2,
             ),
             remeasure_top=0,
-            find=_config(()).find,
+            # a 6 s search budget: its first two stages (each counted as 0.3 s ramp, 1.5 s hold and 1.7 s
+            # of overhead); the figure examined is rps_per_core, which the first stable stage gives
+            find=replace(_config(()).find, budget_s=6.0),
             load=LoadOptions(drain_s=1.0),
         )
         events: list[Any] = []
@@ -148,12 +151,14 @@ def test_a_remote_https_server_with_a_private_ca_is_swept(tmp_path: Path) -> Non
 
     pki = make_pki(tmp_path / "pki")
     quick = ["--precision", "0.25", "--ramp", "0.3", "--min-hold", "1", "--max-hold", "1.5", "--min-requests", "100"]
+    # --find-budget-s 9: the search's first stage (counted as 0.3 s ramp, 1.5 s hold, 5.7 s of overhead);
+    # examined are a figure from it and where the certificate went
     runner = CliRunner()
     with SimServer(slots=1, service_ms=SERVICE_MS, tls_cert=pki.server_cert, tls_key=pki.server_key) as sim:
         assert sim.url.startswith("https://")
         common = ["sweep", "--url", sim.url, "--model", "sim", "--set", "protocol=rest", "--remeasure-top", "0"]
         trusted = runner.invoke(
-            app, [*common, *quick, "--find-budget-s", "12", "--ca-cert", str(pki.ca), "--out", str(tmp_path / "ok")]
+            app, [*common, *quick, "--find-budget-s", "9", "--ca-cert", str(pki.ca), "--out", str(tmp_path / "ok")]
         )
         untrusted = runner.invoke(app, [*common, *quick, "--out", str(tmp_path / "refused")])
     assert trusted.exit_code == 0, trusted.output
