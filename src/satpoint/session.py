@@ -38,10 +38,10 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.lead import start_lead_s
 from satpoint.engine.live import LiveSnapshot
-from satpoint.engine.realtime import RealtimeUnavailable, check_realtime
+from satpoint.engine.realtime import check_realtime
 from satpoint.engine.runner import RunOutput, ShardStats, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
-from satpoint.errors import ConfigError, TargetUnreachable
+from satpoint.errors import TargetUnreachable
 from satpoint.metrics.checkpoint import CheckpointSpec
 from satpoint.metrics.observed import read_observations
 from satpoint.metrics.records import Records
@@ -91,10 +91,7 @@ class Fleet(Protocol):
 def require_fleet(load: LoadOptions) -> None:
     """Fail early, with the one-line error naming the extra, when ``load.ray`` asks for Ray and there is none,
     and when ``load.realtime_priority`` cannot be set on this machine (a ``ConfigError`` saying why)."""
-    try:
-        check_realtime(load.realtime_priority)
-    except RealtimeUnavailable as e:
-        raise ConfigError(str(e)) from None
+    check_realtime(load.realtime_priority)  # a RealtimeUnavailable (a ConfigError) saying why not
     if load.ray is not None:
         from satpoint.distributed.ray_fleet import import_ray
 

@@ -75,6 +75,12 @@ def test_the_cli_refuses_before_anything_is_sent(monkeypatch: pytest.MonkeyPatch
     assert not (tmp_path / "o").exists()
     r = CliRunner().invoke(app, ["run", *dead, "--realtime", "100"])
     assert r.exit_code == 2 and "--realtime" in r.output
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp\n0.0\n0.5\n1.0\n")
+    replay = ["run", "--url", "http://127.0.0.1:9", "--model", "m", "--trace", str(trace), "--out", str(tmp_path / "t")]
+    r = CliRunner().invoke(app, [*replay, "--realtime", "5"])
+    assert r.exit_code == 2 and "throttling is off" in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "t").exists()
 
 
 def test_the_pacing_options_reach_the_load_options(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,10 +19,12 @@ import resource
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from satpoint.errors import ConfigError
+
 _RT_RUNTIME = Path("/proc/sys/kernel/sched_rt_runtime_us")
 
 
-class RealtimeUnavailable(RuntimeError):
+class RealtimeUnavailable(ConfigError):
     """The real-time priority asked for cannot be set here (permissions, platform, throttling off)."""
 
 
