@@ -42,7 +42,9 @@ def test_the_command_line_is_a_thin_shell() -> None:
     # 1302: --resident refused with --procs > 1 or --ray (+3)
     # 1345: --wake-window-ms and --realtime on run, find, sweep and compare (pacing_opts +25, +4 per command;
     # +2: refused on a closed loop)
-    assert total < 1345, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1352: --ca-cert, --insecure, --client-cert, --client-key on coldstart (+7: four options, their fields,
+    # refused without --url)
+    assert total < 1352, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 

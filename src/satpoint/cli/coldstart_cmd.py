@@ -27,13 +27,19 @@ from satpoint.cli.coldstart_opts import (
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    CaCertOpt,
+    ClientCertOpt,
+    ClientKeyOpt,
     HeaderOpt,
+    InsecureOpt,
     TimeoutOpt,
     console,
+    fail,
     guarded,
     interruptible,
     parse_headers,
     secrets_of,
+    tls_fields,
 )
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, run_coldstart
@@ -60,16 +66,23 @@ def coldstart(
     slo_p99_ms: SloP99Opt = None,
     seed: Annotated[int, typer.Option(help="seed of the overcommit mix's draw")] = 0,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/coldstart-TIMESTAMP)")] = None,
+    ca_cert: CaCertOpt = None,
+    insecure: InsecureOpt = False,
+    client_cert: ClientCertOpt = None,
+    client_key: ClientKeyOpt = None,
 ) -> None:
     """Cold starts through the model-repository API (unload, load, first inference, requests during the
     load), and overcommit runs with at most K models resident (--resident)."""
+    tls = tls_fields(ca_cert, insecure, client_cert, client_key)
     secrets = secrets_of([url] if url else [], parse_headers(header))
 
     def body() -> int:
         models = tuple(model or ())
         target = None
         if url is not None:
-            target = Target(url=url, model=models[0] if models else "-", headers=parse_headers(header))
+            target = Target(url=url, model=models[0] if models else "-", headers=parse_headers(header), **tls)
+        elif any(tls.values()):  # the embedded server speaks http://
+            raise fail("--ca-cert/--insecure/--client-cert/--client-key need an https:// URL (--url)")
         opts = ColdStartOptions(
             repeats=repeats, during_rps=during_rps, warm_requests=warm, call_timeout_s=call_timeout,
             request_timeout_s=timeout, models=models, demo_models=demo_models, demo_model=demo_model, server=server,

@@ -78,8 +78,10 @@ class SideStream:
                 backlog.popleft()
 
         b = self._builder
-        ssl_context = b.tls.context() if b.tls is not None else None
-        pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context)
+        ssl_context = b.tls.context() if b.tls is not None else None  # the target's TLS, as the load's
+        hostname = b.tls.server_hostname if b.tls is not None else None
+        pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context,
+                        server_hostname=hostname)  # fmt: skip
         await pool.prepare(2)
         self.t0 = perf() + self._lead_s
         self._started.set()

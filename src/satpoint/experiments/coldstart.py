@@ -46,7 +46,7 @@ from satpoint.analysis.coldstart import (
 )
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.rest import RestFactoryBuilder
-from satpoint.endpoints.spec import Target
+from satpoint.endpoints.spec import INSECURE_WARNING, Target
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.side_stream import SideStream
@@ -55,6 +55,7 @@ from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
 from satpoint.redact import redact_text, redact_url
 from satpoint.reports.coldstart import write_html
+from satpoint.session import announce_target
 from satpoint.transports import rest_control
 from satpoint.transports.overcommit import OvercommitBuilder, settle
 from satpoint.transports.repository import RepositoryClient, RepositoryError, loaded_models
@@ -342,10 +343,12 @@ def write_results(
     served: _Served, opts: ColdStartOptions, reps: Sequence[Repetition], runs: Sequence[dict[str, Any]], out_dir: Path
 ) -> dict[str, Any]:
     cold = coldstart_summary(reps)
+    target = served.spec.describe()
     summary: dict[str, Any] = {
         "kind": "coldstart",
         "satpoint_version": __version__,
-        "target": {"url": served.spec.describe().get("url"), "models": list(served.models)},
+        "target": {"url": target.get("url"), "models": list(served.models), "tls": target.get("tls")},
+        "warnings": [INSECURE_WARNING] if served.spec.insecure and served.spec.uses_tls else [],
         "server": served.info,
         "options": {
             "repeats": opts.repeats,
@@ -444,6 +447,8 @@ def run_coldstart(
 ) -> ColdStartResult:
     """``satpoint coldstart``: against ``target`` (a URL), or the embedded server when None."""
     opts = opts.validate()
+    if target is not None:
+        announce_target(target.validate(), on_event)  # --insecure's warning, before any request
     with attach(target, opts) if target is not None else embedded(opts) as served:
         if len(served.models) < 1:
             raise ModelNotFound("no model to measure")
