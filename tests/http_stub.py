@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import http.server
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -25,13 +26,20 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serve ``handler`` until the block ends; yields the base URL (``http://127.0.0.1:PORT``)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(
+    handler: type[http.server.BaseHTTPRequestHandler],
+    tls: ssl.SSLContext | None = None,
+    server_type: type[http.server.ThreadingHTTPServer] = http.server.ThreadingHTTPServer,
+) -> Iterator[str]:
+    """Serve ``handler`` until the block ends; yields the base URL (``http://127.0.0.1:PORT``, or
+    ``https://`` with a server-side ``tls`` context)."""
+    server = server_type(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls is not None else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

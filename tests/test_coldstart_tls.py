@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 
 from satpoint.cli.main import app
 from tests.certs import Pki, make_pki
+from tests.http_stub import serving
 from tests.test_coldstart_secrets import _handler
 
 
@@ -32,16 +32,8 @@ def _serving_tls(pki: Pki, seen: list[str]) -> Iterator[str]:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca))
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_cert_chain(pki.server_cert, pki.server_key)
-    server = _QuietServer(("127.0.0.1", 0), _handler({"a", "c"}, seen))
-    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(_handler({"a", "c"}, seen), tls=ctx, server_type=_QuietServer) as url:
+        yield url
 
 
 def test_coldstart_over_https_with_a_private_ca_and_a_client_certificate(tmp_path: Path) -> None:
