@@ -14,6 +14,7 @@ No network, no child processes; bounded by ``--seconds`` x ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -34,10 +35,8 @@ def one(period_s: float, seconds: float) -> dict[str, float]:
     late: list[float] = []
 
     async def main() -> None:
-        loop = uvloop.Loop.current() if hasattr(uvloop.Loop, "current") else None  # noqa: F841 (not used)
-        import asyncio
-
-        done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
         start = time.perf_counter() + 0.05
         end = start + seconds
         nxt = [start]
@@ -51,7 +50,7 @@ def one(period_s: float, seconds: float) -> dict[str, float]:
                 return None
             return nxt[0]
 
-        timer = WakeTimer(asyncio.get_running_loop(), fire)
+        timer = WakeTimer(loop, fire)
         timer.arm(start)
         c0 = _cpu()
         await done
