@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "***"
@@ -155,6 +156,18 @@ def redact_text(text: str, secret_values: Iterable[str] = ()) -> str:
     for value in sorted({v for v in secret_values if len(v) >= 4}, key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text
+
+
+def redact_doc(doc: Any, secret_values: Sequence[str] = ()) -> Any:
+    """A JSON-like document with :func:`redact_text` applied to every string in it (texts a server wrote,
+    such as error messages, may echo a credential); keys, numbers and the structure unchanged."""
+    if isinstance(doc, str):
+        return redact_text(doc, secret_values)
+    if isinstance(doc, dict):
+        return {k: redact_doc(v, secret_values) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [redact_doc(v, secret_values) for v in doc]
+    return doc
 
 
 def secret_values(url: str | None = None, headers: Sequence[tuple[str, str]] = ()) -> tuple[str, ...]:

@@ -53,7 +53,7 @@ from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
 from satpoint.progress import OnEvent, say
-from satpoint.redact import redact_text, redact_url
+from satpoint.redact import redact_doc, redact_text, redact_url
 from satpoint.reports.coldstart import write_html
 from satpoint.session import announce_target
 from satpoint.transports import rest_control
@@ -370,23 +370,11 @@ def write_results(
     data = {"repetitions": [r.to_dict() for r in reps], "overcommit": list(runs)}
     # every text the server wrote (load errors, the overcommit's control errors) may echo a credential
     secrets = served.spec.secret_values()
-    summary, data = _redacted(summary, secrets), _redacted(data, secrets)
+    summary, data = redact_doc(summary, secrets), redact_doc(data, secrets)
     (out_dir / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     write_html(summary, out_dir / REPORT_FILE, data)
     return summary
-
-
-def _redacted(doc: Any, secrets: Sequence[str]) -> Any:
-    """``doc`` with every string redacted (``satpoint.redact``: URL credentials, secret header values and
-    the target's literal ``secrets``); keys, numbers and the structure unchanged."""
-    if isinstance(doc, str):
-        return redact_text(doc, secrets)
-    if isinstance(doc, dict):
-        return {k: _redacted(v, secrets) for k, v in doc.items()}
-    if isinstance(doc, (list, tuple)):
-        return [_redacted(v, secrets) for v in doc]
-    return doc
 
 
 def _ms(v: float | None) -> str:
