@@ -46,7 +46,7 @@ from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.triton import TritonSettings, TritonTarget
-from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_fleet
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_generator
 from satpoint.target_hold import hold_from_idle, run_target_stage
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
@@ -190,7 +190,7 @@ def run(
     plan = _stages(stages)
     check_plan_fits(plan)
     load = (load or LoadOptions()).validate()
-    require_fleet(load)
+    require_generator(load)
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
     observe = (observe or ObserveOptions()).validate()
     flame_stage: int | None = None
@@ -301,7 +301,7 @@ def find(
         raise ConfigError("server= describes the embedded server satpoint starts: give it with target=None")
     opts = (options or FindOptions()).validate()
     if load is not None:
-        require_fleet(load.validate())
+        require_generator(load.validate())
     observe = (observe or ObserveOptions()).validate()
     if observe.flamegraph is not None:
         opts = replace(opts, flamegraph=True)

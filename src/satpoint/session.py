@@ -88,9 +88,10 @@ class Fleet(Protocol):
     ) -> tuple[RunOutput, dict[str, Any]]: ...
 
 
-def require_fleet(load: LoadOptions) -> None:
-    """Fail early, with the one-line error naming the extra, when ``load.ray`` asks for Ray and there is none,
-    and when ``load.realtime_priority`` cannot be set on this machine (a ``ConfigError`` saying why)."""
+def require_generator(load: LoadOptions) -> None:
+    """Fail early, before any server starts or request leaves, when this machine cannot give the generator
+    what ``load`` asks for: Ray for ``load.ray`` (the one-line error names the extra) or the real-time
+    priority ``load.realtime_priority`` (a ``ConfigError`` saying why)."""
     check_realtime(load.realtime_priority)  # a RealtimeUnavailable (a ConfigError) saying why not
     if load.ray is not None:
         from satpoint.distributed.ray_fleet import import_ray

@@ -32,7 +32,7 @@ from satpoint.config import LoadOptions
 from satpoint.endpoints.spec import Target
 from satpoint.progress import OnEvent, say
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
-from satpoint.session import check_rows_fit, require_fleet
+from satpoint.session import check_rows_fit, require_generator
 from satpoint.trace_replay import run_trace
 from satpoint.traffic.trace_plan import TraceOptions, build
 
@@ -66,7 +66,7 @@ def find_headroom(
     """Search the speed factor at which ``trace`` is sustained by ``target`` (see the module's doc)."""
     trace = trace.validate()
     if load is not None:
-        require_fleet(load.validate())  # --realtime refused here, before the first folder is made
+        require_generator(load.validate())  # --realtime refused here, before the first folder is made
     stop = stop or threading.Event()
     out_dir = Path(out) if out is not None else Path("results") / f"find-trace-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)

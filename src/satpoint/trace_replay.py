@@ -30,7 +30,7 @@ from satpoint.observe.observer import Observer
 from satpoint.plan import TRACE_ARRIVAL
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
-from satpoint.session import LOST_ERRORS, Session, announce_target, check_rows_fit, require_fleet
+from satpoint.session import LOST_ERRORS, Session, announce_target, check_rows_fit, require_generator
 from satpoint.traffic.trace_plan import TraceOptions, TraceSchedule, build
 from satpoint.traffic.trace_read import TraceError
 
@@ -108,7 +108,7 @@ def run_trace(
     load = (load or LoadOptions()).validate()
     if load.ray is not None:
         raise ConfigError("--trace replays on this machine's generator processes (--procs), not on --ray hosts")
-    require_fleet(load)  # --realtime refused here, before anything is sent
+    require_generator(load)  # --realtime refused here, before anything is sent
     observe = (observe or ObserveOptions()).validate()
     if observe.flamegraph is not None:
         raise ConfigError("--flamegraph records a stage of a --stage plan, not of a replayed trace")

@@ -22,7 +22,7 @@ from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import profile_session, search_target
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import Session, require_fleet
+from satpoint.session import Session, require_generator
 
 COMPARE_FILE = "compare.json"
 PROTOCOLS = ("rest", "grpc")
@@ -146,7 +146,7 @@ def run_compare(
 ) -> CompareOutcome:
     """Search each protocol, profile all of them at the lowest saturation point, write everything."""
     cfg.validate()
-    require_fleet(cfg.load)  # --realtime refused here, before the server starts
+    require_generator(cfg.load)  # --realtime refused here, before the server starts
     stop = stop or threading.Event()
     rules = VerdictRules()
     sessions: dict[str, Session] = {}

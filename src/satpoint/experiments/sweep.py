@@ -44,7 +44,7 @@ from satpoint.observe.observer import Observer
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.saturation import search_target
-from satpoint.session import Fleet, open_fleet, require_fleet
+from satpoint.session import Fleet, open_fleet, require_generator
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -250,7 +250,7 @@ def run_sweep(
         cfg.validate()
         state = SweepState(out_dir, cfg, cfg.points())
     cfg, points = state.cfg, state.points
-    require_fleet(cfg.load)  # Ray there, --realtime allowed: refused here, before any server starts
+    require_generator(cfg.load)  # Ray there, --realtime allowed: refused here, before any server starts
     est = estimate(cfg, len(points))
     state.doc["estimate"] = est
     reused = sum(1 for m in state.measurements if m["status"] == "done")
