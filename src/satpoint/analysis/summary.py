@@ -231,6 +231,11 @@ def build_summary(results: Results) -> dict[str, Any]:
         from satpoint.analysis.per_model import models_block
 
         summary["models"] = models_block(results, stages)
+    from satpoint.analysis.overcommit_summary import overcommit_block  # --resident K: the emulated loads
+
+    if (oc := overcommit_block(results)) is not None:
+        summary["overcommit"] = oc
+        warnings.insert(0, oc["warning"])
     if results.kind == "find":
         from satpoint.analysis.search_summary import find_fields  # the search's own summary fields
 
