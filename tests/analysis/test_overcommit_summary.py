@@ -54,6 +54,15 @@ def test_the_summary_adds_up_the_emulated_loads_and_says_so(tmp_path: Path) -> N
     assert "OVERCOMMIT EMULATED" in console.export_text()
 
 
+def test_a_run_that_loaded_nothing_says_so(tmp_path: Path) -> None:
+    results = _run(tmp_path / "none", resident=4)
+    for seg in results.segments:
+        seg.generator["transport"]["overcommit"].update(loads=0, evictions=0, cold_requests=0, load_s=[])
+    summary = build_summary(results)
+    assert summary["overcommit"]["load_ms"] is None and summary["overcommit"]["cold_share"] == 0.0
+    assert "no model was loaded or evicted in this run" in summary["warnings"][0]
+
+
 def test_a_mix_without_resident_has_no_overcommit_block(tmp_path: Path) -> None:
     _run(tmp_path / "plain", resident=None)
     summary = build_summary(load_results(tmp_path / "plain"))

@@ -63,10 +63,18 @@ def overcommit_block(results: Results) -> dict[str, Any] | None:
         "cold_share": round(totals["cold_requests"] / requests, 4) if requests else None,
         "load_ms": _ms(load_s),
         "segments": segments,
-        "warning": (
-            f"OVERCOMMIT EMULATED: at most {k} of the {n} models resident, loaded on demand and evicted least "
-            f"recently used by satpoint (an overcommitting scheduler's policy, not Seldon's code): every figure "
-            f"here includes those loads ({totals['loads']} loads, {totals['evictions']} evictions; "
-            f"{totals['cold_requests']} of {requests} requests waited for a load)"
-        ),
+        "warning": _warning(k, n, totals, requests),
     }
+
+
+def _warning(k: Any, n: Any, totals: dict[str, int], requests: int) -> str:
+    head = (
+        f"OVERCOMMIT EMULATED: at most {k} of the {n} models resident, loaded on demand and evicted least "
+        "recently used by satpoint (an overcommitting scheduler's policy, not Seldon's code)"
+    )
+    if not totals["loads"] and not totals["cold_requests"]:
+        return f"{head}: no model was loaded or evicted in this run (0 of {requests} requests waited for a load)"
+    return (
+        f"{head}: every figure here includes those loads ({totals['loads']} loads, {totals['evictions']} "
+        f"evictions; {totals['cold_requests']} of {requests} requests waited for a load)"
+    )
