@@ -72,14 +72,19 @@ def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 
     if target.spec.protocol != "rest":
         return None
     spec = target.spec
-    url = rest_control.endpoint_url(spec.url, rest_control.model_path(spec.model, spec.version) + "/infer")
+    model, doc = spec.model, target.payload_docs[0]
+    pick = getattr(target.builder, "probe_model", None)
+    if callable(pick) and target.mix is not None:  # --resident K: a model loaded now (the first may be evicted)
+        m = pick()
+        model, doc = target.mix.names[m], target.payload_docs[m * target.mix.per_model]
+    url = rest_control.endpoint_url(spec.url, rest_control.model_path(model, spec.version) + "/infer")
     parts = urlsplit(url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     headers = {k: v for k, v in spec.wire_headers}
     headers["Content-Type"] = "application/json"
-    body = encode_json_body(target.payload_docs[0])
+    body = encode_json_body(doc)
     if spec.binary_data:  # the load's encoding (Triton's binary tensors): the same work for the server
-        body, json_len = encode_binary_body(target.payload_docs[0])
+        body, json_len = encode_binary_body(doc)
         headers[BINARY_HEADER] = str(json_len)
     conn: http.client.HTTPConnection
     try:

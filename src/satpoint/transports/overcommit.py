@@ -346,6 +346,12 @@ class OvercommitBuilder:
     def with_max_inflight(self, max_inflight: int) -> Self:
         return replace(self, max_inflight=max_inflight)
 
+    def probe_model(self) -> int:
+        """A model loaded now (the most recently used one as the last segment left them, else the most popular):
+        what a probe outside the runs (the baseline, a cool-down's "idle again" test) asks, without a load; the
+        mix's first model may have been evicted (the server answers 404 for it)."""
+        return self.residency[-1] if self.residency else self.initial[0] if self.initial else 0
+
     def _inner_recipe(self) -> Callable[[], TransportFactory]:
         resize = getattr(self.inner, "with_max_inflight", None)
         if self.max_inflight is None or not callable(resize):
