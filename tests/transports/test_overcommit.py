@@ -228,3 +228,31 @@ def test_the_next_transport_of_a_recipe_starts_from_the_residency_the_last_one_l
         assert second.resident() == ["c"]  # type: ignore[attr-defined]
 
     asyncio.run(go())
+
+
+def test_a_load_that_answers_while_the_run_closes_stays_counted_as_resident() -> None:
+    """A segment cut off under overload closes with a load under way: the model it loads is loaded on the
+    server, so the next segment must count it (it counted K - 1 and loaded one more without an eviction)."""
+
+    async def go() -> None:
+        control = FakeControl()
+        builder = OvercommitBuilder(lambda: FakeInner, control, MODELS, (0, 1, 2), resident=2, initial=(0, 1))
+        first = builder()(Records.empty(np.arange(4, dtype=np.float64)), lambda: None)
+        await first.prepare(1)
+        control.gate.clear()  # c's load does not answer yet
+        assert first.try_send(0, 2)
+        await _settle()
+        first.abort_all(Outcome.TIMEOUT)
+        closing = asyncio.ensure_future(first.close())
+        await _settle()
+        control.gate.set()
+        await closing
+        assert control.calls == ["unload a", "load c"] and first.resident() == ["b", "c"]  # type: ignore[attr-defined]
+        second = builder()(Records.empty(np.arange(4, dtype=np.float64)), lambda: None)
+        await second.prepare(1)
+        assert second.try_send(0, 0)  # a: b is evicted first, so two stay loaded
+        await _settle()
+        assert control.calls[2:] == ["unload b", "load a"] and second.resident() == ["c", "a"]  # type: ignore[attr-defined]
+        await second.close()
+
+    asyncio.run(go())

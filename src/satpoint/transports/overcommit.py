@@ -226,6 +226,9 @@ class OvercommitTransport:
                 error = f"load {self._models[model]}: {e}"
             self._queue.popleft()
             held = self._held.pop(model, [])
+            if error is None:  # loaded on the server: resident, also when the run closed meanwhile (the next
+                self._lru[model] = None  # segment starts from this residency: K loaded, not K - 1 counted)
+                self._lru.move_to_end(model)
             if self._closing:
                 return
             if error is not None:
@@ -234,8 +237,6 @@ class OvercommitTransport:
                 self._finish(held, Outcome.HTTP_ERROR, LOAD_FAILED_STATUS)
                 self._on_free()
                 continue
-            self._lru[model] = None
-            self._lru.move_to_end(model)
             self._release(held)
 
     def _release(self, held: list[tuple[int, int]]) -> None:
