@@ -44,8 +44,10 @@ from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.saturation import search_target
+from satpoint.servers.embedded import EmbeddedSettings
 from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 from satpoint.servers.triton import TritonSettings, TritonTarget
+from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_generator
 from satpoint.target_hold import hold_from_idle, run_target_stage
 
@@ -273,7 +275,7 @@ def find(
     slo: Sequence[str] | Mapping[str, float] = (),
     max_error_rate: float = 0.01,
     thresholds: Sequence[str] = (),
-    server: MLServerSettings | TritonSettings | None = None,
+    server: EmbeddedSettings | None = None,
     protocol: str = "rest",
     target_options: Mapping[str, Any] | None = None,
     emit_k8s: Path | str | None = None,
@@ -287,8 +289,9 @@ def find(
     """The saturation search: the highest rate one replica sustains before queueing sets in.
 
     With ``target=None`` an embedded MLServer (``server`` settings; default: the iris model, one worker,
-    on all CPUs but the last, the generator on the last) is started and always stopped, and tested over
-    ``protocol`` with ``target_options`` (other ``Target`` fields, e.g. ``headers``).  ``slo`` adds
+    on all CPUs but the last, the generator on the last) or Triton (``TritonSettings``; copies of a demo
+    model: ``TritonRepoSettings``) is started and always stopped, and tested over ``protocol`` with
+    ``target_options`` (other ``Target`` fields, e.g. ``headers``; many models: a uniform mix).  ``slo`` adds
     latency objectives (``["p99<50ms"]`` or ``{"p99": 50.0}``): the answer is then the highest stable
     rate that meets them.  ``emit_k8s`` writes a Seldon Core 2 ``Model`` and an HPA for the
     recommendation into that folder.  ``observe`` names a local server's pids and Prometheus endpoints
@@ -324,15 +327,15 @@ def find(
             if load is None or (load.generator_cpus is None and load.ray is None):  # Ray hosts: not pinned
                 load = replace(load or LoadOptions(drain_s=5.0), generator_cpus=g_cpus)
             settings = server or MLServerSettings(cpus=s_cpus)
-            if isinstance(settings, TritonSettings) and settings.cpus is None:
+            if not isinstance(settings, MLServerSettings) and settings.cpus is None:
                 settings = replace(settings, cpus=s_cpus)
             embedded = _start_embedded(settings, load, on_event)
             stack.enter_context(embedded)
-            say(on_event, f"{_server_name(embedded)} ready at {embedded.rest_url} (pid {embedded.pid})")
+            say(on_event, f"{embedded.NAME} ready at {embedded.rest_url} (pid {embedded.pid})")
             server_info = embedded.info()
             target = embedded.target(protocol, **(target_options or {}))
             watched = [embedded.metrics_url]
-            if isinstance(embedded, TritonTarget):
+            if not isinstance(embedded, MLServerTarget):  # Triton's statistics (of every model it serves)
                 watched.append(embedded.stats_url)
             observe = replace(
                 observe,
@@ -369,23 +372,20 @@ _REC_FIELDS = {f.name for f in dataclass_fields(Recommendation)}
 
 
 def _start_embedded(
-    settings: MLServerSettings | TritonSettings, load: LoadOptions, on_event: OnEvent | None
-) -> MLServerTarget | TritonTarget:
+    settings: EmbeddedSettings, load: LoadOptions, on_event: OnEvent | None
+) -> MLServerTarget | TritonTarget | TritonRepoTarget:
     """The embedded server described by ``settings``, not yet started (a context manager)."""
     where = f"server CPUs {_cpu_list(settings.cpus)}, generator CPUs {_cpu_list(load.generator_cpus)}"
-    if isinstance(settings, TritonSettings):
+    if not isinstance(settings, MLServerSettings):
         knobs = ", ".join(f"{k}={v}" for k, v in settings.knobs().items() if v is not None)
-        say(on_event, f"starting the embedded Triton ({settings.demo_model} model, {knobs}, {where})")
-        return TritonTarget(settings)
+        copies = f"{settings.models} copies of the " if isinstance(settings, TritonRepoSettings) else ""
+        say(on_event, f"starting the embedded Triton ({copies}{settings.demo_model} model, {knobs}, {where})")
+        return TritonTarget(settings) if isinstance(settings, TritonSettings) else TritonRepoTarget(settings)
     say(
         on_event,
         f"starting the embedded MLServer ({_served(settings)}, parallel_workers={settings.parallel_workers}, {where})",
     )
     return MLServerTarget(settings)
-
-
-def _server_name(server: MLServerTarget | TritonTarget) -> str:
-    return "Triton" if isinstance(server, TritonTarget) else "MLServer"
 
 
 def _with_triton_stats(target: Target, observe: ObserveOptions, on_event: OnEvent | None = None) -> ObserveOptions:

@@ -98,6 +98,26 @@ def test_find_on_embedded_triton(tmp_path: Path) -> None:
     assert "Triton statistics" in out and (tmp_path / "report.html").is_file()
 
 
+def test_find_with_demo_models_mixes_every_copy_on_the_repository_triton(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "satpoint", "find", "--server", "triton", "--demo-models", "2",
+            "--max-batch-size", "16", "--max-queue-delay-us", "200", "--out", str(tmp_path), "--budget-s", "14",
+            "--timeout", "2", "--no-profile", "--no-confirm", "--no-html", *FAST]  # fmt: skip
+    # --budget-s 14 (--timeout 2: a 2 s drain): one stage, ~11 s by the search's own estimate; examined are
+    # the copies, their mix, the knobs read back, the statistics of the stage, the cleanup
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    server = summary["server"]
+    assert server["models"]["names"] == ["iris-000", "iris-001"] and server["models"]["distinct_artifacts"] == 2
+    assert len(server["memory_at_ready"]["processes"]) == 3  # tritonserver and one Python-backend stub per copy
+    config = summary["triton"]["model_config"]
+    assert config["max_batch_size"] == 16 and config["max_queue_delay_us"] == 200
+    assert summary["models"]["names"] == ["iris-000", "iris-001"] and min(summary["models"]["counts"]["requests"]) > 0
+    stats = [m for s in summary["stages"] for m in s["server_metrics"] if m["source"] == "triton_stats"]
+    assert stats and any(m["requests"] for m in stats)
+    assert processes_using(str(server["workdir"])) == []
+
+
 def test_a_triton_that_fails_to_become_ready_is_stopped_with_its_log(tmp_path: Path) -> None:
     server = TritonTarget(TritonSettings(), ready_timeout_s=3.0)
     with pytest.raises(TargetError) as info:

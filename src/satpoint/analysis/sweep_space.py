@@ -95,7 +95,7 @@ _DEMO_MODEL = Knob("demo_model", "choice", "demo model", choices=tuple(DEMO_MODE
 _MODELS = Knob(
     "models",
     "int",
-    "how many independent copies of the demo model the embedded MLServer serves (iris-000…; --demo-models)",
+    "how many independent copies of the demo model the embedded server serves (iris-000…; --demo-models)",
     minimum=1,
 )
 
@@ -208,6 +208,7 @@ KNOBS: dict[ServerKind, tuple[Knob, ...]] = {
         _ARRIVAL,
         _CPUS,
         _DEMO_MODEL,
+        _MODELS,
     ),
     "remote": (_PROTOCOL, _BATCH, _ARRIVAL, *TRITON_KNOBS),
 }

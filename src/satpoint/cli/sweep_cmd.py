@@ -174,8 +174,6 @@ def sweep(
                 raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
             if kind not in ("mlserver", "triton") and demo_model:
                 raise fail("--demo-model describes an embedded server (--server mlserver or triton)")
-            if kind != "mlserver" and (runtime or model_dir or demo_models or model_repo):
-                raise fail("--runtime/--model-dir/--demo-models/--model-repo describe the embedded MLServer")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),

@@ -24,6 +24,7 @@ from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.sweep_servers import BaseServer, point_limits
 from satpoint.servers.cgroups import ResourceLimits, check_available
+from satpoint.servers.embedded import MODEL_REPO_ON_TRITON
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class SweepConfig:
             raise ValueError(f"--server-memory-mb must be > 0, got {self.server_memory_mb:g}")
         if self.reference_model_dir is not None and self.eval_data is None:
             raise ValueError("--reference-model-dir is what --eval-data's answers are compared with: give --eval-data")
+        self._check_served()
         if self.server.kind == "remote" and (self.server.url is None and self.server.grpc_url is None):
             raise ValueError("a remote sweep needs --url (and --grpc-url for gRPC) and --model")
         if self.server.kind == "remote" and self.server.model is None:
@@ -113,6 +115,17 @@ class SweepConfig:
             if "rest" in protos and self.server.url is None:
                 raise ValueError("protocol=rest on a remote server needs --url")
         return self
+
+    def _check_served(self) -> None:
+        """The model options each server kind takes: the MLServer's folders and runtimes on MLServer only,
+        copies of the demo model (``--demo-models``) on either embedded server."""
+        s = self.server
+        if s.kind == "triton" and s.model_repo is not None:
+            raise ValueError(MODEL_REPO_ON_TRITON)
+        if s.kind != "mlserver" and (s.runtime or s.model_dir or s.model_repo):
+            raise ValueError("--runtime/--model-dir/--model-repo describe the embedded MLServer")
+        if s.kind not in ("mlserver", "triton") and s.demo_models is not None:
+            raise ValueError("--demo-models describes an embedded server (--server mlserver or triton)")
 
     def _check_models_point(self, p: Point) -> None:
         """Copies of the demo model (``models``, ``--demo-models``) serve no model folder or repository."""

@@ -236,7 +236,7 @@ def point_limits(knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _many_models(base: BaseServer, knobs: Mapping[str, Any]) -> dict[str, Any]:
     """A point's ``models`` knob (else the base's ``demo_models``) and the base's ``model_repo`` as
-    ``MLServerSettings`` fields."""
+    ``MLServerSettings`` fields (Triton: the ``demo_models`` count)."""
     out: dict[str, Any] = {}
     count = knobs.get("models", base.demo_models)
     if count is not None:
@@ -383,8 +383,10 @@ def _restore_triton(rest: Target, original: dict[str, Any], on_event: OnEvent | 
 def _triton_point(
     base: BaseServer, knobs: Mapping[str, Any], protocol: str, fields: dict[str, Any], on_event: OnEvent | None
 ) -> Iterator[PointServer]:
-    """The embedded Triton started with a point's knobs (over the base's)."""
+    """The embedded Triton started with a point's knobs (over the base's); with a ``models`` knob (else the
+    base's ``demo_models``), that many copies of the demo model in a model repository."""
     from satpoint.servers.triton import TritonSettings, TritonTarget
+    from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
 
     cpus = cores_for(base, knobs)
     _warn_shared(cpus, on_event)
@@ -394,10 +396,17 @@ def _triton_point(
         if value is not None:
             kw[name] = value
     settings = TritonSettings(**kw)
-    say(on_event, f"starting the embedded Triton ({_describe(kw)})")
-    with TritonTarget(settings) as server:
+    copies = _many_models(base, knobs).get("demo_models")
+    say(on_event, f"starting the embedded Triton ({_describe(kw if copies is None else {**kw, 'models': copies})})")
+    server = (
+        TritonTarget(settings)
+        if copies is None
+        else TritonRepoTarget(TritonRepoSettings.from_settings(settings, copies))
+    )
+    with server:
         target = server.target(protocol, **fields)
-        say(on_event, f"Triton ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start)")
+        held = f", {server.models} models" if copies is not None else ""
+        say(on_event, f"Triton ready at {target.url} (pid {server.pid}, {server.startup_s or 0:.1f} s to start{held})")
         cores = len(cpus) if cpus else os.cpu_count()
         urls = (server.metrics_url, server.stats_url)
         yield PointServer(target, server.info(), cores, pids=(server.pid,), metrics_urls=urls)

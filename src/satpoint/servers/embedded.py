@@ -12,14 +12,28 @@ from satpoint.errors import ConfigError
 from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
 from satpoint.servers.mlserver import MLServerSettings
 from satpoint.servers.triton import TritonSettings
+from satpoint.servers.triton_repo import TritonRepoSettings
 
 SERVERS = ("mlserver", "triton")
+#: why ``--model-repo`` is refused with ``--server triton``
+MODEL_REPO_ON_TRITON = (
+    "--model-repo serves an MLServer repository (folders with model-settings.json) on the embedded MLServer; "
+    "the embedded Triton serves copies of a demo model: --demo-models N"
+)
+#: the settings of an embedded server: MLServer, Triton with one model, Triton with copies of a demo model
+EmbeddedSettings = MLServerSettings | TritonSettings | TritonRepoSettings
 
 
 def _refuse(server: str, given: Mapping[str, object]) -> None:
     wrong = ["--" + k.replace("_", "-") for k, v in given.items() if v not in (None, False)]
     if wrong:
         raise ConfigError(f"{', '.join(wrong)}: not for the embedded {server}")
+
+
+def check_triton_served(served: Mapping[str, Any]) -> None:
+    """A ``ConfigError`` for a repository of model folders on the embedded Triton (``--model-repo``)."""
+    if served.get("model_repo") is not None:
+        raise ConfigError(MODEL_REPO_ON_TRITON)
 
 
 def embedded_settings(
@@ -36,10 +50,11 @@ def embedded_settings(
     preferred_batch_size: int | None = None,
     cpu_limit: str | None = None,
     memory_limit: str | None = None,
-) -> MLServerSettings | TritonSettings:
+) -> EmbeddedSettings:
     """The settings of the embedded ``server`` (``mlserver`` or ``triton``) from command-line options;
-    ``served`` holds the model options given (demo_model/runtime/model_dir). A ``ConfigError`` names the
-    options the chosen server does not take."""
+    ``served`` holds the model options given (demo_model/runtime/model_dir, demo_models/model_repo). A
+    ``ConfigError`` names the options the chosen server does not take.  Triton with ``demo_models``: the
+    copies in a model repository (``servers.triton_repo``), with the same knobs."""
     if server not in SERVERS:
         raise ConfigError(f"--server: {' or '.join(SERVERS)}, got {server!r}")
     triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances}
@@ -51,10 +66,12 @@ def embedded_settings(
             "mlserver_debug": mlserver_debug,
         }
         mlserver_only |= {"server_cpu_limit": cpu_limit, "server_memory_limit": memory_limit}
-        mlserver_only |= {k: served.get(k) for k in ("demo_models", "model_repo")}  # many models: MLServer's
         _refuse(server, mlserver_only)
+        check_triton_served(served)
         try:
-            return TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
+            settings = TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
+            copies = served.get("demo_models")
+            return settings if copies is None else TritonRepoSettings.from_settings(settings, copies)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     _refuse(server, triton)

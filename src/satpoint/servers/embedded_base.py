@@ -11,13 +11,14 @@ import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from satpoint.endpoints.spec import Target
+from satpoint.payloads.mix import ModelMix
 from satpoint.pythonpath import prepend_pythonpath as prepend_pythonpath  # re-exported for the servers
 from satpoint.pythonpath import satpoint_root as satpoint_root
 from satpoint.servers.process import ManagedProcess, TargetError
@@ -127,9 +128,21 @@ class EmbeddedServer:
     def metrics_url(self) -> str:
         return f"http://{HOST}:{self._require_ports().metrics}/metrics"
 
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model the server serves (one unless it holds many)."""
+        return (self.model_name,)
+
+    @property
+    def models(self) -> int:
+        return len(self.model_names)
+
     def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
         """The running server as a load-test target (``protocol`` rest or grpc; other ``Target`` fields
-        by keyword, e.g. ``headers``)."""
+        by keyword, e.g. ``headers``); with many models, a uniform mix over all of them unless ``mix`` is
+        given (``payloads.mix``: each request drawn for its model at planning time)."""
+        if self.models > 1 and kwargs.get("mix") is None:
+            kwargs["mix"] = ModelMix(self.model_names, weights="uniform")
         url = self.grpc_address if protocol == "grpc" else self.rest_url
         return Target(url=url, model=self.model_name, protocol=protocol, **kwargs)
 
@@ -137,10 +150,35 @@ class EmbeddedServer:
     def pid(self) -> int:
         return self._require_process().pid
 
+    def pids(self) -> list[int]:
+        """The server's live pids now: main process first, then its descendants."""
+        process = self._require_process()
+        if not process.running:
+            return []
+        pids = [process.pid, *process.descendants()]
+        self._remember_pids()
+        return pids
+
     @property
     def startup_s(self) -> float | None:
         """Seconds from process start to the model being ready."""
         return self._startup_s
+
+    def where(self, cpus: Sequence[int] | None) -> dict[str, Any]:
+        """Where the server runs, for the results header: host, ports, addresses, CPUs, pid, folder, the
+        seconds it took to start."""
+        ports = self._ports
+        return {
+            "host": HOST,
+            "ports": asdict(ports) if ports else None,
+            "rest_url": self.rest_url if ports else None,
+            "grpc_address": self.grpc_address if ports else None,
+            "metrics_url": self.metrics_url if ports else None,
+            "cpus": list(cpus) if cpus is not None else None,
+            "pid": self._process.pid if self._process is not None else None,
+            "workdir": str(self._workdir) if self._workdir is not None else None,
+            "startup_s": self._startup_s,
+        }
 
     @property
     def seen_pids(self) -> frozenset[int]:

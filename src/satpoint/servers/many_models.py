@@ -37,6 +37,7 @@ from satpoint.servers.demo_model import (
 __all__ = [
     "MAX_MODELS",
     "RepoModel",
+    "copies_info",
     "copy_digests",
     "copy_names",
     "fit_demo_copy",
@@ -162,22 +163,34 @@ def models_info(settings: Any, names: Sequence[str], digests: Sequence[str], loa
     """The results header's ``models`` block of an embedded MLServer (``settings``: its ``MLServerSettings``):
     how many models it holds, their names, and (with many) how they were made and loaded (``load``)."""
     s = settings
-    out: dict[str, Any] = {"count": len(names), "names": list(names)}
     if s.demo_models is not None:
-        out["source"] = "demo_models"
-        out["distinct_artifacts"] = len(set(digests)) if digests else None
-        out["how"] = (
-            f"copy i of the demo model {s.demo_model} trained on its own stratified bootstrap sample of the "
-            "training split (seed i), written to its own folder and loaded by its own model instance"
-        )
-    elif s.model_repo is not None:
+        return copies_info(s.demo_model, names, digests, load)
+    out: dict[str, Any] = {"count": len(names), "names": list(names)}
+    if s.model_repo is not None:
         out["source"] = "model_repo"
         out["model_repo"] = str(s.model_repo.resolve())
     else:
         out["source"] = "model_dir" if s.model_dir is not None else "demo_model"
-    if len(names) > 1 or s.demo_models is not None:
+    if len(names) > 1:
         out["load"] = load
     return out
+
+
+def copies_info(demo_model: str, names: Sequence[str], digests: Sequence[str], load: dict[str, Any]) -> dict[str, Any]:
+    """The results header's ``models`` block of a server holding copies of ``demo_model`` (``--demo-models``,
+    the embedded MLServer's or Triton's): their names, how they were made, how distinct their artefacts are
+    and how they were loaded (``load``)."""
+    return {
+        "count": len(names),
+        "names": list(names),
+        "source": "demo_models",
+        "distinct_artifacts": len(set(digests)) if digests else None,
+        "how": (
+            f"copy i of the demo model {demo_model} trained on its own stratified bootstrap sample of the "
+            "training split (seed i), written to its own folder and loaded by its own model instance"
+        ),
+        "load": load,
+    }
 
 
 def ready_timeout_s(models: int, workers: int) -> float:

@@ -43,8 +43,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from satpoint.endpoints.spec import Target
-from satpoint.payloads.mix import ModelMix
 from satpoint.servers.cgroups import ChildCgroup, check_available
 from satpoint.servers.demo_model import (
     DEMO_MODELS,
@@ -259,17 +257,6 @@ class MLServerTarget(EmbeddedServer):
         return self._settings.served_model_names
 
     @property
-    def models(self) -> int:
-        return len(self._settings.served_model_names)
-
-    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
-        """The running server as a load-test target; with many models, a uniform mix over all of them unless
-        ``mix`` is given (``payloads.mix``: each request drawn for its model at planning time)."""
-        if self.models > 1 and kwargs.get("mix") is None:
-            kwargs["mix"] = ModelMix(self.model_names, weights="uniform")
-        return super().target(protocol, **kwargs)
-
-    @property
     def memory_at_ready(self) -> dict[str, Any] | None:
         """The process tree's memory when the server had just become ready (``many_models.tree_memory``)."""
         return self._memory_at_ready
@@ -277,15 +264,6 @@ class MLServerTarget(EmbeddedServer):
     @property
     def log_path(self) -> Path:
         return self._require_process().log_path
-
-    def pids(self) -> list[int]:
-        """The server's live pids now: main process first, then its descendants."""
-        process = self._require_process()
-        if not process.running:
-            return []
-        pids = [process.pid, *process.descendants()]
-        self._remember_pids()
-        return pids
 
     def log_tail(self, lines: int = 40) -> str:
         return self._require_process().log_tail(lines)

@@ -54,10 +54,13 @@ from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 
 __all__ = [
     "ACCESS_HEADER",
+    "KNOB_NAMES",
     "RESTRICTED_ENDPOINTS",
     "TRITON_EXTRA_HINT",
     "TritonSettings",
     "TritonTarget",
+    "check_model_config",
+    "model_info",
     "pytriton_available",
     "triton_env",
 ]
@@ -75,6 +78,23 @@ RESTRICTED_ENDPOINTS = ("shared-memory", "model-repository", "trace", "logging")
 ACCESS_HEADER = "triton-access-token"
 
 TRITON_EXTRA_HINT = "the embedded Triton needs nvidia-pytriton: pip install 'satpoint[triton]'"
+
+
+#: the model configuration's knobs both embedded Tritons take (``TritonSettings``, ``TritonRepoSettings``)
+KNOB_NAMES = ("max_batch_size", "max_queue_delay_us", "instances", "preferred_batch_size")
+
+
+def check_model_config(s: Any) -> None:
+    """A ``ValueError`` for a model configuration Triton would not load: ``s`` holds ``input_datatype`` and
+    the ``KNOB_NAMES`` (the settings of either embedded Triton)."""
+    if s.input_datatype not in ("FP32", "FP64"):
+        raise ValueError(f"input_datatype must be FP32 or FP64, got {s.input_datatype!r}")
+    for name, low in (("max_batch_size", 1), ("max_queue_delay_us", 0), ("instances", 1)):
+        if int(getattr(s, name)) < low:
+            raise ValueError(f"{name} must be >= {low}, got {getattr(s, name)}")
+    pref = s.preferred_batch_size
+    if pref is not None and not 1 <= pref <= s.max_batch_size:
+        raise ValueError(f"preferred_batch_size must be within 1..max_batch_size ({s.max_batch_size}), got {pref}")
 
 
 def pytriton_available() -> bool:
@@ -99,16 +119,7 @@ class TritonSettings:
 
     def __post_init__(self) -> None:
         demo_model(self.demo_model)  # a ValueError naming the valid ones
-        if self.input_datatype not in ("FP32", "FP64"):
-            raise ValueError(f"input_datatype must be FP32 or FP64, got {self.input_datatype!r}")
-        for name, low in (("max_batch_size", 1), ("max_queue_delay_us", 0), ("instances", 1)):
-            if int(getattr(self, name)) < low:
-                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
-        pref = self.preferred_batch_size
-        if pref is not None and not 1 <= pref <= self.max_batch_size:
-            raise ValueError(
-                f"preferred_batch_size must be within 1..max_batch_size ({self.max_batch_size}), got {pref}"
-            )
+        check_model_config(self)
 
     @classmethod
     def from_options(
@@ -127,12 +138,7 @@ class TritonSettings:
         return self.model_name or self.demo_model
 
     def knobs(self) -> dict[str, Any]:
-        return {
-            "max_batch_size": self.max_batch_size,
-            "max_queue_delay_us": self.max_queue_delay_us,
-            "instances": self.instances,
-            "preferred_batch_size": self.preferred_batch_size,
-        }
+        return {k: getattr(self, k) for k in KNOB_NAMES}
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -265,39 +271,36 @@ class TritonTarget(EmbeddedServer):
     def info(self) -> dict[str, Any]:
         """Facts for the results header: versions, settings, the model served, ports, timings."""
         s = self._settings
-        spec = DEMO_MODELS[s.demo_model]
-        ports = self._ports
         return {
             "kind": "triton",
             "versions": package_versions(_VERSIONED_PACKAGES),
             "python": sys.version.split()[0],
             "settings": s.to_dict(),
-            "model": {
-                "name": s.served_model_name,
-                "source": "demo_model",
-                "demo_model": spec.name,
-                "estimator": spec.estimator,
-                "dataset": spec.dataset,
-                "n_features": spec.n_features,
-                "backend": "python (PyTriton)",
-                "inputs": [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, spec.n_features]}],
-                "outputs": [
-                    {"name": "text", "datatype": "BYTES", "shape": [-1, 1]}
-                    if spec.streaming
-                    else {"name": "predict", "datatype": "INT64", "shape": [-1, 1]}
-                ],
-                # textgen is served decoupled: one response per character, over gRPC ModelStreamInfer only
-                "decoupled": spec.streaming,
-                **s.knobs(),
-            },
-            "host": HOST,
-            "ports": asdict(ports) if ports else None,
-            "rest_url": self.rest_url if ports else None,
-            "grpc_address": self.grpc_address if ports else None,
-            "metrics_url": self.metrics_url if ports else None,
-            "stats_url": self.stats_url if ports else None,
-            "cpus": list(s.cpus) if s.cpus is not None else None,
-            "pid": self._process.pid if self._process is not None else None,
-            "workdir": str(self._workdir) if self._workdir is not None else None,
-            "startup_s": self._startup_s,
+            "model": model_info(s, s.served_model_name, "python (PyTriton)"),
+            **self.where(s.cpus),
+            "stats_url": self.stats_url if self._ports else None,
         }
+
+
+def model_info(s: Any, name: str, backend: str) -> dict[str, Any]:
+    """The results header's ``model`` block of a demo model an embedded Triton serves as ``name`` (``s``: the
+    settings of either embedded Triton)."""
+    spec = DEMO_MODELS[s.demo_model]
+    return {
+        "name": name,
+        "source": "demo_model",
+        "demo_model": spec.name,
+        "estimator": spec.estimator,
+        "dataset": spec.dataset,
+        "n_features": spec.n_features,
+        "backend": backend,
+        "inputs": [{"name": s.input_name, "datatype": s.input_datatype, "shape": [-1, spec.n_features]}],
+        "outputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [-1, 1]}
+            if spec.streaming
+            else {"name": "predict", "datatype": "INT64", "shape": [-1, 1]}
+        ],
+        # textgen is served decoupled: one response per character, over gRPC ModelStreamInfer only
+        "decoupled": spec.streaming,
+        **{k: getattr(s, k) for k in KNOB_NAMES},
+    }

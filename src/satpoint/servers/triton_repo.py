@@ -1,4 +1,5 @@
-"""The embedded Triton in explicit model-control mode over a model repository on disk, for cold starts.
+"""The embedded Triton in explicit model-control mode over a model repository on disk: for cold starts
+(``coldstart --server triton``) and for many models (``find``/``sweep --server triton --demo-models N``).
 
 The embedded Triton of ``servers.triton`` runs through PyTriton, whose models live in PyTriton's own
 process and are loaded with configuration overrides: an outside unload of one cannot be followed by a
@@ -32,16 +33,34 @@ import sys
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import util
 from pathlib import Path
 from typing import Any, ClassVar
 
+from satpoint.endpoints.spec import Target
+from satpoint.errors import ConfigError
 from satpoint.servers.demo_model import demo_model
 from satpoint.servers.embedded_base import HOST, EmbeddedServer, Ports, http_status, package_versions
-from satpoint.servers.many_models import copy_names, write_demo_copies
+from satpoint.servers.many_models import (
+    MAX_MODELS,
+    copies_info,
+    copy_digests,
+    copy_names,
+    tree_memory,
+    write_demo_copies,
+)
+from satpoint.servers.many_models import ready_timeout_s as ready_timeout
 from satpoint.servers.process import ManagedProcess, TargetError, free_ports
-from satpoint.servers.triton import ACCESS_HEADER, TRITON_EXTRA_HINT, triton_env
+from satpoint.servers.triton import (
+    ACCESS_HEADER,
+    KNOB_NAMES,
+    TRITON_EXTRA_HINT,
+    TritonSettings,
+    check_model_config,
+    model_info,
+    triton_env,
+)
 
 _START_ATTEMPTS = 3
 _BIND_FAILURES = ("address already in use", "failed to bind", "socket '")
@@ -74,8 +93,8 @@ backend: "python"
 max_batch_size: {max_batch_size}
 input [{{ name: "{input}", data_type: TYPE_{dtype}, dims: [ {features} ] }}]
 output [{{ name: "predict", data_type: TYPE_INT64, dims: [ 1 ] }}]
-instance_group [{{ count: 1, kind: KIND_CPU }}]
-dynamic_batching {{ }}
+instance_group [{{ count: {instances}, kind: KIND_CPU }}]
+dynamic_batching {{ {batching}}}
 """
 
 
@@ -89,7 +108,8 @@ def pytriton_root() -> Path | None:
 
 @dataclass(frozen=True)
 class TritonRepoSettings:
-    """N copies of a demo model in a repository, served by Triton in explicit model-control mode."""
+    """N copies of a demo model in a repository, served by Triton in explicit model-control mode, each with
+    the model configuration's knobs of ``TritonSettings`` (``KNOB_NAMES``)."""
 
     demo_model: str = "iris"
     models: int = 3
@@ -97,19 +117,45 @@ class TritonRepoSettings:
     input_datatype: str = "FP32"
     max_batch_size: int = 32
     cpus: tuple[int, ...] | None = None
+    max_queue_delay_us: int = 0
+    instances: int = 1
+    preferred_batch_size: int | None = None  # None: Triton's default (the largest batch it can form)
 
     def __post_init__(self) -> None:
         spec = demo_model(self.demo_model)
         if getattr(spec, "streaming", False):
-            raise ValueError(f"the repository Triton serves classifiers; {self.demo_model} is a text generator")
-        if self.models < 1:
-            raise ValueError(f"models must be >= 1, got {self.models}")
-        if self.input_datatype not in ("FP32", "FP64"):
-            raise ValueError(f"input_datatype must be FP32 or FP64, got {self.input_datatype!r}")
+            raise ValueError(f"demo_models copies a classifier; {self.demo_model} is a text generator")
+        if isinstance(self.models, bool) or not 1 <= int(self.models) <= MAX_MODELS:
+            raise ValueError(f"models must be between 1 and {MAX_MODELS}, got {self.models!r}")
+        check_model_config(self)
+
+    @classmethod
+    def from_settings(cls, settings: TritonSettings, models: int) -> TritonRepoSettings:
+        """``models`` copies of the demo model ``settings`` (the embedded Triton's) names, with its knobs."""
+        knobs = {k: getattr(settings, k) for k in ("input_name", "input_datatype", "cpus", *KNOB_NAMES)}
+        return cls(settings.demo_model, int(models), **knobs)
 
     @property
     def model_names(self) -> tuple[str, ...]:
         return tuple(copy_names(self.demo_model, self.models))
+
+    def knobs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in KNOB_NAMES}
+
+    def config(self, name: str) -> str:
+        """The ``config.pbtxt`` of the copy ``name``."""
+        batching = f"max_queue_delay_microseconds: {self.max_queue_delay_us} " if self.max_queue_delay_us else ""
+        if self.preferred_batch_size is not None:
+            batching += f"preferred_batch_size: [ {self.preferred_batch_size} ] "
+        return _CONFIG.format(
+            name=name,
+            max_batch_size=self.max_batch_size,
+            input=self.input_name,
+            dtype=self.input_datatype,
+            features=demo_model(self.demo_model).n_features,
+            instances=self.instances,
+            batching=batching,
+        )
 
 
 class TritonRepoTarget(EmbeddedServer):
@@ -122,13 +168,18 @@ class TritonRepoTarget(EmbeddedServer):
         self,
         settings: TritonRepoSettings | None = None,
         *,
-        ready_timeout_s: float = 180.0,
+        ready_timeout_s: float | None = None,
         stop_grace_s: float = 15.0,
         kill_with_parent: bool = True,
     ) -> None:
+        s = settings if settings is not None else TritonRepoSettings()
+        if ready_timeout_s is None:  # 180 s, more for many models (a Python-backend stub per instance)
+            ready_timeout_s = max(180.0, ready_timeout(s.models, s.instances))
         super().__init__(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s, kill_with_parent=kill_with_parent)
-        self._settings = settings if settings is not None else TritonRepoSettings()
+        self._settings = s
         self._token = secrets.token_urlsafe(32)
+        self._digests: list[str] = []
+        self._memory_at_ready: dict[str, Any] | None = None
 
     def _check_startable(self) -> None:
         if pytriton_root() is None:
@@ -136,24 +187,16 @@ class TritonRepoTarget(EmbeddedServer):
 
     def _write_repository(self, workdir: Path) -> Path:
         s = self._settings
-        spec = demo_model(s.demo_model)
         repo = workdir / "models"
         staging = workdir / "staging"
-        write_demo_copies(s.demo_model, "sklearn", s.model_names, staging)
+        self._digests = copy_digests(write_demo_copies(s.demo_model, "sklearn", s.model_names, staging))
         model_py = _MODEL_PY.replace("{input}", s.input_name)
         for name in s.model_names:
             version = repo / name / "1"
             version.mkdir(parents=True)
             shutil.move(str(staging / name / "model.joblib"), version / "model.joblib")
             (version / "model.py").write_text(model_py, encoding="utf-8")
-            config = _CONFIG.format(
-                name=name,
-                max_batch_size=s.max_batch_size,
-                input=s.input_name,
-                dtype=s.input_datatype,
-                features=spec.n_features,
-            )
-            (repo / name / "config.pbtxt").write_text(config, encoding="utf-8")
+            (repo / name / "config.pbtxt").write_text(s.config(name), encoding="utf-8")
         shutil.rmtree(staging, ignore_errors=True)
         return repo
 
@@ -234,6 +277,7 @@ class TritonRepoTarget(EmbeddedServer):
                 raise TargetError(f"{e}\n--- Triton's log, last lines:\n{process.log_tail(15)}") from None
             self._startup_s = time.monotonic() - t0
             self._remember_pids()
+            self._memory_at_ready = tree_memory(self.pids())
             return
 
     def _is_ready(self) -> bool:
@@ -254,19 +298,50 @@ class TritonRepoTarget(EmbeddedServer):
         return self._settings.model_names
 
     @property
+    def settings(self) -> TritonRepoSettings:
+        return self._settings
+
+    @property
     def access_headers(self) -> dict[str, str]:
         """The header that opens this server's repository API (a secret, never recorded)."""
         return {ACCESS_HEADER: self._token}
 
+    @property
+    def stats_url(self) -> str:
+        """Triton's statistics of every model it serves (``GET``: cumulative counts and times per model)."""
+        return f"{self.rest_url}/v2/models/stats"
+
+    @property
+    def memory_at_ready(self) -> dict[str, Any] | None:
+        """The process tree's memory (``tritonserver`` and its stubs) when every copy had just become ready."""
+        return self._memory_at_ready
+
+    def target(self, protocol: str = "rest", **kwargs: Any) -> Target:
+        """The running server as a load-test target: a uniform mix over every copy unless ``mix`` is given.
+        A mix over the server's models (``--models-from-server``) is the copies it serves: its repository
+        index, like its load and unload, is kept to its own token."""
+        mix = kwargs.get("mix")
+        if mix is not None and mix.resident is not None:
+            raise ConfigError(
+                "--resident loads and unloads models through the repository API, which the embedded Triton "
+                "keeps to its own token: run it against a Triton you started (--url)"
+            )
+        if mix is not None and mix.from_server:
+            kwargs["mix"] = replace(mix, models=self.model_names, from_server=False)
+        return super().target(protocol, **kwargs)
+
     def info(self) -> dict[str, Any]:
         s = self._settings
+        load = {"startup_s": self._startup_s, "instances": s.instances}
         return {
             "kind": "triton",
             "mode": "explicit model control over a model repository (Python backend)",
             "versions": package_versions(("nvidia-pytriton", "scikit-learn", "numpy")),
             "python": sys.version.split()[0],
-            "settings": {"demo_model": s.demo_model, "models": s.models, "max_batch_size": s.max_batch_size},
-            "models": {"count": s.models, "names": list(s.model_names), "source": "demo_models"},
-            "cpus": list(s.cpus) if s.cpus is not None else None,
-            "startup_s": self._startup_s,
+            "settings": {"demo_model": s.demo_model, "models": s.models, **s.knobs()},
+            "model": {**model_info(s, s.model_names[0], "python (model repository)"), "source": "demo_models"},
+            "models": copies_info(s.demo_model, s.model_names, self._digests, load),
+            "memory_at_ready": self._memory_at_ready,
+            **self.where(s.cpus),
+            "stats_url": self.stats_url if self._ports else None,
         }
