@@ -44,7 +44,8 @@ def test_the_command_line_is_a_thin_shell() -> None:
     # +2: refused on a closed loop)
     # 1352: --ca-cert, --insecure, --client-cert, --client-key on coldstart (+7: four options, their fields,
     # refused without --url)
-    assert total < 1352, f"cli/ has {total} lines of code: move orchestration into the library"
+    # 1356: --protocol on coldstart (+4: the option, its resolution, its field)
+    assert total < 1356, f"cli/ has {total} lines of code: move orchestration into the library"
     for p in files:
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from satpoint.metrics.records import CENSORED, Outcome, Records
 from satpoint.metrics.stats import pct_ms
+from satpoint.transports.grpc_codec import status_name
 
 #: the percentiles a cold-start distribution reports
 COLD_PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
@@ -89,6 +90,8 @@ def _outcome_name(outcome: int, status: int) -> str:
         return "ok"
     if outcome == Outcome.HTTP_ERROR:
         return f"http_{status}"
+    if outcome == Outcome.GRPC_ERROR:
+        return f"grpc_{status_name(status).lower()}"
     return Outcome(outcome).name.lower()
 
 
@@ -109,9 +112,10 @@ def during_summary(reps: Sequence[Repetition]) -> dict[str, Any]:
     }
 
 
-def coldstart_summary(reps: Sequence[Repetition]) -> dict[str, Any]:
+def coldstart_summary(reps: Sequence[Repetition], ok_status: int = 200) -> dict[str, Any]:
     """Distributions over every repetition (and per model) of the unload, the load, the first inference
-    after it, warm inferences, and the during-load stream."""
+    after it, warm inferences, and the during-load stream.  ``ok_status``: a successful first inference's
+    status (HTTP 200; over gRPC 0, OK)."""
     models = list(dict.fromkeys(r.model for r in reps))
     per_model = []
     for m in models:
@@ -125,7 +129,7 @@ def coldstart_summary(reps: Sequence[Repetition]) -> dict[str, Any]:
             }
         )
     failed = [r for r in reps if r.load_error is not None]
-    bad_first = [r for r in reps if r.first_status not in (None, 200)]
+    bad_first = [r for r in reps if r.first_status not in (None, ok_status)]
     return {
         "repetitions": len(reps),
         "models": models,

@@ -11,6 +11,7 @@ from satpoint.api import default_out, split_cpus
 from satpoint.cli.coldstart_opts import (
     CallTimeoutOpt,
     ColdModelOpt,
+    ColdProtocolOpt,
     ColdServerOpt,
     ColdUrlOpt,
     DemoModelOpt,
@@ -41,6 +42,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.endpoints.repository import resolve_protocol
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, run_coldstart
 from satpoint.reports.coldstart import print_coldstart
@@ -70,6 +72,7 @@ def coldstart(
     insecure: InsecureOpt = False,
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
+    protocol: ColdProtocolOpt = None,
 ) -> None:
     """Cold starts through the model-repository API (unload, load, first inference, requests during the
     load), and overcommit runs with at most K models resident (--resident)."""
@@ -78,16 +81,17 @@ def coldstart(
 
     def body() -> int:
         models = tuple(model or ())
+        proto = resolve_protocol(url, protocol)
         target = None
         if url is not None:
-            target = Target(url=url, model=models[0] if models else "-", headers=parse_headers(header), **tls)
-        elif any(tls.values()):  # the embedded server speaks http://
+            target = Target(url, models[0] if models else "-", None, proto, parse_headers(header), **tls)
+        elif any(tls.values()):  # the embedded server speaks http:// and grpc://
             raise fail("--ca-cert/--insecure/--client-cert/--client-key need an https:// URL (--url)")
         opts = ColdStartOptions(
             repeats=repeats, during_rps=during_rps, warm_requests=warm, call_timeout_s=call_timeout,
             request_timeout_s=timeout, models=models, demo_models=demo_models, demo_model=demo_model, server=server,
             resident=parse_resident(resident), mix=mix, rate_rps=rate, duration_s=duration, slo_p99_ms=slo_p99_ms,
-            seed=seed, server_cpus=split_cpus()[0] if url is None else None,
+            seed=seed, server_cpus=split_cpus()[0] if url is None else None, protocol=proto,
         )  # fmt: skip
         out_dir = out or default_out("coldstart")
         with interruptible() as stop, EventPrinter(console, secrets) as printer:

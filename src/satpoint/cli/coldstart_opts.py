@@ -20,3 +20,5 @@ MixOpt = Annotated[str, typer.Option(help="overcommit: the mix's weights, unifor
 OcRateOpt = Annotated[float, typer.Option("--rate", help="overcommit: constant rate of each run, rps")]
 OcDurationOpt = Annotated[float, typer.Option("--duration", help="overcommit: seconds of each run")]
 SloP99Opt = Annotated[float | None, typer.Option("--slo-p99-ms", help="overcommit: the smallest K meeting this p99")]
+_PROTOCOL_HELP = "rest or grpc, for every call (default: grpc for a grpc:// or grpcs:// URL, else rest)"
+ColdProtocolOpt = Annotated[str | None, typer.Option("--protocol", help=_PROTOCOL_HELP)]

@@ -1,8 +1,9 @@
 """A small open-loop stream at one model, on a thread of its own, stopped at a moment the caller learns
 only later: ``satpoint coldstart`` sends it at a model while the model loads and stops it when the load
 answers (no request intended after that is sent).  Each request is intended at ``t0 + i / rate`` and keeps
-its row (``Records``, raw ``perf_counter`` times) with the REST pool's outcome; a request that finds every
-connection busy waits (``waited``) and leaves when one frees."""
+its row (``Records``, raw ``perf_counter`` times) with the transport's outcome; a request that finds every
+connection busy waits (``waited``) and leaves when one frees.  Over REST it is a ``RestPool``; any other
+recipe (gRPC's ``GrpcFactoryBuilder``) builds its own transport, its first payload sent each time."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import uvloop
@@ -17,6 +19,7 @@ import uvloop
 from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.records import Outcome, Records
+from satpoint.transports.base import HotTransport, TransportFactory
 from satpoint.transports.rest import RestPool
 
 perf = time.perf_counter
@@ -27,7 +30,13 @@ class SideStream:
     request intended at ``t0 + i / rate``; none intended after ``stop_at`` is sent.  Rows keep raw
     ``perf_counter`` times."""
 
-    def __init__(self, builder: RestFactoryBuilder, rate_rps: float, horizon_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        builder: RestFactoryBuilder | Callable[[], TransportFactory],
+        rate_rps: float,
+        horizon_s: float,
+        timeout_s: float,
+    ) -> None:
         self._builder = builder
         self._rate = rate_rps
         self._timeout_s = timeout_s
@@ -71,17 +80,20 @@ class SideStream:
 
     async def _run(self) -> None:
         backlog: deque[int] = deque()
-        pool: RestPool
+        pool: HotTransport
 
         def on_free() -> None:
             while backlog and pool.try_send(backlog[0], 0):
                 backlog.popleft()
 
         b = self._builder
-        ssl_context = b.tls.context() if b.tls is not None else None  # the target's TLS, as the load's
-        hostname = b.tls.server_hostname if b.tls is not None else None
-        pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context,
-                        server_hostname=hostname)  # fmt: skip
+        if isinstance(b, RestFactoryBuilder):
+            ssl_context = b.tls.context() if b.tls is not None else None  # the target's TLS, as the load's
+            hostname = b.tls.server_hostname if b.tls is not None else None
+            pool = RestPool(self.rec, on_free, b.host, b.port, b.requests[:1], b.max_inflight, ssl=ssl_context,
+                            server_hostname=hostname)  # fmt: skip
+        else:
+            pool = b()(self.rec, on_free)
         await pool.prepare(2)
         self.t0 = perf() + self._lead_s
         self._started.set()

@@ -17,6 +17,11 @@ Then, with ``resident`` (one or more K), one constant-rate run per K of a mix ov
 policy, emulated on the client's side, not Seldon's own code): its latency distribution, that of the cold
 requests, the share of cold requests, and the smallest K whose p99 met ``slo_p99_ms``.
 
+Over REST or gRPC (``protocol``: a ``grpc://``/``grpcs://`` URL, ``--protocol grpc``, or the embedded
+server's gRPC port): over gRPC every call is (``RepositoryIndex``/``RepositoryModelLoad``/
+``RepositoryModelUnload`` through ``transports.grpc_repository``, ``ModelReady``, ``ModelInfer`` for the
+inferences, the stream during a load and the overcommit runs), and the summary's ``target.protocol`` says so.
+
 Everything is written to the results folder: ``coldstart.json`` (every repetition, every overcommit
 run's counters), ``summary.json`` (``kind: coldstart``: the distributions and the recommendation) and
 ``report.html``.  A URL target is left as it was found: every model measured is loaded again at the end.
@@ -44,7 +49,9 @@ from satpoint.analysis.coldstart import (
     overcommit_summary,
     recommend,
 )
+from satpoint.endpoints.grpc import GrpcFactoryBuilder
 from satpoint.endpoints.prepare import prepare
+from satpoint.endpoints.repository import PROTOCOLS, repository_client, resolve_protocol
 from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.endpoints.spec import INSECURE_WARNING, Target
 from satpoint.engine.dispatcher import DispatchOptions
@@ -56,9 +63,10 @@ from satpoint.progress import OnEvent, say
 from satpoint.redact import redact_doc, redact_text, redact_url
 from satpoint.reports.coldstart import write_html
 from satpoint.session import announce_target
-from satpoint.transports import rest_control
+from satpoint.transports import grpc_control, rest_control
+from satpoint.transports.grpc_repository import GRPC_HEADER_PREFIX
 from satpoint.transports.overcommit import OvercommitBuilder, settle
-from satpoint.transports.repository import RepositoryClient, RepositoryError, loaded_models
+from satpoint.transports.repository import RepositoryControl, RepositoryError, loaded_models
 from satpoint.transports.rest import encode_json_body
 
 SUMMARY_FILE = "summary.json"
@@ -66,6 +74,9 @@ DATA_FILE = "coldstart.json"
 REPORT_FILE = "report.html"
 
 perf = time.perf_counter
+
+#: a successful inference's status: HTTP 200, gRPC OK
+OK_STATUS = {"rest": 200, "grpc": 0}
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,7 @@ class ColdStartOptions:
     demo_models: int = 3  # the embedded server's model count
     demo_model: str = "iris"  # ... copies of this demo model
     server: str = "mlserver"  # the embedded server: mlserver or triton
+    protocol: str = "rest"  # the embedded server's: rest or grpc (a URL target's is its Target's)
     resident: tuple[int, ...] = ()  # overcommit runs: one per K (empty: none)
     mix: str = "uniform"  # uniform or zipf:S
     rate_rps: float = 20.0
@@ -98,6 +110,8 @@ class ColdStartOptions:
             raise ConfigError(f"--demo-models must be >= 2 (a cold start needs another model), got {self.demo_models}")
         if self.server not in ("mlserver", "triton"):
             raise ConfigError(f"--server: mlserver or triton, got {self.server!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"--protocol: rest or grpc, got {self.protocol!r}")
         if any(k < 1 for k in self.resident):
             raise ConfigError(f"--resident: each K must be >= 1, got {list(self.resident)}")
         mix_weights(self.mix, 2)  # a ConfigError for a mix it cannot read
@@ -149,16 +163,27 @@ class _Served:
 
     url: str
     models: tuple[str, ...]
-    client: RepositoryClient
+    client: RepositoryControl  # RepositoryClient (REST) or GrpcRepositoryClient, as spec.protocol
     spec: Target
     info: dict[str, Any]
+
+    @property
+    def ok_status(self) -> int:
+        return OK_STATUS[self.spec.protocol]
 
 
 # -- one repetition --------------------------------------------------------------------------------------
 
 
 def _infer_s(served: _Served, model: str, body: bytes, timeout_s: float) -> tuple[float, int]:
+    """One inference's time and status (HTTP status; over gRPC the gRPC code, 0 for OK).  ``body``: the
+    JSON body, or over gRPC the serialized ``ModelInferRequest``."""
     spec = served.spec
+    if spec.protocol == "grpc":
+        target = grpc_control.parse_target(spec.url, options=spec.tls_options())
+        t0 = perf()
+        code, _, _ = grpc_control.infer_once(target, body, spec.wire_headers, timeout_s)
+        return perf() - t0, code
     t0 = perf()
     status, _ = rest_control.infer_once(
         served.url, model, body, headers=spec.wire_headers, timeout_s=timeout_s, tls=spec.tls_options()
@@ -166,8 +191,11 @@ def _infer_s(served: _Served, model: str, body: bytes, timeout_s: float) -> tupl
     return perf() - t0, status
 
 
+Builder = RestFactoryBuilder | GrpcFactoryBuilder
+
+
 def _repetition(
-    served: _Served, model: str, rep: int, builder: RestFactoryBuilder, body: bytes, opts: ColdStartOptions
+    served: _Served, model: str, rep: int, builder: Builder, body: bytes, opts: ColdStartOptions
 ) -> Repetition:
     client = served.client
     out = Repetition(model=model, rep=rep)
@@ -190,7 +218,7 @@ def _repetition(
         if out.load_error is None:
             out.first_infer_s, out.first_status = _infer_s(served, model, body, opts.request_timeout_s)
             warm = [_infer_s(served, model, body, opts.request_timeout_s) for _ in range(opts.warm_requests)]
-            ok = [s for s, status in warm if status == 200]
+            ok = [s for s, status in warm if status == served.ok_status]
             out.warm_infer_s = statistics.median(ok) if ok else None
     finally:
         if opts.during_rps > 0:
@@ -209,7 +237,7 @@ def _repetition(
 
 def _overcommit_run(
     served: _Served,
-    builder: RestFactoryBuilder,
+    builder: Builder,
     k: int,
     opts: ColdStartOptions,
     stop: threading.Event | None,
@@ -276,20 +304,28 @@ def write_rows(path: Path, rec: Records, model_of_row: Any, cold_rows: Sequence[
 # -- the whole measurement -----------------------------------------------------------------------------------
 
 
-def _builders(served: _Served) -> tuple[dict[str, RestFactoryBuilder], dict[str, bytes], RestFactoryBuilder]:
-    """Per model: a REST recipe whose first request is that model's, and the JSON body of one inference;
-    and one recipe holding every model's request in model order (the overcommit mix)."""
-    per: dict[str, RestFactoryBuilder] = {}
+def _builders(served: _Served) -> tuple[dict[str, Builder], dict[str, bytes], Builder]:
+    """Per model: a recipe (REST or gRPC, as the target) whose first request is that model's, and the body
+    of one inference (JSON; over gRPC the serialized ``ModelInferRequest``); and one recipe holding every
+    model's request in model order (the overcommit mix)."""
+    per: dict[str, Builder] = {}
     bodies: dict[str, bytes] = {}
     for m in served.models:
         prepared = prepare(replace(served.spec, model=m), max_inflight=256, payload_count=1)
-        if not isinstance(prepared.builder, RestFactoryBuilder):
-            raise ConfigError("coldstart measures over REST (--protocol rest)")
-        per[m] = prepared.builder
-        bodies[m] = encode_json_body(prepared.payload_docs[0])
+        builder = prepared.builder
+        if isinstance(builder, GrpcFactoryBuilder) and not builder.stream:
+            bodies[m] = builder.messages[0]
+        elif isinstance(builder, RestFactoryBuilder):
+            bodies[m] = encode_json_body(prepared.payload_docs[0])
+        else:
+            raise ConfigError("coldstart sends unary inferences, over REST or gRPC")
+        per[m] = builder
     first = per[served.models[0]]
-    mixed = replace(first, requests=tuple(per[m].requests[0] for m in served.models), max_inflight=512)
-    return per, bodies, mixed
+    if isinstance(first, GrpcFactoryBuilder):
+        messages = tuple(b.messages[0] for b in per.values() if isinstance(b, GrpcFactoryBuilder))
+        return per, bodies, replace(first, messages=messages, max_inflight=512)
+    requests = tuple(b.requests[0] for b in per.values() if isinstance(b, RestFactoryBuilder))
+    return per, bodies, replace(first, requests=requests, max_inflight=512)
 
 
 def measure(
@@ -342,12 +378,17 @@ def measure(
 def write_results(
     served: _Served, opts: ColdStartOptions, reps: Sequence[Repetition], runs: Sequence[dict[str, Any]], out_dir: Path
 ) -> dict[str, Any]:
-    cold = coldstart_summary(reps)
+    cold = coldstart_summary(reps, ok_status=served.ok_status)
     target = served.spec.describe()
     summary: dict[str, Any] = {
         "kind": "coldstart",
         "satpoint_version": __version__,
-        "target": {"url": target.get("url"), "models": list(served.models), "tls": target.get("tls")},
+        "target": {
+            "url": target.get("url"),
+            "models": list(served.models),
+            "tls": target.get("tls"),
+            "protocol": served.spec.protocol,  # every call's: the repository API's, readiness, inferences
+        },
         "warnings": [INSECURE_WARNING] if served.spec.insecure and served.spec.uses_tls else [],
         "server": served.info,
         "options": {
@@ -388,9 +429,8 @@ def _ms(v: float | None) -> str:
 def attach(target: Target, opts: ColdStartOptions) -> Iterator[_Served]:
     """A server given by URL: the models named, else every READY model of its repository index."""
     target.validate()
-    if target.protocol != "rest":
-        raise ConfigError("coldstart measures over REST: give an http(s):// URL")
-    client = RepositoryClient(target.url, target.wire_headers, target.tls_options(), timeout_s=opts.call_timeout_s)
+    resolve_protocol(target.url, target.protocol)  # a gRPC URL over REST (or the reverse) is refused
+    client = repository_client(target, opts.call_timeout_s)
     models = opts.models or tuple(loaded_models(client.index()))
     if len(models) < 1:
         raise ModelNotFound(f"{target.url}: its repository index lists no READY model; name them with --model")
@@ -405,19 +445,23 @@ def embedded(opts: ColdStartOptions) -> Iterator[_Served]:
 
         with TritonRepoTarget(TritonRepoSettings(opts.demo_model, opts.demo_models, cpus=opts.server_cpus)) as tserver:
             headers = tuple(tserver.access_headers.items())
-            client = RepositoryClient(tserver.rest_url, headers, timeout_s=opts.call_timeout_s)
-            spec = Target(url=tserver.rest_url, model=tserver.model_names[0], headers=headers)
-            yield _Served(tserver.rest_url, tserver.model_names, client, spec, _server_info(tserver.info()))
+            if opts.protocol == "grpc":  # Triton wants a restricted protocol's header prefixed over gRPC
+                headers = tuple((GRPC_HEADER_PREFIX + k, v) for k, v in headers)
+            url = tserver.grpc_address if opts.protocol == "grpc" else tserver.rest_url
+            spec = Target(url=url, model=tserver.model_names[0], protocol=opts.protocol, headers=headers)
+            client = repository_client(spec, opts.call_timeout_s)
+            yield _Served(url, tserver.model_names, client, spec, _server_info(tserver.info()))
         return
     from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
     with MLServerTarget(
         MLServerSettings(demo_model=opts.demo_model, demo_models=opts.demo_models, cpus=opts.server_cpus)
     ) as server:
-        client = RepositoryClient(server.rest_url, timeout_s=opts.call_timeout_s)
-        spec = Target(url=server.rest_url, model=server.model_names[0])
+        url = server.grpc_address if opts.protocol == "grpc" else server.rest_url
+        spec = Target(url=url, model=server.model_names[0], protocol=opts.protocol)
+        client = repository_client(spec, opts.call_timeout_s)
         models = opts.models or server.model_names
-        yield _Served(server.rest_url, tuple(models), client, spec, _server_info(server.info()))
+        yield _Served(url, tuple(models), client, spec, _server_info(server.info()))
 
 
 def _server_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -179,6 +179,20 @@ def _call(
         return call(request, metadata=meta or None, timeout=timeout_s)
 
 
+def call(
+    target: GrpcTarget,
+    method: str,
+    request: Any,
+    response: str,
+    headers: Sequence[tuple[str, str]] = (),
+    timeout_s: float = 5.0,
+) -> Any:
+    """One unary call of ``inference.GRPCInferenceService`` (``method``, a request message, the name of the
+    response's message), over TLS as the other control calls; failures are ``grpc.RpcError`` (``code()``,
+    ``details()``), a certificate that does not verify ``TargetUnreachable``."""
+    return _call(target, method, request, response, headers, timeout_s)
+
+
 def _unreachable(target: GrpcTarget, what: str, e: grpc.RpcError) -> TargetUnreachable:
     code = e.code() if hasattr(e, "code") else None
     detail = e.details() if hasattr(e, "details") else str(e)

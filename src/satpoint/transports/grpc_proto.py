@@ -1,11 +1,13 @@
 """The Open Inference Protocol's gRPC messages, built at import from a stored descriptor.
 
-``proto/grpc_predict_v2.proto`` is the source; the serialized ``FileDescriptorProto`` below was made
-from it by ``protoc`` (regenerate with ``python -m satpoint.transports.grpc_proto --regen``, which needs
-``grpcio-tools``).  Building message classes from a descriptor instead of checking in ``*_pb2.py``
-gencode keeps satpoint working with any protobuf runtime from 4.25 on (gencode pins a minimum runtime),
-and the messages live in a private descriptor pool, so they never clash with another copy of the same
-``inference.*`` names (MLServer's or Triton's) imported into the same process.
+``proto/grpc_predict_v2.proto`` is the source (the inference calls and the model-repository extension's);
+the serialized ``FileDescriptorProto`` below was made from it by ``protoc`` (regenerate with
+``python -m satpoint.transports.grpc_proto --regen``, which needs ``grpcio-tools``, not a dependency: the
+.proto's header says how; grpcio-tools 1.76.0 made the stored one).  Building message classes from a
+descriptor instead of checking in ``*_pb2.py`` gencode keeps satpoint working with any protobuf runtime
+from 4.25 on (gencode pins a minimum runtime), and the messages live in a private descriptor pool, so they
+never clash with another copy of the same ``inference.*`` names (MLServer's or Triton's) imported into the
+same process.
 """
 
 from __future__ import annotations
@@ -66,14 +68,34 @@ _DESCRIPTOR_B64 = (
     "dGVudHMSIQoMaW50X2NvbnRlbnRzGAIgAygFUgtpbnRDb250ZW50cxIlCg5pbnQ2NF9jb250ZW50cxgDIAMoA1INaW50NjRD"
     "b250ZW50cxIjCg11aW50X2NvbnRlbnRzGAQgAygNUgx1aW50Q29udGVudHMSJwoPdWludDY0X2NvbnRlbnRzGAUgAygEUg51"
     "aW50NjRDb250ZW50cxIjCg1mcDMyX2NvbnRlbnRzGAYgAygCUgxmcDMyQ29udGVudHMSIwoNZnA2NF9jb250ZW50cxgHIAMo"
-    "AVIMZnA2NENvbnRlbnRzEiUKDmJ5dGVzX2NvbnRlbnRzGAggAygMUg1ieXRlc0NvbnRlbnRzMvwDChRHUlBDSW5mZXJlbmNl"
-    "U2VydmljZRJLCgpTZXJ2ZXJMaXZlEhwuaW5mZXJlbmNlLlNlcnZlckxpdmVSZXF1ZXN0Gh0uaW5mZXJlbmNlLlNlcnZlckxp"
-    "dmVSZXNwb25zZSIAEk4KC1NlcnZlclJlYWR5Eh0uaW5mZXJlbmNlLlNlcnZlclJlYWR5UmVxdWVzdBoeLmluZmVyZW5jZS5T"
-    "ZXJ2ZXJSZWFkeVJlc3BvbnNlIgASSwoKTW9kZWxSZWFkeRIcLmluZmVyZW5jZS5Nb2RlbFJlYWR5UmVxdWVzdBodLmluZmVy"
-    "ZW5jZS5Nb2RlbFJlYWR5UmVzcG9uc2UiABJXCg5TZXJ2ZXJNZXRhZGF0YRIgLmluZmVyZW5jZS5TZXJ2ZXJNZXRhZGF0YVJl"
-    "cXVlc3QaIS5pbmZlcmVuY2UuU2VydmVyTWV0YWRhdGFSZXNwb25zZSIAElQKDU1vZGVsTWV0YWRhdGESHy5pbmZlcmVuY2Uu"
-    "TW9kZWxNZXRhZGF0YVJlcXVlc3QaIC5pbmZlcmVuY2UuTW9kZWxNZXRhZGF0YVJlc3BvbnNlIgASSwoKTW9kZWxJbmZlchIc"
-    "LmluZmVyZW5jZS5Nb2RlbEluZmVyUmVxdWVzdBodLmluZmVyZW5jZS5Nb2RlbEluZmVyUmVzcG9uc2UiAGIGcHJvdG8z"
+    "AVIMZnA2NENvbnRlbnRzEiUKDmJ5dGVzX2NvbnRlbnRzGAggAygMUg1ieXRlc0NvbnRlbnRzIroBChhNb2RlbFJlcG9zaXRv"
+    "cnlQYXJhbWV0ZXISHwoKYm9vbF9wYXJhbRgBIAEoCEgAUglib29sUGFyYW0SIQoLaW50NjRfcGFyYW0YAiABKANIAFIKaW50"
+    "NjRQYXJhbRIjCgxzdHJpbmdfcGFyYW0YAyABKAlIAFILc3RyaW5nUGFyYW0SIQoLYnl0ZXNfcGFyYW0YBCABKAxIAFIKYnl0"
+    "ZXNQYXJhbUISChBwYXJhbWV0ZXJfY2hvaWNlIlcKFlJlcG9zaXRvcnlJbmRleFJlcXVlc3QSJwoPcmVwb3NpdG9yeV9uYW1l"
+    "GAEgASgJUg5yZXBvc2l0b3J5TmFtZRIUCgVyZWFkeRgCIAEoCFIFcmVhZHkiygEKF1JlcG9zaXRvcnlJbmRleFJlc3BvbnNl"
+    "EkUKBm1vZGVscxgBIAMoCzItLmluZmVyZW5jZS5SZXBvc2l0b3J5SW5kZXhSZXNwb25zZS5Nb2RlbEluZGV4UgZtb2RlbHMa"
+    "aAoKTW9kZWxJbmRleBISCgRuYW1lGAEgASgJUgRuYW1lEhgKB3ZlcnNpb24YAiABKAlSB3ZlcnNpb24SFAoFc3RhdGUYAyAB"
+    "KAlSBXN0YXRlEhYKBnJlYXNvbhgEIAEoCVIGcmVhc29uIp8CChpSZXBvc2l0b3J5TW9kZWxMb2FkUmVxdWVzdBInCg9yZXBv"
+    "c2l0b3J5X25hbWUYASABKAlSDnJlcG9zaXRvcnlOYW1lEh0KCm1vZGVsX25hbWUYAiABKAlSCW1vZGVsTmFtZRJVCgpwYXJh"
+    "bWV0ZXJzGAMgAygLMjUuaW5mZXJlbmNlLlJlcG9zaXRvcnlNb2RlbExvYWRSZXF1ZXN0LlBhcmFtZXRlcnNFbnRyeVIKcGFy"
+    "YW1ldGVycxpiCg9QYXJhbWV0ZXJzRW50cnkSEAoDa2V5GAEgASgJUgNrZXkSOQoFdmFsdWUYAiABKAsyIy5pbmZlcmVuY2Uu"
+    "TW9kZWxSZXBvc2l0b3J5UGFyYW1ldGVyUgV2YWx1ZToCOAEiHQobUmVwb3NpdG9yeU1vZGVsTG9hZFJlc3BvbnNlIqMCChxS"
+    "ZXBvc2l0b3J5TW9kZWxVbmxvYWRSZXF1ZXN0EicKD3JlcG9zaXRvcnlfbmFtZRgBIAEoCVIOcmVwb3NpdG9yeU5hbWUSHQoK"
+    "bW9kZWxfbmFtZRgCIAEoCVIJbW9kZWxOYW1lElcKCnBhcmFtZXRlcnMYAyADKAsyNy5pbmZlcmVuY2UuUmVwb3NpdG9yeU1v"
+    "ZGVsVW5sb2FkUmVxdWVzdC5QYXJhbWV0ZXJzRW50cnlSCnBhcmFtZXRlcnMaYgoPUGFyYW1ldGVyc0VudHJ5EhAKA2tleRgB"
+    "IAEoCVIDa2V5EjkKBXZhbHVlGAIgASgLMiMuaW5mZXJlbmNlLk1vZGVsUmVwb3NpdG9yeVBhcmFtZXRlclIFdmFsdWU6AjgB"
+    "Ih8KHVJlcG9zaXRvcnlNb2RlbFVubG9hZFJlc3BvbnNlMq4GChRHUlBDSW5mZXJlbmNlU2VydmljZRJLCgpTZXJ2ZXJMaXZl"
+    "EhwuaW5mZXJlbmNlLlNlcnZlckxpdmVSZXF1ZXN0Gh0uaW5mZXJlbmNlLlNlcnZlckxpdmVSZXNwb25zZSIAEk4KC1NlcnZl"
+    "clJlYWR5Eh0uaW5mZXJlbmNlLlNlcnZlclJlYWR5UmVxdWVzdBoeLmluZmVyZW5jZS5TZXJ2ZXJSZWFkeVJlc3BvbnNlIgAS"
+    "SwoKTW9kZWxSZWFkeRIcLmluZmVyZW5jZS5Nb2RlbFJlYWR5UmVxdWVzdBodLmluZmVyZW5jZS5Nb2RlbFJlYWR5UmVzcG9u"
+    "c2UiABJXCg5TZXJ2ZXJNZXRhZGF0YRIgLmluZmVyZW5jZS5TZXJ2ZXJNZXRhZGF0YVJlcXVlc3QaIS5pbmZlcmVuY2UuU2Vy"
+    "dmVyTWV0YWRhdGFSZXNwb25zZSIAElQKDU1vZGVsTWV0YWRhdGESHy5pbmZlcmVuY2UuTW9kZWxNZXRhZGF0YVJlcXVlc3Qa"
+    "IC5pbmZlcmVuY2UuTW9kZWxNZXRhZGF0YVJlc3BvbnNlIgASSwoKTW9kZWxJbmZlchIcLmluZmVyZW5jZS5Nb2RlbEluZmVy"
+    "UmVxdWVzdBodLmluZmVyZW5jZS5Nb2RlbEluZmVyUmVzcG9uc2UiABJaCg9SZXBvc2l0b3J5SW5kZXgSIS5pbmZlcmVuY2Uu"
+    "UmVwb3NpdG9yeUluZGV4UmVxdWVzdBoiLmluZmVyZW5jZS5SZXBvc2l0b3J5SW5kZXhSZXNwb25zZSIAEmYKE1JlcG9zaXRv"
+    "cnlNb2RlbExvYWQSJS5pbmZlcmVuY2UuUmVwb3NpdG9yeU1vZGVsTG9hZFJlcXVlc3QaJi5pbmZlcmVuY2UuUmVwb3NpdG9y"
+    "eU1vZGVsTG9hZFJlc3BvbnNlIgASbAoVUmVwb3NpdG9yeU1vZGVsVW5sb2FkEicuaW5mZXJlbmNlLlJlcG9zaXRvcnlNb2Rl"
+    "bFVubG9hZFJlcXVlc3QaKC5pbmZlcmVuY2UuUmVwb3NpdG9yeU1vZGVsVW5sb2FkUmVzcG9uc2UiAGIGcHJvdG8z"
 )
 
 
@@ -98,6 +120,13 @@ def _classes() -> dict[str, Any]:
         "ModelInferResponse",
         "InferParameter",
         "InferTensorContents",
+        "ModelRepositoryParameter",
+        "RepositoryIndexRequest",
+        "RepositoryIndexResponse",
+        "RepositoryModelLoadRequest",
+        "RepositoryModelLoadResponse",
+        "RepositoryModelUnloadRequest",
+        "RepositoryModelUnloadResponse",
     ]
     return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName("inference." + n)) for n in names}
 

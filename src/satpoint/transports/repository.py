@@ -17,15 +17,16 @@ What the servers do (read from their code, see the project's notes):
 Every failure is one clear error: ``ModelNotFound`` (404, or Triton's "failed to poll from model
 repository"), ``RepositoryRefused`` (no repository API, wrong control mode, restricted),
 ``RepositoryTimeout`` (no answer within the timeout) or ``RepositoryError`` (anything else, with the
-server's own words).
+server's own words).  ``grpc_repository.GrpcRepositoryClient`` is the same over gRPC (``RepositoryControl``:
+either).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from satpoint.errors import ModelNotFound, SatpointError, TargetUnreachable
 from satpoint.redact import redact_url
@@ -174,12 +175,35 @@ class RepositoryClient:
     def wait_absent(self, model: str, timeout_s: float = 30.0, poll_s: float = 0.01) -> float:
         """Until ``model`` no longer answers ready (an unload has finished); the seconds waited.  A
         ``RepositoryTimeout`` when it is still ready after ``timeout_s``."""
-        t0 = time.perf_counter()
-        while self.ready(model):
-            if time.perf_counter() - t0 > timeout_s:
-                raise RepositoryTimeout(f"{model!r} was still ready {timeout_s:g} s after its unload")
-            time.sleep(poll_s)
-        return time.perf_counter() - t0
+        return wait_absent(self.ready, model, timeout_s, poll_s)
+
+
+def wait_absent(ready: Callable[[str], bool], model: str, timeout_s: float = 30.0, poll_s: float = 0.01) -> float:
+    """Poll ``ready(model)`` until it is False; the seconds waited (``RepositoryTimeout`` after ``timeout_s``)."""
+    t0 = time.perf_counter()
+    while ready(model):
+        if time.perf_counter() - t0 > timeout_s:
+            raise RepositoryTimeout(f"{model!r} was still ready {timeout_s:g} s after its unload")
+        time.sleep(poll_s)
+    return time.perf_counter() - t0
+
+
+class RepositoryControl(Protocol):
+    """What a repository client does, over either protocol (``RepositoryClient``: REST;
+    ``grpc_repository.GrpcRepositoryClient``: gRPC): the same calls, answers and errors."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def index(self) -> list[ModelState]: ...
+
+    def load(self, model: str) -> float: ...
+
+    def unload(self, model: str) -> float: ...
+
+    def ready(self, model: str) -> bool: ...
+
+    def wait_absent(self, model: str, timeout_s: float = 30.0, poll_s: float = 0.01) -> float: ...
 
 
 def loaded_models(states: Sequence[ModelState]) -> list[str]:
