@@ -1,6 +1,7 @@
 """Open Inference Protocol streaming over gRPC: ``ModelStreamInfer`` on satpoint's own HTTP/2 client.
 
-Built on :mod:`satpoint.transports.grpc_wire` (the unary hot path; nothing there is changed): the request
+Built on :mod:`satpoint.transports.grpc_wire` (the unary hot path): the connection, flow control and the
+receive loop are its own, which hands this module every DATA payload (``_Conn._on_data``); the request
 side is the same, one HTTP/2 stream per request, HEADERS then the request's DATA with END_STREAM (the
 client half-closes at once: one request per stream), only the ``:path`` is
 ``/inference.GRPCInferenceService/ModelStreamInfer``. That is what MLServer needs (it serves exactly one
@@ -48,26 +49,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from hpack import HPACKError
 
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stream_records import StreamStamper, attach
 from satpoint.transports.grpc_stream_codec import TritonMessage, ask_final_response, triton_stream_message
-from satpoint.transports.grpc_wire import (
-    _FRAME,
-    _MAX_SID,
-    CONTINUATION,
-    DATA,
-    END_STREAM,
-    HEADERS,
-    PADDED,
-    RECV_WINDOW,
-    RST_STREAM,
-    WINDOW_UPDATE,
-    GrpcPool,
-    _Conn,
-    frame,
-)
+from satpoint.transports.grpc_wire import PADDED, RST_STREAM, GrpcPool, _Conn
 
 __all__ = [
     "STREAM_METHOD",
@@ -102,55 +88,14 @@ class _StreamConn(_Conn):
         self.errors: dict[int, str] = {}  # stream id -> Triton error_message
         self.open_final: set[int] = set()  # Triton: streams with a non-final response and no final one yet
         self.cut: set[int] = set()  # streams reset by the server (RST_STREAM)
+        self.reads_data = True  # grpc_wire's receive loop hands every DATA payload to _on_data
 
-    def data_received(self, data: bytes) -> None:
-        # grpc_wire._Conn.data_received with the DATA frames parsed into messages (the unary path counts them
-        # only); the other frame types go to the same handlers
-        if self.buf:
-            data = self.buf + data
-            self.buf = b""
-        self.now = perf()
-        n = len(data)
-        pos = 0
-        finished = 0
-        unpack = _FRAME.unpack_from
-        try:
-            while pos + 9 <= n:
-                hi, lo, ftype, flags, sid = unpack(data, pos)
-                end = pos + 9 + ((hi << 16) | lo)
-                if end > n:
-                    break
-                if ftype == DATA:
-                    self.recv_unacked += end - pos - 9
-                    sid &= _MAX_SID
-                    if sid in self.streams:
-                        self._on_data(sid, data, pos + 9, end, flags)
-                    if flags & END_STREAM:  # a response without trailers: no grpc-status
-                        finished += self._ended_without_trailers(sid)
-                elif ftype == HEADERS:
-                    finished += self._on_headers(data, pos + 9, end, flags, sid & _MAX_SID)
-                elif ftype == CONTINUATION:
-                    finished += self._on_continuation(data[pos + 9 : end], flags, sid & _MAX_SID)
-                else:
-                    if ftype == RST_STREAM and self.got.get(sid & _MAX_SID):
-                        self.cut.add(sid & _MAX_SID)
-                    finished += self._on_control(ftype, flags, sid & _MAX_SID, data[pos + 9 : end])
-                pos = end
-        except (HPACKError, ValueError, IndexError):
-            self.pool.protocol_errors += 1
-            self.fail_all(Outcome.MALFORMED)
-            if self.transport is not None:
-                self.transport.abort()
-            return
-        if pos < n:
-            self.buf = data[pos:]
-        if self.recv_unacked > RECV_WINDOW // 4:
-            self.write(frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
-            self.recv_unacked = 0
-        if finished and not self.pool._closing:
-            self.pool._freed(self)
+    # the receive loop is grpc_wire's: its DATA payloads are parsed into messages here (``_on_data``), the
+    # other frames go to its handlers, an RST_STREAM after a chunk marked first (``_on_control``)
 
     def _on_data(self, sid: int, data: bytes, start: int, end: int, flags: int) -> None:
+        if sid not in self.streams:
+            return
         if flags & PADDED:
             end -= data[start]
             start += 1
@@ -172,6 +117,11 @@ class _StreamConn(_Conn):
             self.partial[sid] = bytearray(chunk[start:end])
         elif buf is not None:
             del self.partial[sid]
+
+    def _on_control(self, ftype: int, flags: int, sid: int, payload: bytes) -> int:
+        if ftype == RST_STREAM and self.got.get(sid):
+            self.cut.add(sid)
+        return super()._on_control(ftype, flags, sid, payload)
 
     def _on_message(self, sid: int, idx: int, chunk: bytes | bytearray, start: int, end: int) -> None:
         if self.spool.decoder == "triton":

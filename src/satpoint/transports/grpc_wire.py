@@ -232,6 +232,7 @@ class _Conn(asyncio.Protocol):
         self.hhead = pool._hhead  # HEADERS frame header minus the stream id
         self.hblock = pool._hblock
         self.now = 0.0
+        self.reads_data = False  # DATA payloads go to ``_on_data`` (the stream subclass); unary calls count them
 
     # writes ------------------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -352,6 +353,7 @@ class _Conn(asyncio.Protocol):
         pos = 0
         finished = 0
         unpack = _FRAME.unpack_from
+        reads_data = self.reads_data
         try:
             while pos + 9 <= n:
                 hi, lo, ftype, flags, sid = unpack(data, pos)
@@ -360,6 +362,8 @@ class _Conn(asyncio.Protocol):
                     break
                 if ftype == DATA:
                     self.recv_unacked += end - pos - 9
+                    if reads_data:
+                        self._on_data(sid & _MAX_SID, data, pos + 9, end, flags)
                     if flags & END_STREAM:  # a response without trailers: no grpc-status
                         finished += self._ended_without_trailers(sid & _MAX_SID)
                 elif ftype == HEADERS:
@@ -384,6 +388,11 @@ class _Conn(asyncio.Protocol):
             self.pool._freed(self)
 
     # frames ----------------------------------------------------------------------------------------------
+    def _on_data(self, sid: int, data: bytes, start: int, end: int, flags: int) -> None:
+        """The payload ``data[start:end]`` of a DATA frame of stream ``sid`` (``flags`` its frame flags, padding
+        included), before its END_STREAM is handled; called only when ``reads_data`` is set (the seam of
+        ``grpc_stream``: unary calls never read a payload, so their receive loop pays one local test)."""
+
     def _on_headers(self, data: bytes, start: int, end: int, flags: int, sid: int) -> int:
         if flags & PADDED:
             end -= data[start]
