@@ -22,7 +22,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.experiments.sweep_servers import BaseServer, point_server
 from satpoint.servers.process import ManagedProcess, free_ports
-from satpoint.servers.triton import pytriton_available, triton_env
+from satpoint.servers.triton import python_backend_env, pytriton_available, triton_env
 from satpoint.transports import rest_control
 
 pytestmark = [
@@ -71,6 +71,7 @@ def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     http, grpc, metrics = free_ports(3)
     env = triton_env(dict(os.environ), sysconfig.get_config_var("LIBDIR"))
     env["LD_LIBRARY_PATH"] += f":{get_libs_path()}"
+    env = python_backend_env(env)  # the stub imports this environment's numpy, activated or not
     argv = [str(server / "bin" / "tritonserver"), "--model-repository", str(root / "repo"),
             "--model-control-mode", "explicit", "--load-model", "sum", "--backend-directory", str(root / "backends"),
             "--http-address", "127.0.0.1", "--http-port", str(http), "--grpc-address", "127.0.0.1",

@@ -61,6 +61,7 @@ __all__ = [
     "TritonTarget",
     "check_model_config",
     "model_info",
+    "python_backend_env",
     "pytriton_available",
     "triton_env",
 ]
@@ -156,6 +157,20 @@ def triton_env(base: dict[str, str], libdir: str | None) -> dict[str, str]:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *parts])
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def python_backend_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a ``tritonserver`` whose Python-backend stub must see this environment's packages.
+
+    The stub embeds ``libpython`` and takes its ``sys.prefix`` from the first ``python`` on ``PATH``: from a
+    virtual environment that is not activated it would import the base interpreter's packages (another
+    numpy, no scikit-learn).  This interpreter's directory goes first on ``PATH`` and its site-packages first
+    on ``PYTHONPATH``."""
+    out = dict(env)
+    site = sysconfig.get_paths()["purelib"]
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (site, out.get("PYTHONPATH", "")) if p)
+    out["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), out.get("PATH", "")])
+    return out
 
 
 class TritonTarget(EmbeddedServer):

@@ -59,6 +59,7 @@ from satpoint.servers.triton import (
     TritonSettings,
     check_model_config,
     model_info,
+    python_backend_env,
     triton_env,
 )
 
@@ -221,10 +222,7 @@ class TritonRepoTarget(EmbeddedServer):
         if not libs.is_dir():
             libs = root / "tritonserver" / "external_libs"
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (env.get("LD_LIBRARY_PATH", ""), str(libs)) if p)
-        site = sysconfig.get_paths()["purelib"]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        return env
+        return python_backend_env(env)
 
     def _start(self) -> None:
         root = pytriton_root()
