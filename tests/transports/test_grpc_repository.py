@@ -229,3 +229,23 @@ def test_coldstart_over_grpc(stub: tuple[str, _Repo], tmp_path: Path) -> None:
     names = {name for name, _, _ in stub[1].seen}
     assert {"RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload", "ModelReady", "ModelInfer"} <= names
     assert all(meta.get("x-api-key") == "k2" for _, meta, _ in stub[1].seen)
+
+
+def test_run_with_resident_models_over_grpc(stub: tuple[str, _Repo], tmp_path: Path) -> None:
+    """``run --resident 1`` on a gRPC target: the emulated scheduler loads and unloads through the gRPC
+    repository API (it was refused: REST only) and every request is answered."""
+    out = tmp_path / "run"
+    with _repository(stub, {"a", "c"}, {"a", "c"}) as url:
+        result = CliRunner().invoke(
+            app,
+            ["run", "--url", url.removeprefix("grpc://"), "--protocol", "grpc", "--model", "a", "--model", "c",
+             "--resident", "1", "--stage", "40:0:1", "--no-html", "--out", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert len(stub[1].loaded) == 1  # one model resident at the end
+    summary = json.loads((out / "summary.json").read_text())
+    block = summary["overcommit"]
+    assert block["loads"] >= 1 and block["loads"] == block["evictions"] and block["load_failures"] == 0
+    assert summary["stages"][0]["errors"] == {} and summary["stages"][0]["requests"] > 0
+    names = [name for name, _, _ in stub[1].seen]
+    assert names.count("RepositoryModelLoad") >= 1 and names.count("RepositoryModelUnload") >= 2  # settle + runs

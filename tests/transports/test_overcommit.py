@@ -18,6 +18,7 @@ from satpoint.transports.overcommit import (
     OvercommitBuilder,
     OvercommitTransport,
     initial_resident,
+    load_failed,
     settle,
 )
 
@@ -85,7 +86,12 @@ class FakeControl:
 
 
 def _make(
-    control: FakeControl, resident: int, slots: int = 8, n: int = 20, initial: tuple[int, ...] = ()
+    control: FakeControl,
+    resident: int,
+    slots: int = 8,
+    n: int = 20,
+    initial: tuple[int, ...] = (),
+    protocol: str = "rest",
 ) -> tuple[OvercommitTransport, FakeInner, Records, list[int]]:
     rec = Records.empty(np.arange(n, dtype=np.float64))
     freed: list[int] = []
@@ -96,7 +102,16 @@ def _make(
         return holder["t"]
 
     t = OvercommitTransport(
-        rec, lambda: freed.append(1), inner, control, MODELS, (0, 1, 2), resident, initial, keep_cold_rows=True
+        rec,
+        lambda: freed.append(1),
+        inner,
+        control,
+        MODELS,
+        (0, 1, 2),
+        resident,
+        initial,
+        keep_cold_rows=True,
+        failed=load_failed(protocol),
     )
     return t, holder["t"], rec, freed
 
@@ -188,6 +203,20 @@ def test_a_failed_load_fails_its_held_requests_and_timeouts_reach_held_ones() ->
         t.expire(rec.sent[2] + 31.0, 30.0)
         assert rec.outcome[2] == Outcome.TIMEOUT and t.inflight() == 0
         control.gate.set()
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_a_failed_load_on_a_grpc_target_is_a_grpc_error() -> None:
+    """Over gRPC the held requests of a failed load are GRPC_ERROR with UNAVAILABLE (14), not an HTTP 503."""
+
+    async def go() -> None:
+        t, _, rec, _ = _make(FakeControl(fail="c"), resident=2, protocol="grpc")
+        await t.prepare(1)
+        assert t.try_send(0, 2)
+        await _settle()
+        assert rec.outcome[0] == Outcome.GRPC_ERROR and rec.status[0] == 14
         await t.close()
 
     asyncio.run(go())

@@ -13,17 +13,19 @@ from dataclasses import replace
 
 import numpy as np
 
+from satpoint.endpoints.repository import repository_client
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
-from satpoint.transports.overcommit import OvercommitBuilder, settle
-from satpoint.transports.repository import RepositoryClient
+from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
+from satpoint.transports.repository import RepositoryControl
 
 #: a load or unload may take this long (a large model, a slow disk)
 CONTROL_TIMEOUT_S = 300.0
 
 
-def _client(spec: Target) -> RepositoryClient:
-    return RepositoryClient(spec.url, spec.wire_headers, spec.tls_options(), timeout_s=CONTROL_TIMEOUT_S)
+def _client(spec: Target) -> RepositoryControl:
+    """The repository API over the target's own protocol (REST or gRPC: ``endpoints.repository``)."""
+    return repository_client(spec, CONTROL_TIMEOUT_S)
 
 
 def _first_k(weights: Sequence[float], k: int) -> tuple[int, ...]:
@@ -41,8 +43,6 @@ def loading(
     """``prepare_one`` for a mix with at most ``resident`` models loaded: a model that is not loaded (a
     previous run evicted it) is loaded to be prepared (its metadata, a test request), then unloaded again
     unless it is one of the ``resident`` most popular; so no more than ``resident`` + 1 are ever loaded."""
-    if spec.protocol != "rest":
-        raise ConfigError("--resident loads and unloads through the REST repository API: give an http(s):// URL")
     client = _client(spec)
     keep = {names[i] for i in _first_k(weights, min(resident, len(names)))}
 
@@ -64,8 +64,6 @@ def with_resident(prepared: PreparedTarget, resident: int) -> PreparedTarget:
     spec = prepared.spec
     if mix is None:
         raise ConfigError("--resident K needs a model mix (--model repeated, or --models-from-server)")
-    if spec.protocol != "rest":
-        raise ConfigError("--resident loads and unloads through the REST repository API: give an http(s):// URL")
     if resident < 1:
         raise ConfigError(f"--resident must be >= 1, got {resident}")
     names = mix.names
@@ -75,7 +73,9 @@ def with_resident(prepared: PreparedTarget, resident: int) -> PreparedTarget:
     settle(client, names, initial)
     payload_model = tuple(i // mix.per_model for i in range(len(prepared.payload_docs)))
     cap = getattr(prepared.builder, "max_inflight", None)
-    builder = OvercommitBuilder(prepared.builder, client, names, payload_model, k, initial, max_inflight=cap)
+    builder = OvercommitBuilder(
+        prepared.builder, client, names, payload_model, k, initial, max_inflight=cap, failed=load_failed(spec.protocol)
+    )
     note = (
         f"at most {k} of the {len(names)} models resident (load on demand, least recently used unloaded): an "
         "overcommitting scheduler's policy emulated by satpoint, not Seldon's code; the cost shows in latency"

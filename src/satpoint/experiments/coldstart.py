@@ -65,7 +65,7 @@ from satpoint.reports.coldstart import write_html
 from satpoint.session import announce_target
 from satpoint.transports import grpc_control, rest_control
 from satpoint.transports.grpc_repository import GRPC_HEADER_PREFIX
-from satpoint.transports.overcommit import OvercommitBuilder, settle
+from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
 from satpoint.transports.repository import RepositoryControl, RepositoryError, loaded_models
 from satpoint.transports.rest import encode_json_body
 
@@ -258,6 +258,7 @@ def _overcommit_run(
         resident=min(k, n_models),
         initial=initial,
         keep_cold_rows=True,
+        failed=load_failed(served.spec.protocol),
     )
     options = DispatchOptions(
         timeout_s=opts.request_timeout_s,

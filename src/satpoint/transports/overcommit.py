@@ -37,6 +37,17 @@ perf = time.perf_counter
 
 #: the HTTP status written for requests whose model failed to load (the agent answers an error too)
 LOAD_FAILED_STATUS = 503
+#: the gRPC status written for them on a gRPC target (UNAVAILABLE, what an agent's proxy answers)
+LOAD_FAILED_GRPC_STATUS = 14
+
+
+def load_failed(protocol: str) -> tuple[int, int]:
+    """The outcome and status a request whose model failed to load is recorded with, on a ``protocol`` target."""
+    if protocol == "grpc":
+        return int(Outcome.GRPC_ERROR), LOAD_FAILED_GRPC_STATUS
+    return int(Outcome.HTTP_ERROR), LOAD_FAILED_STATUS
+
+
 #: ``close`` waits at most this long for a load or unload under way
 CLOSE_WAIT_S = 120.0
 #: an eviction waits at most this long for its model's requests in flight
@@ -101,6 +112,7 @@ class OvercommitTransport:
         *,
         keep_cold_rows: bool = False,
         residency: list[int] | None = None,
+        failed: tuple[int, int] = (int(Outcome.HTTP_ERROR), LOAD_FAILED_STATUS),
     ) -> None:
         if resident < 1:
             raise ValueError(f"resident must be >= 1, got {resident}")
@@ -123,6 +135,7 @@ class OvercommitTransport:
         self._worker: asyncio.Task[None] | None = None
         self._closing = False
         self._keep_cold_rows = keep_cold_rows
+        self._failed = failed  # (outcome, status) of a request whose model failed to load: ``load_failed``
         self.cold_rows: list[int] = []
         self.counters = OvercommitCounters()
         self._inner: HotTransport = inner(rec, self._freed)
@@ -234,7 +247,7 @@ class OvercommitTransport:
             if error is not None:
                 self.counters.load_failures += 1
                 self._note(error)
-                self._finish(held, Outcome.HTTP_ERROR, LOAD_FAILED_STATUS)
+                self._finish(held, *self._failed)
                 self._on_free()
                 continue
             self._release(held)
@@ -343,6 +356,8 @@ class OvercommitBuilder:
     origin_pid: int = field(default_factory=os.getpid, compare=False)
     #: the in-flight cap handed to the inner recipe (a session sets it per segment); None: the inner's own
     max_inflight: int | None = None
+    #: (outcome, status) of a request whose model failed to load (``load_failed(protocol)``)
+    failed: tuple[int, int] = (int(Outcome.HTTP_ERROR), LOAD_FAILED_STATUS)
 
     def with_max_inflight(self, max_inflight: int) -> Self:
         return replace(self, max_inflight=max_inflight)
@@ -379,6 +394,7 @@ class OvercommitBuilder:
                 self.initial,
                 keep_cold_rows=self.keep_cold_rows,
                 residency=self.residency,
+                failed=self.failed,
             )
 
         return factory
