@@ -22,13 +22,16 @@ from tests.test_api import _assert_mirrors
 T0_MONO = 5000.0  # the generator's clock origin on CLOCK_MONOTONIC
 STAGES = [Stage(100, 1, 6), Stage(200, 1, 6)]  # stage 1: [0, 7] s, stage 2: [7, 14] s on the run clock
 URL = "http://127.0.0.1:8082/metrics"
+STAGE_END_S = 14.0  # the last stage's nominal end
 
 
 def cpu_cores_at(t: float) -> float:
     return 0.4 if t < 7 else 0.9
 
 
-def write_observations(out: Path, results: Results, *, count_extra: int = 0) -> None:
+def write_observations(
+    out: Path, results: Results, *, count_extra: int = 0, times: list[tuple[float, str]] | None = None
+) -> None:
     """Samples every 0.25 s (0.4 cores in stage 1, 0.9 in stage 2, RSS growing) and MLServer scrapes every
     second whose success counter follows the simulated answers exactly (plus ``count_extra`` at the end)."""
     seg = results.segments[0]
@@ -57,7 +60,7 @@ def write_observations(out: Path, results: Results, *, count_extra: int = 0) -> 
         cpu += 0.25 * cpu_cores_at(t + 0.125)
     (out / SAMPLES_FILE).write_text("".join(lines))
     scrapes = []
-    times = [(-0.4, "start 0"), *((float(t), "tick") for t in range(1, 15)), (15.5, "end 0")]
+    times = times or [(-0.4, "start 0"), *((float(t), "tick") for t in range(1, 15)), (15.5, "end 0")]
     for t, tag in times:
         n = float(np.searchsorted(ok_done, t, side="right")) + (count_extra if tag.startswith("end") else 0)
         samples = [
@@ -123,6 +126,23 @@ def test_each_stage_gets_the_servers_cpu_memory_and_metrics(tmp_path: Path) -> N
     assert "counts_agree" in kinds
     assert "cpu_bound" not in kinds and "not_cpu_bound" not in kinds  # no stage saturated: nothing to say
     _assert_mirrors(parse_summary(doc), doc)
+
+
+def test_the_segments_end_scrape_closes_its_last_stage_even_before_the_stages_nominal_end(tmp_path: Path) -> None:
+    """At a low rate the segment ends with its last answer, up to one gap between requests before the last
+    stage's nominal end: the end scrape, taken then, still closes that stage's bracketing pair."""
+    out = tmp_path / "run"
+    results = make_run(out, SimConfig(slots=4, service_ms=10.0), STAGES)
+    results.header["target"]["model"] = "sim"
+    write_observations(out, results, times=[(-0.4, "start 0"), (STAGE_END_S - 0.01, "end 0")])
+    from satpoint.metrics.results import write_header
+
+    write_header(out, results)
+    doc = build_summary(load_results(out))
+    assert doc["stages"][-1]["window_end_s"] == STAGE_END_S
+    for stage in doc["stages"]:
+        (met,) = stage["server_metrics"]
+        assert met["window"] == "bracketing" and met["source"] == "mlserver"
 
 
 def test_a_count_that_disagrees_says_so(tmp_path: Path) -> None:

@@ -387,8 +387,14 @@ def stage_metrics_blocks(seg: Segment, m: StageMetrics, obs: Observations, model
         if len(inside) >= 2 and inside[-1][1] - inside[0][1] >= MIN_SCRAPE_SPAN_FRAC * (we - ws):
             (a, ta), (b, tb), window = inside[0], inside[-1], "steady"
         else:
-            before = [(s, t) for s, t in ok if t <= ws and (s.tag != "tick" or t >= ws - (we - ws) - 5)]
-            after = [(s, t) for s, t in ok if t >= we]
+            # the segment's own start and end scrapes bracket all of it, whatever their clock says: the end
+            # one follows the last answer, which at a low rate comes before the last stage's nominal end
+            # (by up to one gap between requests), so a time test alone would leave that stage without a pair
+            first, last = f"start {seg.index}", f"end {seg.index}"
+            before = [
+                (s, t) for s, t in ok if (t <= ws and (s.tag != "tick" or t >= ws - (we - ws) - 5)) or s.tag == first
+            ]
+            after = [(s, t) for s, t in ok if t >= we or s.tag == last]
             if not before or not after:
                 continue
             (a, ta), (b, tb), window = before[-1], after[0], "bracketing"
