@@ -73,7 +73,8 @@ _START_ATTEMPTS = 3
 _BIND_FAILURES = ("address already in use", "failed to bind", "socket '")
 _FAILED_START_GRACE_S = 5.0
 
-#: the endpoints that need the embedded Triton's access token (PyTriton's defaults but the statistics)
+#: the endpoints that need an embedded Triton's access token (PyTriton's defaults but the statistics), on
+#: PyTriton's server and on the repository Triton (``servers.triton_repo``) alike
 RESTRICTED_ENDPOINTS = ("shared-memory", "model-repository", "trace", "logging")
 #: the header that carries the access token over REST
 ACCESS_HEADER = "triton-access-token"

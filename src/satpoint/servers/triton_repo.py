@@ -18,8 +18,10 @@ Facts this module relies on (nvidia-pytriton 0.7.0, Triton 2.51):
 - the stub embeds this interpreter's ``libpython`` (its ``LIBDIR`` goes first on ``LD_LIBRARY_PATH``,
   as in ``servers.triton``) and finds scikit-learn through ``PYTHONPATH`` (this environment's
   site-packages); ``tritonserver`` needs PyTriton's bundled libraries (``nvidia_pytriton.libs``);
-- the repository API is restricted to an access token of this start (``access_headers``), as PyTriton
-  restricts it: a load accepts ``file:`` overrides that the Python backend would run.
+- the endpoints PyTriton restricts (``RESTRICTED_ENDPOINTS``: shared memory, the repository API, trace and
+  logging) are restricted to an access token of this start (``access_headers``), as on PyTriton's server:
+  a load accepts ``file:`` overrides that the Python backend would run, a system shared-memory region maps
+  a file of the caller's choosing into the server, and trace and log settings name files it writes.
 
 Neither PyTriton nor tritonclient is imported here (their protobuf names clash with MLServer's).
 """
@@ -55,6 +57,7 @@ from satpoint.servers.process import ManagedProcess, TargetError, free_ports
 from satpoint.servers.triton import (
     ACCESS_HEADER,
     KNOB_NAMES,
+    RESTRICTED_ENDPOINTS,
     TRITON_EXTRA_HINT,
     TritonSettings,
     check_model_config,
@@ -105,6 +108,12 @@ def pytriton_root() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def restriction(token: str) -> str:
+    """The value of ``--http-restricted-api`` and ``--grpc-restricted-protocol``: ``RESTRICTED_ENDPOINTS``
+    (the endpoints PyTriton's server restricts) kept to ``token`` in the ``ACCESS_HEADER`` header."""
+    return f"{','.join(RESTRICTED_ENDPOINTS)}:{ACCESS_HEADER}={token}"
 
 
 @dataclass(frozen=True)
@@ -232,7 +241,7 @@ class TritonRepoTarget(EmbeddedServer):
         repo = self._write_repository(workdir)
         backends = self._backends(workdir, root)
         env = self._env(root)
-        restrict = f"model-repository:{ACCESS_HEADER}={self._token}"
+        restrict = restriction(self._token)
         for attempt in range(1, _START_ATTEMPTS + 1):
             http, grpc, metrics_port = free_ports(3, HOST)
             self._ports = Ports(http=http, grpc=grpc, metrics=metrics_port)
@@ -301,7 +310,8 @@ class TritonRepoTarget(EmbeddedServer):
 
     @property
     def access_headers(self) -> dict[str, str]:
-        """The header that opens this server's repository API (a secret, never recorded)."""
+        """The header that opens this server's restricted endpoints (``RESTRICTED_ENDPOINTS``: the repository
+        API among them; a secret, never recorded)."""
         return {ACCESS_HEADER: self._token}
 
     @property
