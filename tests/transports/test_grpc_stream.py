@@ -335,3 +335,34 @@ def test_a_stream_target_probes_its_service_time_with_whole_streams() -> None:
         thread.join(10)
         loop.close()
     assert took is not None and 0.008 <= took < 1.0  # the whole stream: 4 ms + 2 x 2 ms, never less
+
+
+def test_a_message_over_many_frames_is_reassembled_in_one_growing_buffer() -> None:
+    """A 300 KB message in 1 000-byte DATA frames (a frame holding the end of one message and the start of
+    the next): both messages come out whole, and the incomplete one waits in the same buffer from frame to
+    frame, grown in place (copying it at every frame cost O(frames x size): quadratic)."""
+    big, small = _response("x" * 300_000), _response("tail")
+    wire = grpc_frame(big) + grpc_frame(small)
+    seen: list[bytes] = []
+    buffers: list[bytearray] = []  # kept alive: a freed buffer's id could come back
+
+    def body(pool: GrpcStreamPool, server: _Server) -> None:
+        conn = server.conn
+        on_message = conn._on_message
+
+        def record(sid: int, idx: int, chunk: bytes | bytearray, start: int, end: int) -> None:
+            seen.append(bytes(chunk[start:end]))
+            on_message(sid, idx, chunk, start, end)
+
+        conn._on_message = record  # type: ignore[method-assign]
+        server.send(server.head(1))
+        for at in range(0, len(wire), 1000):
+            server.send(gw.frame(gw.DATA, 0, 1, wire[at : at + 1000]))
+            if not seen:
+                buffers.append(conn.partial[1])
+        server.send(server.trailers(1))
+
+    rec, _ = _run(body)
+    assert seen == [big, small]
+    assert rec.outcome[0] == Outcome.OK and _stream(rec).chunks[0] == 2
+    assert len(buffers) > 250 and all(b is buffers[0] for b in buffers)  # one buffer, frame after frame

@@ -10,9 +10,10 @@ status when the model's ``predict_stream`` is done) and what Triton accepts (a s
 requests; after the client half-closes and the last response went out, Triton ends it with OK).
 
 The receive side parses the DATA frames into gRPC messages (``[compressed:1][length:4][message]``, a
-message may span frames and a frame may hold several); each complete message is a chunk, stamped through
-the stream seam (:class:`~satpoint.metrics.stream_records.StreamStamper`: ``chunk(idx, now)``, ``now`` the
-arrival of the bytes that completed it). Two decoders, by server kind:
+message may span frames and a frame may hold several: the bytes of an incomplete message wait in one buffer
+per stream that grows in place, so a message over many frames is copied once); each complete message is a
+chunk, stamped through the stream seam (:class:`~satpoint.metrics.stream_records.StreamStamper`:
+``chunk(idx, now)``, ``now`` the arrival of the bytes that completed it). Two decoders, by server kind:
 
 * ``mlserver`` (and Seldon Core 2): each message is a bare ``ModelInferResponse``, every one a chunk; its
   content is not parsed. Errors come as the final gRPC status.
@@ -113,9 +114,12 @@ class _StreamConn(_Conn):
                 break
             self._on_message(sid, idx, chunk, start + 5, start + 5 + length)
             start += 5 + length
-        if start < end:
-            self.partial[sid] = bytearray(chunk[start:end])
-        elif buf is not None:
+        if buf is None:
+            if start < end:  # the rest of a message: copied once, then grown in place
+                self.partial[sid] = bytearray(chunk[start:end])
+        elif start < end:
+            del buf[:start]  # the consumed prefix only: a message over N frames costs O(its size), not O(N x size)
+        else:
             del self.partial[sid]
 
     def _on_control(self, ftype: int, flags: int, sid: int, payload: bytes) -> int:
