@@ -13,9 +13,19 @@ satpoint's *own* cgroup per controller needed (``cpu``, ``memory``; never any ot
 (``metrics.cgroup_fs.read_stats``), and ``remove()`` kills whatever is left in it (only processes started
 in it: the server's), waits until it is empty and removes it (``rmdir``).
 
-On cgroup v2 a controller must be enabled in the parent's ``cgroup.subtree_control``; when satpoint's own
-cgroup has not, satpoint tries to enable it there, which the kernel refuses while the cgroup holds
-processes ("no internal processes"): that is said, satpoint does not move itself elsewhere.
+On cgroup v2 a controller must be enabled in the parent's ``cgroup.subtree_control``, which the kernel
+refuses while that parent holds processes ("no internal processes", the root cgroup excepted).  So satpoint
+makes a cgroup of its own under its cgroup P, ``P/satpoint-PID/``, moves itself (every thread, and the
+processes it started that are still in P) into its leaf ``satpoint-PID/self/``, and only then enables the
+controllers: in P (empty now, unless other processes share it: then refused, saying so) and in
+``satpoint-PID/``.  Each server gets a leaf beside ``self/`` (``server-XXXXXX``).  When the last server leaf
+is removed, satpoint undoes it: the controllers it enabled in P are disabled, its processes go back to P and
+``satpoint-PID/`` is removed.  In a cgroup shared with other processes (a login session) that cannot work;
+``systemd-run --scope -p Delegate=yes satpoint …`` gives satpoint a delegated cgroup of its own where it does.
+
+A satpoint killed with SIGKILL leaves its cgroups behind (empty once its server died): the first cgroup
+made by a later satpoint removes every ``satpoint-PID…`` cgroup of a PID that no longer exists beside it
+(one that still holds processes is left alone).
 
 ``check_available`` tries all this once (an empty probe cgroup, made and removed) so a knob that cannot
 work is refused before anything starts, with one line saying why."""
@@ -35,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from satpoint.errors import ConfigError
 from satpoint.metrics.cgroup_fs import ControllerDir, process_dirs, read_stats
+from satpoint.servers import cgroup_v2
+from satpoint.servers.cgroup_v2 import CgroupUnavailable
 
 __all__ = [
     "CPU_PERIOD_US",
@@ -54,15 +65,12 @@ CPU_PERIOD_US = 100_000
 #: the kernel's smallest quota (1 ms)
 MIN_QUOTA_US = 1_000
 _REMOVE_TIMEOUT_S = 5.0
+_swept = False  # the cgroups of dead satpoints removed (once per process)
 _ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 71; shift; n=$((n - 1)); done; exec "$@"'
 # Kubernetes quantities: decimal (k, M, G, T) and binary (Ki, Mi, Gi, Ti) suffixes
 _UNITS = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _UNITS |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGT]i?|)\s*[bB]?\s*$")
-
-
-class CgroupUnavailable(ConfigError):
-    """A CPU or memory limit cannot be applied on this machine; the message says why."""
 
 
 def parse_memory(text: str) -> int:
@@ -122,11 +130,6 @@ class ResourceLimits:
     def quota_us(self) -> int | None:
         return None if self.cpu_cores is None else max(MIN_QUOTA_US, round(self.cpu_cores * CPU_PERIOD_US))
 
-    @property
-    def threads(self) -> int | None:
-        """The threads a CPU limit pays for: the quota rounded up (None without a CPU limit)."""
-        return None if self.cpu_cores is None else max(1, math.ceil(self.cpu_cores - 1e-9))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "cpu_limit_cores": self.cpu_cores,
@@ -151,7 +154,7 @@ def own_dirs(controllers: Sequence[str]) -> dict[str, ControllerDir]:
     for c in controllers:
         if c not in found:
             raise CgroupUnavailable(why.get(c, f"no {c} cgroup found"))
-    return found
+    return {c: cgroup_v2.unmoved(d) for c, d in found.items()}  # v2: the cgroup satpoint_PID/self is under
 
 
 class ChildCgroup:
@@ -162,6 +165,7 @@ class ChildCgroup:
         self.dirs = dict(dirs)
         self.final: dict[str, float] | None = None  # the counters read just before removal
         self.removed = False
+        self.run: Path | None = None  # v2: satpoint's own cgroup this is a leaf of (``cgroup_v2.enter``)
 
     @classmethod
     def create(
@@ -172,23 +176,30 @@ class ChildCgroup:
         if not limits.any:
             raise ValueError("no limit to apply")
         parents = dict(parents) if parents is not None else own_dirs(limits.controllers)
+        global _swept
+        if not _swept:  # once per process: the cgroups of satpoints killed before they could remove them
+            _swept = True
+            cgroup_v2.sweep(d.path for d in parents.values())
         name = name or f"satpoint-{os.getpid()}-{secrets.token_hex(3)}"
         child = cls(limits, {})
         made = child.dirs  # filled as the folders are made: a failure removes exactly those
         try:
+            v2 = [c for c in limits.controllers if parents[c].version == 2]
             for c in limits.controllers:
                 parent = parents[c]
-                if parent.version == 2:
-                    _enable_v2(parent, c)
-                path = parent.path / name
+                base = parent.path
+                if parent.version == 2:  # satpoint's own cgroup, itself in its leaf, the controllers enabled
+                    child.run = base = cgroup_v2.enter(parent, v2)
+                path = base / name
                 if c == "memory" and "cpu" in made and made["cpu"].path == path:
                     made[c] = ControllerDir(c, parent.version, path, made["cpu"].cgroup)  # one v2 cgroup, both
                     continue
                 try:
-                    path.mkdir()
+                    cgroup_v2.mkdir(path)
                 except OSError as e:
-                    raise CgroupUnavailable(f"cannot create a cgroup in {parent.path}: {e.strerror or e}") from None
-                made[c] = ControllerDir(c, parent.version, path, parent.cgroup.rstrip("/") + "/" + name)
+                    raise CgroupUnavailable(f"cannot create a cgroup in {base}: {e.strerror or e}") from None
+                inside = parent.cgroup.rstrip("/") + "/" + (f"{base.name}/{name}" if base != parent.path else name)
+                made[c] = ControllerDir(c, parent.version, path, inside)
             for c, d in made.items():
                 if c == "cpu":
                     _set_cpu(d, limits)
@@ -213,7 +224,7 @@ class ChildCgroup:
         out: set[int] = set()
         for f in self.procs_files:
             with contextlib.suppress(OSError, ValueError):
-                out.update(int(x) for x in f.read_text().split())
+                out.update(int(x) for x in cgroup_v2.read(f).split())
         return sorted(out)
 
     def stats(self) -> dict[str, float]:
@@ -258,7 +269,7 @@ class ChildCgroup:
         for path in dict.fromkeys(d.path for d in self.dirs.values()):
             for _ in range(50):
                 try:
-                    path.rmdir()
+                    cgroup_v2.rmdir(path)
                     break
                 except FileNotFoundError:
                     break
@@ -268,6 +279,8 @@ class ChildCgroup:
                         break
                     time.sleep(0.05)
         self.removed = True
+        if self.run is not None and not errors:
+            cgroup_v2.leave(self.run)  # the last leaf gone: satpoint back where it was
         if errors:
             raise OSError("could not remove the server's cgroup: " + "; ".join(errors))
 
@@ -283,27 +296,9 @@ class ChildCgroup:
 
 def _write(path: Path, value: str) -> None:
     try:
-        path.write_text(value)
+        cgroup_v2.put(path, value)
     except OSError as e:
         raise CgroupUnavailable(f"cannot write {value.strip()!r} to {path}: {e.strerror or e}") from None
-
-
-def _enable_v2(parent: ControllerDir, controller: str) -> None:
-    control = parent.path / "cgroup.subtree_control"
-    try:
-        if controller in control.read_text().split():
-            return
-    except OSError as e:
-        raise CgroupUnavailable(f"cannot read {control}: {e.strerror or e}") from None
-    try:
-        control.write_text(f"+{controller}")
-    except OSError as e:
-        raise CgroupUnavailable(
-            f"cgroup v2: the {controller} controller is not enabled for children of satpoint's cgroup "
-            f"{parent.cgroup} and enabling it failed ({e.strerror or e}; the kernel refuses while that cgroup "
-            "holds processes): run satpoint in a cgroup of its own with the controller delegated, e.g. "
-            f"systemd-run --scope -p Delegate=yes satpoint …"
-        ) from None
 
 
 def _set_cpu(d: ControllerDir, limits: ResourceLimits) -> None:
