@@ -14,6 +14,9 @@ from typing import Any, Literal
 from satpoint.plan import Arrival, parse_arrival
 
 Mode = Literal["open_loop", "closed_loop"]
+#: the widest wake-up window (ms): the first request of a window leaves up to this late, and its send lag
+#: counts against the generator-lag limit (``VerdictRules.generator_lag_p99_ms``, 10 ms): half of it
+MAX_WAKE_WINDOW_MS = 5.0
 Kind = Literal["run", "find"]
 
 
@@ -98,8 +101,11 @@ class LoadOptions:
             raise ValueError("procs and max_inflight must be >= 1, timeout > 0 and drain >= 0")
         if self.grpc_connections is not None and self.grpc_connections < 1:
             raise ValueError("grpc_connections must be >= 1 (or None: automatic)")
-        if self.wake_window_ms < 0:
-            raise ValueError("wake_window_ms must be >= 0")
+        if not 0 <= self.wake_window_ms <= MAX_WAKE_WINDOW_MS:
+            raise ValueError(
+                f"--wake-window-ms must be from 0 to {MAX_WAKE_WINDOW_MS:g} ms (a wider window's send lag reaches the "
+                f"generator-lag limit and every stage would read as generator-limited); got {self.wake_window_ms:g}"
+            )
         if not 0 <= self.realtime_priority <= 99:
             raise ValueError("realtime_priority must be from 1 to 99 (0: the usual scheduling)")
         if self.ray is not None:

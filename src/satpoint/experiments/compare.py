@@ -77,6 +77,7 @@ class CompareConfig:
             if self.url is not None or self.grpc_url is not None:
                 raise ValueError("demo_model, runtime and model_dir describe the embedded MLServer: not with a URL")
             self.server_settings()  # a ValueError now (bad name, bad folder), before anything starts
+        self.load.validate()
         self.find.validate()
         return self
 
