@@ -1,4 +1,4 @@
-"""The shape the package keeps: a thin command line, modules of readable size."""
+"""The shape the package keeps: a command line without orchestration, modules of readable size."""
 
 from __future__ import annotations
 
@@ -12,41 +12,151 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines())
 
 
-def _code_lines(path: Path) -> int:
-    """Lines outside import statements: the import lists grow with every shared option (one name a line)
-    but hold no orchestration."""
-    text = path.read_text()
-    imports = {
-        line
-        for node in ast.parse(text).body
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
-    }
-    return len(text.splitlines()) - len(imports)
+#: what ``cli/`` may import from the library: the façade (``api``), the configuration it builds, the renderers,
+#: its own option modules, and the types options are parsed into
+FACADE = ("satpoint.api", "satpoint.cli", "satpoint.config", "satpoint.errors", "satpoint.redact",
+          "satpoint._version", "satpoint.plan", "satpoint.reports", "satpoint.endpoints.spec",
+          "satpoint.payloads.mix", "satpoint.traffic.trace_plan")  # fmt: skip
+#: the commands' entry points outside the façade: (cli module, library module) -> why.  It may only shrink:
+#: an entry that is no longer used fails the test, a new reach into the library fails it too
+ENTRY_POINTS = {
+    ("coldstart_cmd.py", "satpoint.endpoints.repository"): "resolve_protocol: --protocol's default from the URL",
+    ("coldstart_cmd.py", "satpoint.experiments.coldstart"): "run_coldstart and its options",
+    ("common.py", "satpoint.analysis.summary_model"): "RunSummary, rendered",
+    ("common.py", "satpoint.analysis.thresholds"): "format_result, rendered",
+    ("common.py", "satpoint.servers.demo_model"): "the demo models' names for --demo-model's help",
+    ("compare_cmd.py", "satpoint.experiments.compare"): "run_compare and its configuration",
+    ("demo_cmd.py", "satpoint.experiments.co_demo"): "run_co_demo and its configuration",
+    ("find_cmd.py", "satpoint.analysis.trace_headroom"): "search_params: find --trace's options",
+    ("find_cmd.py", "satpoint.servers.embedded"): "embedded_settings: the embedded server's options",
+    ("find_cmd.py", "satpoint.trace_headroom"): "find_headroom: find --trace",
+    ("main.py", "satpoint.trace_replay"): "run_trace: run --trace",
+    ("sim_cmd.py", "satpoint.servers.sim"): "the simulated server is the command",
+    ("sim_cmd.py", "satpoint.servers.sim_grpc"): "the simulated server over gRPC",
+    ("sim_cmd.py", "satpoint.servers.sim_model"): "model_names: sim --models",
+    ("sim_cmd.py", "satpoint.servers.sim_rates"): "sim --metastable's options",
+    ("sim_cmd.py", "satpoint.servers.sim_tls"): "sim's TLS options",
+    ("sweep_cmd.py", "satpoint.analysis.artefact_choice"): "--max-quality-loss's default and help",
+    ("sweep_cmd.py", "satpoint.experiments.sweep"): "run_sweep, its configuration and state",
+    ("sweep_cmd.py", "satpoint.experiments.sweep_config"): "env_items: --server-env",
+    ("sweep_cmd.py", "satpoint.experiments.sweep_servers"): "BaseServer: the swept server's options",
+}
+#: modules whose presence in ``cli/`` means orchestration (waiting, threads, processes, sockets); ``common.py``
+#: turns Ctrl-C into a stop event (``signal``, ``threading``), which is the command line's own business
+ORCHESTRATION = {"time", "asyncio", "subprocess", "multiprocessing", "concurrent", "socket", "threading", "signal"}
+CTRL_C = {("common.py", "signal"), ("common.py", "threading")}
 
 
-def test_the_command_line_is_a_thin_shell() -> None:
-    """Options, one library call, rendering: under 100 lines of code per command (there are ten)."""
-    files = list((SRC / "cli").glob("*.py"))
-    total = sum(_code_lines(p) for p in files)
-    # 1050: run has three modes (--stage, --users, --trace); their options are lines of their own
-    # 1080: find has two (a rate, or the speed factor of a trace with --trace)
-    # 1090: run --trace's --server-slots (the queue prediction beside the replay)
-    # 1137: run --stream's options (stream_opts, +22) and many models on the embedded MLServer (+24:
-    # --demo-models, --model-repo on find and sweep, sweep --server-memory-mb)
-    # 1209: satpoint coldstart (+69: its command, its option group, its registration)
-    # 1219: --stream on run, find, sweep and compare, sim's --stream/--stream-first-ms/-gap-ms/-chunks (+10)
-    # 1244: --resident K on run and find (overcommit_opts, +25; +3 in 1302 for its one-process check)
-    # 1299: model mixes (mix_opts +40; --model repeated, --models-from-server, --mix on run, find and sweep;
-    # sim --models and --model-queues)
-    # 1302: --resident refused with --procs > 1 or --ray (+3)
-    # 1345: --wake-window-ms and --realtime on run, find, sweep and compare (pacing_opts +25, +4 per command;
-    # +2: refused on a closed loop)
-    # 1352: --ca-cert, --insecure, --client-cert, --client-key on coldstart (+7: four options, their fields,
-    # refused without --url)
-    # 1356: --protocol on coldstart (+4: the option, its resolution, its field)
-    assert total < 1356, f"cli/ has {total} lines of code: move orchestration into the library"
-    for p in files:
+def _is_action(call: ast.Call) -> bool:
+    """A call that does a command's work: ``api.run*``/``api.find*``, or a ``run*``/``find*`` function
+    imported from an entry point (``run_sweep``, ``find_headroom``, ``run_trace``...)."""
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "api":
+        return f.attr.startswith(("run", "find"))
+    return isinstance(f, ast.Name) and f.id.startswith(("run_", "find_"))
+
+
+def _exclusive(tree: ast.AST, a: ast.AST, b: ast.AST) -> bool:
+    """``a`` and ``b`` lie in different branches of one ``if`` (never both run)."""
+    parents: dict[ast.AST, ast.AST] = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+
+    def chain(x: ast.AST) -> list[ast.AST]:
+        out = [x]
+        while out[-1] in parents:
+            out.append(parents[out[-1]])
+        return out
+
+    def returns_first(first: list[ast.AST], second: list[ast.AST]) -> bool:
+        """``first`` runs in an ``if`` that ends with ``return``/``raise``, before ``second`` (an early exit)."""
+        stmt, branch = first[-1], first[-2] if len(first) > 1 else None
+        return (
+            isinstance(stmt, ast.If)
+            and branch in stmt.body
+            and isinstance(stmt.body[-1], ast.Return | ast.Raise)
+            and stmt.lineno < second[-1].lineno
+        )
+
+    ca, cb = chain(a), chain(b)
+    for i, node in enumerate(ca):
+        if node in cb:
+            j = cb.index(node)
+            below_a, below_b = ca[i - 1], cb[j - 1]
+            if isinstance(node, ast.If) and (below_a in node.body) != (below_b in node.body):
+                return True
+            return returns_first(ca[:i][-2:], cb[:j][-2:]) or returns_first(cb[:j][-2:], ca[:i][-2:])
+    return False
+
+
+def _violations(name: str, text: str, used: set[tuple[str, str]]) -> list[str]:
+    """What in the ``cli/`` module ``name`` (source ``text``) is orchestration; its entry points into ``used``."""
+    out: list[str] = []
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.While):
+            out.append(f"cli/{name}:{node.lineno}: a loop that waits is orchestration")
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [f"satpoint.{a.name}" for a in node.names] if node.module == "satpoint" else [node.module]
+        for module in modules:
+            top = module.split(".")[0]
+            if top in ORCHESTRATION and (name, top) not in CTRL_C:
+                out.append(f"cli/{name}:{node.lineno}: imports {module}")
+            if not module.startswith("satpoint.") or any(module == f or module.startswith(f + ".") for f in FACADE):
+                continue
+            if (name, module) in ENTRY_POINTS:
+                used.add((name, module))
+            else:
+                out.append(f"cli/{name}:{node.lineno}: imports {module}: reach the library through satpoint.api")
+    for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
+        actions = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and _is_action(c)]
+        for i, a in enumerate(actions):
+            out += [
+                f"cli/{name}:{a.lineno} and :{b.lineno}: {fn.name} does the work of two library calls"
+                for b in actions[i + 1 :]
+                if not _exclusive(fn, a, b)
+            ]
+    return out
+
+
+def test_the_command_line_only_parses_options_calls_the_library_and_renders() -> None:
+    """No orchestration in ``cli/``: it imports the library through the façade (plus the named entry points,
+    a list that can only shrink), never waits, sleeps, starts threads, processes or sockets, and a command
+    makes one call that does its work per mode (two such calls are in different branches of one ``if``, or
+    the first in an ``if`` that returns)."""
+    used: set[tuple[str, str]] = set()
+    found = [v for p in sorted((SRC / "cli").glob("*.py")) for v in _violations(p.name, p.read_text(), used)]
+    assert found == []
+    assert used == set(ENTRY_POINTS), f"entry points no longer used (drop them): {sorted(set(ENTRY_POINTS) - used)}"
+
+
+def test_the_rule_sees_orchestration() -> None:
+    modes = (
+        "from satpoint import api\n"
+        "def run(trace, users):\n"
+        "    if trace:\n"
+        "        api.run_trace()\n"
+        "        return 0\n"
+        "    if users:\n"
+        "        r = api.run_closed_loop()\n"
+        "    else:\n"
+        "        r = api.run()\n"
+        "    return r\n"
+    )
+    assert _violations("x.py", modes, set()) == []  # one call per mode
+    two = "from satpoint import api\ndef find(a):\n    r = api.find()\n    if a:\n        api.run()\n"
+    assert _violations("x.py", two, set()) == ["cli/x.py:3 and :5: find does the work of two library calls"]
+    waits = "import time\nfrom satpoint.engine.runner import go\nwhile True:\n    time.sleep(1)\n"
+    assert _violations("x.py", waits, set()) == [
+        "cli/x.py:1: imports time",
+        "cli/x.py:2: imports satpoint.engine.runner: reach the library through satpoint.api",
+        "cli/x.py:3: a loop that waits is orchestration",
+    ]
+
+
+def test_command_modules_stay_readable() -> None:
+    for p in (SRC / "cli").glob("*.py"):
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 
 
