@@ -230,3 +230,43 @@ def test_sweep_refuses_eval_data_it_cannot_use(setup: dict[str, Any]) -> None:
 def test_a_model_without_probabilities_shows_a_dash() -> None:
     row = {"quality": {"accuracy": 0.9, "accuracy_loss_pp": 0.5, "agreement": 0.95, "max_abs_proba_diff": None}}
     assert quality_cells(row) == ["90.0 (+0.5)", "95.0", "-"]
+
+
+_ENV_MODEL = '''
+import os
+
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec
+from mlserver.types import InferenceResponse
+
+
+class EnvModel(MLModel):
+    """Answers, per row, 1 when it shares satpoint's process or sees its environment's secret, else 0."""
+
+    async def load(self) -> bool:
+        return True
+
+    async def predict(self, payload):
+        rows = payload.inputs[0].shape[0]
+        leaked = os.environ.get("SATPOINT_TEST_TOKEN") is not None or os.getpid() == int(os.environ.get("P", "0"))
+        out = NumpyCodec.encode_output("predict", np.full(rows, int(leaked)))
+        return InferenceResponse(model_name=self.name, outputs=[out])
+'''
+
+
+def test_a_folder_s_code_runs_in_a_child_without_satpoint_s_environment(
+    setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root: Path = setup["root"]
+    folder = _folder(root, "env", "envmodel.EnvModel", {"envmodel.py": _ENV_MODEL.encode()})
+    monkeypatch.setenv("SATPOINT_TEST_TOKEN", "s3cret")
+    monkeypatch.setenv("P", str(__import__("os").getpid()))  # kept only if the environment is not scrubbed
+    got = folder_quality([str(folder)], setup["inputs"])[str(folder)]
+    assert got["implementation"] == "envmodel.EnvModel"
+    expected = _write(root, "zeros.jsonl", _request(setup["x"][:3], [0, 0, 0]) + "\n")
+    assert folder_quality([str(folder)], expected)[str(folder)]["accuracy"] == 1.0  # every row answered 0
+    from satpoint.servers.folder_quality import scrubbed_env
+
+    kept = scrubbed_env({"PATH": "/bin", "LC_ALL": "C", "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "y", "P": "1"})
+    assert kept == {"PATH": "/bin", "LC_ALL": "C"}

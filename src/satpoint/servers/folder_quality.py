@@ -1,8 +1,10 @@
 """What a user's model folder costs in quality (``satpoint sweep --eval-data FILE``): each model folder a
 sweep serves (``--model-dir``, ``model_dir=``), run offline, once, on the requests of ``FILE`` through
-the folder's own MLServer runtime (its ``implementation`` class, loaded in this process from the
-``model-settings.json`` satpoint would serve: no server, the same code), and compared with a reference
-folder.
+the folder's own MLServer runtime (its ``implementation`` class, loaded from the ``model-settings.json``
+satpoint would serve: no server, the same code), and compared with a reference folder.  The folders' code
+runs in a child process (``servers.folder_quality_child``, every folder of one call in one child) with a
+scrubbed environment (``scrubbed_env``: what Python, locales and thread counts need, nothing else), so a
+folder's runtime never shares satpoint's process or sees its environment (tokens, credentials).
 
 The evaluation file is JSON Lines, one Open Inference Protocol request per line::
 
@@ -34,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +58,9 @@ __all__ = [
     "FolderAnswers",
     "folder_quality",
     "predict_folder",
+    "predict_folders",
     "read_eval_data",
+    "scrubbed_env",
     "variant_quality",
 ]
 
@@ -191,12 +196,56 @@ def _decoded(output: Any) -> Any:
     return arr
 
 
+#: the environment a folder's code gets (``scrubbed_env``): names, and prefixes ending in ``_``
+_KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH",
+             "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SYSTEMROOT", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+             "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "LC_")  # fmt: skip
+_CHILD_TIMEOUT_S = 1800.0
+
+
+def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with only what running Python needs (``_KEPT_ENV``): no tokens, keys or credentials."""
+    return {k: v for k, v in environ.items() if k in _KEPT_ENV or (k.startswith("LC_") and "LC_" in _KEPT_ENV)}
+
+
+def predict_folders(variants: Sequence[tuple[str, str]], eval_path: str | Path) -> dict[tuple[str, str], FolderAnswers]:
+    """Every (folder, runtime)'s answers to the requests of ``eval_path``, computed in one child process
+    (``servers.folder_quality_child``) with a scrubbed environment; its ``ValueError`` (a line of the file,
+    a refused request) raised here as it was."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="satpoint-quality-") as tmp:
+        spec, out = Path(tmp) / "spec.json", Path(tmp) / "answers.json"
+        spec.write_text(json.dumps({"variants": [list(v) for v in variants], "eval": str(eval_path), "out": str(out)}))
+        argv = [sys.executable, "-m", "satpoint.servers.folder_quality_child", str(spec)]
+        try:
+            done = subprocess.run(
+                argv, env=scrubbed_env(os.environ), cwd=tmp, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"judging the model folders took over {_CHILD_TIMEOUT_S:g} s") from None
+        try:
+            doc = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+            raise ValueError(f"judging the model folders failed: {tail[0]}") from None
+    if "error" in doc:
+        raise ValueError(doc["error"])
+    answers = {}
+    for v, a in zip(variants, doc["answers"], strict=True):
+        proba = None if a["proba"] is None else np.asarray(a["proba"], dtype=float)
+        answers[v] = FolderAnswers(np.asarray(a["labels"], dtype=object), proba, a["label_output"], a["implementation"])
+    return answers
+
+
 def predict_folder(
     model_dir: str | Path, requests: Sequence[EvalRequest], eval_path: str | Path, runtime: str = DEFAULT_RUNTIME
 ) -> FolderAnswers:
     """Load the folder's model through its MLServer runtime in this process (with ``runtime`` onnx,
     onnx-int8 or openvino: its ONNX model as satpoint serves it, derived in a temp folder) and answer
-    every request."""
+    every request: what the child process of ``predict_folders`` runs."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="satpoint-quality-") as tmp:
@@ -311,9 +360,7 @@ def variant_quality(
         return {}
     requests = read_eval_data(eval_data)
     ref = (str(reference_dir), DEFAULT_RUNTIME) if reference_dir is not None else folders[0]
-    answers: dict[tuple[str, str], FolderAnswers] = {}
-    for d in dict.fromkeys([ref, *folders]):
-        answers[d] = predict_folder(d[0], requests, eval_data, d[1])
+    answers = predict_folders(list(dict.fromkeys([ref, *folders])), eval_data)
     ref_ans = answers[ref]
     expected = [x for r in requests for x in (r.expected or [])]
     has_expected = requests[0].expected is not None
