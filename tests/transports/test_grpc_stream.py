@@ -366,3 +366,16 @@ def test_a_message_over_many_frames_is_reassembled_in_one_growing_buffer() -> No
     assert seen == [big, small]
     assert rec.outcome[0] == Outcome.OK and _stream(rec).chunks[0] == 2
     assert len(buffers) > 250 and all(b is buffers[0] for b in buffers)  # one buffer, frame after frame
+
+
+def test_messages_that_one_read_carries_are_counted_as_coalesced() -> None:
+    def body(pool: GrpcStreamPool, server: _Server) -> None:
+        one = grpc_frame(_response())
+        server.send(server.head(1), gw.frame(gw.DATA, 0, 1, one))
+        server.send(gw.frame(gw.DATA, 0, 1, one * 2), gw.frame(gw.DATA, 0, 1, one))  # one read, three messages
+        server.send(gw.frame(gw.DATA, 0, 1, one), server.trailers(1))
+
+    rec, _ = _run(body)
+    s = _stream(rec)
+    assert rec.outcome[0] == Outcome.OK and s.chunks[0] == 5
+    assert s.coalesced[0] == 2  # the second and third of the read that carried three

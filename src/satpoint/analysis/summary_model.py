@@ -59,6 +59,10 @@ class StreamStage(BaseModel):
     chunks_per_request: float | None = None
     streams: int = 0  # rows due in the window that got at least one chunk
     no_chunk: int = 0  # rows counted in latency (OK or censored) that got none
+    #: gaps whose two chunks came in one read (recorded as 0: the loop read late or the server sent them
+    #: together), and their share of the gaps; 0 and None in older folders
+    coalesced_gaps: int = 0
+    coalesced_share: float | None = None
 
 
 class StageResult(BaseModel):

@@ -7,6 +7,10 @@ one row here with:
 * ``first_s`` / ``last_s``: the arrival of its first and last chunk (run clock; NaN: no chunk arrived);
 * ``chunks``: how many chunks arrived;
 * ``max_gap_s``: the largest gap between consecutive chunks (NaN: fewer than two gaps);
+* ``coalesced``: how many of its chunks were stamped at the same instant as its previous chunk, because one
+  read of the socket carried both (their gap is recorded as 0): the generator's loop read them late, or
+  the server sent them together; a stage's share of such gaps says how far its gap figures are the
+  loop's timing rather than the server's;
 * its *gaps*: every gap between consecutive chunks, as ``uint32`` microseconds in one flat array
   ``gaps_us``, the row's gaps contiguous at ``gaps_us[gap_start : gap_start + gap_count]``
   (``gap_start`` is -1 for a row without gaps).
@@ -48,6 +52,8 @@ U32 = npt.NDArray[np.uint32]
 MAX_GAP_US = int(np.iinfo(np.uint32).max)
 #: the results folder's column names (``segment-NNN.npz``); a folder without them has no streams
 COLUMNS = ("stream_first", "stream_last", "stream_chunks", "stream_max_gap", "stream_gap_start", "stream_gap_count")
+#: chunks that shared a read with the previous one (absent in folders written before it: zeros)
+COALESCED_COLUMN = "stream_coalesced"
 GAPS_COLUMN = "stream_gaps_us"
 
 
@@ -64,12 +70,16 @@ class StreamRecords:
     #: the gaps of all rows, microseconds; only ``gaps_us[:n_gaps]`` is used (the rest is room to grow)
     gaps_buf: U32
     n_gaps: int = -1
+    #: chunks stamped at the same instant as the row's previous one (one read carried both); None: zeros
+    coalesced: I32 = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.n_gaps < 0:
             self.n_gaps = len(self.gaps_buf)
         n = len(self.first_s)
-        for name in ("last_s", "chunks", "max_gap_s", "gap_start", "gap_count"):
+        if self.coalesced is None:
+            self.coalesced = np.zeros(n, dtype=np.int32)
+        for name in ("last_s", "chunks", "max_gap_s", "gap_start", "gap_count", "coalesced"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"stream column {name} has {len(getattr(self, name))} rows, first_s {n}")
 
@@ -147,6 +157,7 @@ class StreamRecords:
             gap_start=start,
             gap_count=count.astype(np.int32),
             gaps_buf=gaps,
+            coalesced=self.coalesced[rows].copy(),
         )
 
     def compacted(self) -> StreamRecords:
@@ -164,6 +175,7 @@ class StreamRecords:
             self.gap_count,
             self.gaps_buf,
             self.n_gaps,
+            self.coalesced,
         )
 
     @staticmethod
@@ -181,6 +193,7 @@ class StreamRecords:
             ),
             gap_count=np.concatenate([p.gap_count for p in compact]),
             gaps_buf=np.concatenate([p.gaps_us for p in compact]),
+            coalesced=np.concatenate([p.coalesced for p in compact]),
         )
 
     # the results folder ------------------------------------------------------------------------------------
@@ -194,6 +207,7 @@ class StreamRecords:
             "stream_gap_start": c.gap_start,
             "stream_gap_count": c.gap_count,
             GAPS_COLUMN: c.gaps_us,
+            COALESCED_COLUMN: c.coalesced,
         }
 
     @classmethod
@@ -209,6 +223,7 @@ class StreamRecords:
             gap_start=np.asarray(cols["stream_gap_start"], dtype=np.int64),
             gap_count=np.asarray(cols["stream_gap_count"], dtype=np.int32),
             gaps_buf=np.asarray(cols[GAPS_COLUMN], dtype=np.uint32),
+            coalesced=np.asarray(cols[COALESCED_COLUMN], dtype=np.int32) if COALESCED_COLUMN in cols else None,  # type: ignore[arg-type]
         )
 
 
@@ -222,7 +237,8 @@ class StreamStamper:
     """What a stream transport calls, on the event loop, to stamp its rows (the seam; see stream-seam.md).
 
     * ``chunk(idx, now)`` for every chunk of request ``idx`` as it arrives (``now``: ``time.perf_counter()``,
-      the clock of ``Records.sent``); the first one sets ``first``.
+      the clock of ``Records.sent``, taken once per read: chunks of one read share it); the first one sets
+      ``first``; one at the same ``now`` as the row's previous chunk counts as ``coalesced``.
     * ``end(idx, now, open_gap)`` once the stream is over, whatever its outcome, *after* or *before* the
       transport stamps ``done``/``outcome``/``status`` as for any request: its gaps are kept; with
       ``open_gap`` (the stream was given up while open: a timeout, the end of the run) the time from the
@@ -233,7 +249,7 @@ class StreamStamper:
     end (as it does ``sent``/``done``).  Per chunk: a few memoryview writes and one list append.
     """
 
-    __slots__ = ("_chunks", "_first", "_last", "_max_gap", "_open", "stream")
+    __slots__ = ("_chunks", "_coalesced", "_first", "_last", "_max_gap", "_open", "stream")
 
     def __init__(self, stream: StreamRecords) -> None:
         self.stream = stream
@@ -247,6 +263,7 @@ class StreamStamper:
         self._last = _view(s.last_s)
         self._chunks = _view(s.chunks)
         self._max_gap = _view(s.max_gap_s)
+        self._coalesced = _view(s.coalesced)
 
     def chunk(self, idx: int, now: float) -> None:
         chunks = self._chunks
@@ -254,7 +271,10 @@ class StreamStamper:
         if n:
             gaps = self._open.get(idx)
             if gaps is not None:
-                gaps.append(gap_us(now - self._last[idx]))
+                last = self._last[idx]
+                gaps.append(gap_us(now - last))
+                if now == last:  # the same read as the previous chunk: its gap is the read's, not the server's
+                    self._coalesced[idx] += 1
         else:
             self._first[idx] = now
             self._open[idx] = []

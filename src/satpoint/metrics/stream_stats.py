@@ -14,6 +14,10 @@ values, no binning):
 * **chunks_per_s** = chunks of the OK streams that ended inside the window, per second of window (the
   stream analogue of ``throughput_rps``, which is **requests_per_s** here); **chunks_per_request** their
   mean.  End-to-end latency is the stage's ``latency_ms`` (done − intended, done = the stream's end).
+* **coalesced_gaps** / **coalesced_share**: the gaps, of the same rows, whose two chunks came in one read
+  of the socket (stamped at one instant: the gap is recorded as 0), and their share of all gaps.  A chunk's
+  time is when the generator's loop read it; a high share means the loop read late (a busy generator) or
+  the server sent chunks together, and the gap percentiles then describe the reads, not the server.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ def stream_window(part: Records, rec: Records, w0: float, w1: float) -> dict[str
     ok_ended = rec.ok_mask() & (rec.done >= w0) & (rec.done < w1)
     chunks = rec.stream.chunks[ok_ended]
     streamed = part.stream.chunks > 0
+    n_gaps = int(part.stream.gap_count[counted & (part.stream.gap_start >= 0)].sum())
+    coalesced = int(part.stream.coalesced[counted].sum())
     return {
         "ttfc_ms": _pct_ms(ttfc),
         "gap_ms": _pct_ms(gaps_s(part, counted)),
@@ -79,4 +85,6 @@ def stream_window(part: Records, rec: Records, w0: float, w1: float) -> dict[str
         "chunks_per_request": round(float(chunks.mean()), 4) if len(chunks) else None,
         "streams": int(np.count_nonzero(streamed)),
         "no_chunk": int(np.count_nonzero(counted & ~streamed)),
+        "coalesced_gaps": coalesced,
+        "coalesced_share": round(coalesced / n_gaps, 4) if n_gaps else None,
     }

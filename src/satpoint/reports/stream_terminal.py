@@ -28,7 +28,15 @@ def stream_line(index: int, stage: dict[str, Any]) -> str | None:
         f"gap p50 {_ms(gap.get('p50'))} p99 {_ms(gap.get('p99'))} ms · "
         f"{'-' if rate is None else f'{rate:.1f}'} chunks/s · {'-' if reqs is None else f'{reqs:.1f}'} streams/s"
         + ("" if per is None else f" · {per:.1f} chunks/stream")
+        + _coalesced(st.get("coalesced_share"))
     )
+
+
+def _coalesced(share: Any) -> str:
+    """`` · N % of gaps read together`` when chunks shared a read (their gap is the read's, not the server's)."""
+    if not share:
+        return ""
+    return f" · {100 * float(share):.0f} % of gaps read together (late reads or chunks sent together)"
 
 
 def print_stream(console: Console, summary: dict[str, Any]) -> None:

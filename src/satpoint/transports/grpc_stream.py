@@ -13,7 +13,8 @@ The receive side parses the DATA frames into gRPC messages (``[compressed:1][len
 message may span frames and a frame may hold several: the bytes of an incomplete message wait in one buffer
 per stream that grows in place, so a message over many frames is copied once); each complete message is a
 chunk, stamped through the stream seam (:class:`~satpoint.metrics.stream_records.StreamStamper`:
-``chunk(idx, now)``, ``now`` the arrival of the bytes that completed it). Two decoders, by server kind:
+``chunk(idx, now)``, ``now`` the read of the bytes that completed it: the messages of one read share it and
+count as ``coalesced``). Two decoders, by server kind:
 
 * ``mlserver`` (and Seldon Core 2): each message is a bare ``ModelInferResponse``, every one a chunk; its
   content is not parsed. Errors come as the final gRPC status.

@@ -5,7 +5,8 @@ requests, one request per connection at a time, the same retries and keep-alive 
 answer is read differently.  The answer is ``text/event-stream`` (chunked transfer encoding), one event
 ``data: <json>\\n\\n`` per chunk of the model's answer (MLServer 1.7.1, Triton's ``generate_stream``);
 every event with a ``data`` field is a chunk, stamped through
-:class:`~satpoint.metrics.stream_records.StreamStamper` at the read that completed it.  The request is
+:class:`~satpoint.metrics.stream_records.StreamStamper` at the read that completed it (the events of one
+read share that time, and all but the first of a stream count as ``coalesced``).  The request is
 done (``Records.done``) when the chunked body ends (its terminator), or when the server closes a
 close-delimited answer.
 
