@@ -118,3 +118,21 @@ def test_real_memory_limit_kills_an_allocating_process() -> None:
     finally:
         cg.remove()
     assert not cg.dirs["memory"].path.exists()
+
+
+@real_v1
+def test_real_cgroups_of_a_dead_satpoint_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
+    from satpoint.servers import cgroups
+
+    dead = next(p for p in range(32_000, 2_000, -1) if not Path(f"/proc/{p}").exists())
+    left = [d.path / f"satpoint-{dead}-abcdef" for d in own_dirs(("cpu", "memory")).values()]
+    for path in left:
+        path.mkdir()  # what a satpoint killed with SIGKILL leaves behind
+    try:
+        monkeypatch.setattr(cgroups, "_swept", False)
+        check_available(ResourceLimits(cpu_cores=0.5, memory_bytes=2**28))
+        assert [p for p in left if p.exists()] == []
+    finally:
+        for path in left:
+            if path.exists():
+                path.rmdir()
