@@ -83,7 +83,7 @@ def is_error_event(event: bytes) -> bool:
 
 
 class _StreamConn(_Conn):
-    __slots__ = ("buf", "gave_up", "stream_ok")
+    __slots__ = ("buf", "gave_up", "read_at", "stream_ok")
 
     pool: RestStreamPool
 
@@ -92,6 +92,11 @@ class _StreamConn(_Conn):
         self.buf = bytearray()
         self.stream_ok = False  # a 2xx head arrived: the stream began
         self.gave_up = False  # the answer was given up on (an error event): the rest of it is not read
+        self.read_at = 0.0  # when the read being parsed was taken (every chunk of it is stamped then)
+
+    def data_received(self, data: bytes) -> None:
+        self.read_at = perf()  # one time per read: events of one read, in several HTTP chunks, share it
+        super().data_received(data)
 
     # httptools callbacks (the parser finds them on the protocol object) ---------------------------------------
     def on_message_begin(self) -> None:
@@ -110,7 +115,7 @@ class _StreamConn(_Conn):
         buf += body
         if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
             return
-        now = perf()
+        now = self.read_at
         stamp = self.pool._stamp
         for event in split_events(buf):
             if is_chunk(event):
@@ -136,7 +141,7 @@ class _StreamConn(_Conn):
             if is_error_event(last):
                 outcome = int(Outcome.STREAM_ERROR)
             else:
-                self.pool._stamp.chunk(idx, perf())
+                self.pool._stamp.chunk(idx, self.read_at)
         self._finish(outcome, status)
         self.idle_since = perf()
         if parser.should_keep_alive():
