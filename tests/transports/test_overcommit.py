@@ -285,3 +285,193 @@ def test_a_load_that_answers_while_the_run_closes_stays_counted_as_resident() ->
         await second.close()
 
     asyncio.run(go())
+
+
+# -- M4: the victim's requests waiting here, recency of refused sends, asynchronous unloads ------------------
+
+
+class LoggedInner(FakeInner):
+    """``FakeInner`` that logs each send as ``send <model>`` into a log shared with the control, and can
+    refuse every send (a connection being reopened)."""
+
+    def __init__(self, rec: Records, on_free: Callable[[], None], slots: int, log: list[str]) -> None:
+        super().__init__(rec, on_free, slots)
+        self.log = log
+        self.refuse = False
+
+    def try_send(self, idx: int, payload_idx: int) -> bool:
+        if self.refuse or not super().try_send(idx, payload_idx):
+            return False
+        self.log.append(f"send {MODELS[payload_idx]}")
+        return True
+
+
+class LoggedControl(FakeControl):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def load(self, model: str) -> float:
+        took = super().load(model)
+        self.log.append(f"load {model}")
+        return took
+
+    def unload(self, model: str) -> float:
+        self.log.append(f"unload {model}")
+        return super().unload(model)
+
+
+def _logged(
+    resident: int, slots: int, initial: tuple[int, ...]
+) -> tuple[OvercommitTransport, LoggedInner, Records, list[str]]:
+    log: list[str] = []
+    rec = Records.empty(np.arange(20, dtype=np.float64))
+    holder: dict[str, LoggedInner] = {}
+
+    def inner(r: Records, on_free: Callable[[], None]) -> LoggedInner:
+        holder["t"] = LoggedInner(r, on_free, slots, log)
+        return holder["t"]
+
+    t = OvercommitTransport(rec, lambda: None, inner, LoggedControl(log), MODELS, (0, 1, 2), resident, initial)
+    return t, holder["t"], rec, log
+
+
+def _never_sent_unloaded(log: list[str], initial: tuple[str, ...]) -> None:
+    loaded = set(initial)
+    for line in log:
+        op, model = line.split()
+        if op == "load":
+            loaded.add(model)
+        elif op == "unload":
+            loaded.discard(model)
+        else:
+            assert model in loaded, f"a request was sent to {model} while it was unloaded: {log}"
+
+
+def test_a_refused_send_is_no_use_and_a_victim_with_requests_waiting_here_is_not_unloaded_under_them() -> None:
+    """K = 2, a pool of 2, three models: c's released requests wait here for a slot (none in flight) when
+    b's load evicts; a refused request for a must not make c the least recently used (it was unloaded and
+    its waiting requests then sent to it: the server's 404s counted as server errors)."""
+
+    async def go() -> None:
+        t, inner, rec, log = _logged(resident=2, slots=2, initial=(0, 1))
+        await t.prepare(1)
+        assert t.try_send(0, 0) and t.try_send(1, 0)  # a: the pool is full
+        assert t.try_send(2, 2) and t.try_send(3, 2)  # c: held; b (LRU, idle) is evicted, c loaded
+        await _settle()
+        assert log == ["send a", "send a", "unload b", "load c"] and t.inflight() == 4
+        assert rec.waited[2] and rec.waited[3]  # released, waiting here for a connection: the client's wait
+        assert not t.try_send(4, 0)  # a refused: not a use
+        assert t.try_send(5, 1)  # b: held; the LRU is a, not c
+        await _settle()
+        for _ in range(6):
+            if inner.flying:
+                inner.answer()
+            await _settle()
+        _never_sent_unloaded(log, ("a", "b"))
+        assert log[4:] == ["send c", "send c", "unload a", "load b", "send b"]
+        assert t.resident() == ["c", "b"] and not (rec.outcome[:4] != Outcome.OK).any()
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_an_eviction_waits_for_the_victims_requests_waiting_here_then_holds_them_for_its_next_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K = 1, a pool of 2, three models: a load completes while its requests cannot get a connection (all in
+    ``_ready``, none in flight); the next load's eviction of that model waits for them, and those still
+    waiting at the drain's limit go back to be held for the model's next load: none is sent to it unloaded."""
+    monkeypatch.setattr("satpoint.transports.overcommit.DRAIN_WAIT_S", 0.4)
+
+    async def go() -> None:
+        t, inner, rec, log = _logged(resident=1, slots=2, initial=(0,))
+        await t.prepare(1)
+        inner.refuse = True
+        assert t.try_send(0, 1) and t.try_send(1, 1)  # b: held, loaded, then no connection for them
+        await _settle()
+        assert log == ["unload a", "load b"] and rec.waited[0] and rec.waited[1] and t.inflight() == 2
+        assert t.try_send(2, 2)  # c: held; b must be evicted, with its two requests still waiting here
+        await _settle()
+        assert log[2:] == []  # the eviction waits for them
+        await asyncio.sleep(0.4)
+        assert log[2:] == ["unload b", "load c"]  # at the limit they went back to be held for b's next load
+        inner.refuse = False
+        t._freed()  # a connection is back: c's request, then b's load (c evicted once idle)
+        await _settle()
+        inner.answer()
+        await _settle()
+        _never_sent_unloaded(log, ("a",))
+        assert log[4:] == ["send c", "unload c", "load b", "send b", "send b"]
+        assert list(rec.sent[:2]) != [12345.0, 12345.0]  # their hold's stamps
+        await t.close()
+
+    asyncio.run(go())
+
+
+def test_a_released_request_that_waited_for_a_connection_is_stamped_on_by_that_wait() -> None:
+    async def go() -> None:
+        t, inner, rec, _ = _logged(resident=1, slots=1, initial=(0,))
+        await t.prepare(1)
+        assert t.try_send(0, 1) and t.try_send(1, 1)  # b: held; one slot, so the second waits here
+        await _settle()
+        held = rec.sent[1]
+        assert rec.sent[0] != 12345.0 and not rec.waited[0] and rec.waited[1]
+        await asyncio.sleep(0.05)
+        inner.answer()
+        assert rec.sent[1] >= held + 0.05  # the wait for a connection is the client's, not service time
+        await t.close()
+
+    asyncio.run(go())
+
+
+class TritonControl(FakeControl):
+    """Triton's repository API: an unload answers at once and the model goes away 50 ms later;
+    ``wait_absent`` polls its readiness.  Records the most models resident at once."""
+
+    def __init__(self, resident: set[str]) -> None:
+        super().__init__()
+        self.server = set(resident)
+        self.most = len(self.server)
+
+    def load(self, model: str) -> float:
+        with self.lock:
+            self.server.add(model)
+            self.most = max(self.most, len(self.server))
+        return super().load(model)
+
+    def unload(self, model: str) -> float:
+        def gone() -> None:
+            with self.lock:
+                self.server.discard(model)
+
+        threading.Timer(0.05, gone).start()
+        return super().unload(model)
+
+    def ready(self, model: str) -> bool:
+        with self.lock:
+            return model in self.server
+
+    def wait_absent(self, model: str, timeout_s: float = 30.0, poll_s: float = 0.005) -> float:
+        from satpoint.transports.repository import wait_absent
+
+        return wait_absent(self.ready, model, timeout_s, poll_s)
+
+
+def test_an_asynchronous_unload_is_waited_for_before_the_next_load() -> None:
+    async def go() -> None:
+        control = TritonControl({"a"})
+        t, inner, _, _ = _make(control, resident=1, slots=4, initial=(0,))
+        await t.prepare(1)
+        assert t.try_send(0, 1) and t.try_send(1, 2)  # b, then c: two evictions
+        for _ in range(60):
+            await asyncio.sleep(0.01)
+            if inner.flying:
+                inner.answer()
+            if control.calls[-1:] == ["load c"]:
+                break
+        assert control.calls == ["unload a", "load b", "unload b", "load c"]
+        assert control.most == 1  # never K + 1 resident on the server
+        await t.close()
+
+    asyncio.run(go())

@@ -12,10 +12,16 @@ is queued, and once the load has answered the held requests go out in order.  Lo
 (with their evictions first), on a worker thread, never blocking the event loop.  Latency still counts
 from each request's intended time, so the held time is in it.
 
-An eviction waits until the evicted model's requests in flight have finished (its later requests are held
-for its next load), so no request is sent to a model that is being unloaded.  It emulates the policy; it
-is not Seldon's code: no memory accounting (K models, not bytes) and no retry of a request the server
-answers 404.
+An eviction waits until the evicted model's requests in flight, and its released requests still waiting
+here for a connection, have finished (its later requests are held for its next load); any of those still
+waiting after ``DRAIN_WAIT_S`` go back to be held for its next load.  An unload is followed by the
+control's ``wait_absent`` where it has one (Triton answers an unload before it is done), so at most K
+models are resident and no request is sent to a model that is being unloaded.  A released request that
+waits here for a free connection is marked ``waited`` (the client's wait, as in the dispatcher's backlog)
+and its ``sent`` stamp moves on by that wait, so its service time is the load and the answer only.
+
+It emulates the policy; it is not Seldon's code: no memory accounting (K models, not bytes) and no retry
+of a request the server answers 404.
 """
 
 from __future__ import annotations
@@ -130,7 +136,9 @@ class OvercommitTransport:
         self._lru: OrderedDict[int, None] = OrderedDict()  # resident models, least recently used first
         self._held: dict[int, list[tuple[int, int]]] = {}  # model -> requests waiting for its load
         self._queue: deque[int] = deque()  # models waiting for a load, in order of first demand
-        self._ready: deque[tuple[int, int]] = deque()  # loaded models' requests waiting for a free slot
+        # loaded models' requests waiting for a free slot: (row, payload, when it began to wait)
+        self._ready: deque[tuple[int, int, float]] = deque()
+        self._ready_n: dict[int, int] = {}  # model -> its requests in ``_ready``
         self._flying: dict[int, list[int]] = {}  # model -> requests sent to it (finished ones pruned)
         self._worker: asyncio.Task[None] | None = None
         self._closing = False
@@ -145,11 +153,11 @@ class OvercommitTransport:
         model = self._payload_model[payload_idx]
         lru = self._lru
         if model in lru:
-            lru.move_to_end(model)
             if self._ready:  # earlier requests are still waiting for a slot: this one waits too
                 return False
             if not self._inner.try_send(idx, payload_idx):
-                return False
+                return False  # refused: not a use (it must not shield the model from eviction)
+            lru.move_to_end(model)
             self._track(model, idx)
             return True
         self.rec.sent[idx] = perf()
@@ -168,13 +176,25 @@ class OvercommitTransport:
     def inflight(self) -> int:
         return self._inner.inflight() + sum(len(h) for h in self._held.values()) + len(self._ready)
 
-    def _send_released(self, idx: int, payload_idx: int) -> bool:
+    def _send_released(self, idx: int, payload_idx: int, since: float | None = None) -> bool:
+        """Send a released request; ``since``: when it began to wait here for a slot (its stamp moves on
+        by that wait: the client's, not the server's)."""
         sent = self.rec.sent[idx]  # the hold's stamp stays: the inner transport would overwrite it
         ok = self._inner.try_send(idx, payload_idx)
         if ok:
-            self.rec.sent[idx] = sent
-            self._track(self._payload_model[payload_idx], idx)
+            self.rec.sent[idx] = sent if since is None else sent + (perf() - since)
+            model = self._payload_model[payload_idx]
+            if model in self._lru:
+                self._lru.move_to_end(model)
+            self._track(model, idx)
         return ok
+
+    def _count_ready(self) -> None:
+        counts: dict[int, int] = {}
+        for _, pay, _ in self._ready:
+            m = self._payload_model[pay]
+            counts[m] = counts.get(m, 0) + 1
+        self._ready_n = counts
 
     def _track(self, model: int, idx: int) -> None:
         """Remember a request sent to ``model`` (an eviction waits for its model's requests in flight)."""
@@ -192,20 +212,41 @@ class OvercommitTransport:
         model under its requests would fail them (the server answers 404 once it is gone)."""
         done = self.rec.done
         end = perf() + DRAIN_WAIT_S
-        flying = self._flying.get(model, [])
+        flying = self._flying.setdefault(model, [])
         while not self._closing:
             flying[:] = [i for i in flying if done[i] != done[i]]
-            if not flying or perf() > end:
+            if not flying and not self._ready_n.get(model):
                 return
+            if perf() > end:
+                break
             await asyncio.sleep(0.002)
+        self._hold_again(model)
+
+    def _hold_again(self, model: int) -> None:
+        """``model``'s released requests still waiting here for a slot go back to be held for its next load
+        (they must not be sent to it once it is unloaded)."""
+        if not self._ready_n.get(model):
+            return
+        pm = self._payload_model
+        back = [(i, p) for i, p, _ in self._ready if pm[p] == model]
+        self._ready = deque(r for r in self._ready if pm[r[1]] != model)
+        self._ready_n.pop(model, None)
+        held = self._held.get(model)
+        if held is None:
+            self._held[model] = back
+            self._queue.append(model)
+        else:
+            held[:0] = back
 
     def _freed(self) -> None:
         """A slot freed: it goes to the oldest released request waiting here, else to the dispatcher."""
         ready = self._ready
         if ready:
-            idx, pay = ready[0]
-            if self._send_released(idx, pay):
+            idx, pay, since = ready[0]
+            if self._send_released(idx, pay, since):
                 ready.popleft()
+                m = self._payload_model[pay]
+                self._ready_n[m] -= 1
             return
         if not self._closing:
             self._on_free()
@@ -226,7 +267,7 @@ class OvercommitTransport:
                     self.counters.evictions += 1
                     await self._drain(victim)  # its later requests are held: only finished ones remain
                     try:
-                        await loop.run_in_executor(None, self._control.unload, self._models[victim])
+                        await loop.run_in_executor(None, self._unload, self._models[victim])
                     except Exception as e:  # an eviction that failed still frees the slot in our count
                         self._note(f"unload {self._models[victim]}: {e}")
                 took = await loop.run_in_executor(None, self._control.load, self._models[model])
@@ -252,10 +293,24 @@ class OvercommitTransport:
                 continue
             self._release(held)
 
+    def _unload(self, name: str) -> None:
+        """Unload ``name`` and, where the control can tell (``wait_absent``: Triton answers before the
+        unload is done), wait until it is gone: the next load must not make K + 1 resident."""
+        self._control.unload(name)
+        wait = getattr(self._control, "wait_absent", None)
+        if callable(wait):
+            wait(name)
+
     def _release(self, held: list[tuple[int, int]]) -> None:
         for i, (idx, pay) in enumerate(held):
             if self._ready or not self._send_released(idx, pay):
-                self._ready.extend(held[i:])
+                now = perf()
+                waited = self.rec.waited
+                for j, p in held[i:]:
+                    self._ready.append((j, p, now))
+                    waited[j] = True  # it waits for a connection: the client's wait
+                    m = self._payload_model[p]
+                    self._ready_n[m] = self._ready_n.get(m, 0) + 1
                 return
 
     def _note(self, error: str) -> None:
@@ -290,16 +345,18 @@ class OvercommitTransport:
                 self._finish(old, Outcome.TIMEOUT)
                 self._held[model] = [r for r in held if sent[r[0]] >= limit]
         if self._ready and sent[self._ready[0][0]] < limit:
-            old = [r for r in self._ready if sent[r[0]] < limit]
+            old = [(r[0], r[1]) for r in self._ready if sent[r[0]] < limit]
             self._finish(old, Outcome.TIMEOUT)
             self._ready = deque(r for r in self._ready if sent[r[0]] >= limit)
+            self._count_ready()
 
     def abort_all(self, outcome: int) -> None:
         self._closing = True
         self._finish([r for held in self._held.values() for r in held], outcome)
-        self._finish(list(self._ready), outcome)
+        self._finish([(r[0], r[1]) for r in self._ready], outcome)
         self._held.clear()
         self._ready.clear()
+        self._ready_n.clear()
         self._inner.abort_all(outcome)  # a load under way finishes: ``close`` waits for it
 
     async def close(self) -> None:
