@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -53,7 +54,7 @@ from satpoint.cli.common import (
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
-from satpoint.cli.overcommit_opts import ResidentOpt, with_resident
+from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
@@ -183,6 +184,7 @@ def find(
     models_from_server: ModelsFromServerOpt = False,
     mix: MixOpt = None,
     resident: ResidentOpt = None,
+    allow_unload: AllowUnloadOpt = False,
 ) -> None:
     """Find the single-replica saturation point and recommend an autoscaling target (or, with --trace, the
     headroom: how many times as fast as recorded one replica sustains a trace)."""
@@ -191,7 +193,7 @@ def find(
 
     def body() -> int:
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
-        models = with_resident(models, resident, procs, ray)
+        models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
         if url is not None and model is None:
             raise fail("--url needs --model")
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)
@@ -200,6 +202,7 @@ def find(
             tgt = Target(
                 url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
+            keep_loaded(kept, tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = TraceOptions(trace, trace_format, trace_time_column, "auto", 1.0, trace_window, trace_peak,
                                   trace_stage_s, seed)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
@@ -248,6 +251,7 @@ def find(
             target = Target(
                 url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
+            keep_loaded(kept, target)  # --resident: the server's loaded set, put back when the command ends
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
@@ -269,4 +273,5 @@ def find(
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
         return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
 
-    guarded(body, secrets)
+    with contextlib.ExitStack() as kept:
+        guarded(body, secrets)

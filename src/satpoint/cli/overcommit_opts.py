@@ -1,25 +1,49 @@
-"""``--resident K`` on ``run`` and ``find``: a model mix with at most K models loaded (``endpoints.overcommit``)."""
+"""``--resident K`` on ``run`` and ``find``: a model mix with at most K models loaded (``endpoints.overcommit``).
+
+On a server satpoint did not start (``--url``) the emulated scheduler unloads the server's models, so it
+needs ``--allow-unload``; the server's loaded set is recorded before anything is unloaded and put back
+when the command ends, however it ends (``keep_loaded``)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Annotated
 
 import typer
 
-from satpoint.cli.common import fail
+from satpoint.cli.common import err_console, fail, interruptible
+from satpoint.endpoints.overcommit import LoadedSet, record_loaded
+from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
 
 ResidentOpt = Annotated[
     int | None,
     typer.Option(help="a model mix with at most K models loaded: load on demand, unload the least recently used"),
 ]
+AllowUnloadOpt = Annotated[
+    bool,
+    typer.Option(
+        help="--resident on a --url server: allow satpoint to unload its models (put back as they were at the end)"
+    ),
+]
 
 
-def with_resident(mix: ModelMix | None, resident: int | None, procs: int = 1, ray: object = None) -> ModelMix | None:
-    """``mix`` with at most ``resident`` models loaded (None: as it is); refused without a mix, and with
-    more than one generator process (one emulated scheduler decides every load)."""
+def with_resident(
+    mix: ModelMix | None,
+    resident: int | None,
+    procs: int = 1,
+    ray: object = None,
+    *,
+    url: str | None = None,
+    allow_unload: bool = False,
+) -> ModelMix | None:
+    """``mix`` with at most ``resident`` models loaded (None: as it is); refused without a mix, with more
+    than one generator process (one emulated scheduler decides every load), and on a ``url`` (a server
+    satpoint did not start) without ``allow_unload``."""
     if resident is None:
+        if allow_unload:
+            raise fail("--allow-unload goes with --resident K (nothing else unloads a server's models)")
         return mix
     if mix is None:
         raise fail("--resident K needs a model mix: --model repeated, --models-from-server or --mix")
@@ -27,4 +51,31 @@ def with_resident(mix: ModelMix | None, resident: int | None, procs: int = 1, ra
         raise fail("--resident emulates one scheduler: it runs in one generator process (--procs 1, no --ray)")
     if resident < 1:
         raise fail(f"--resident must be >= 1, got {resident}")
+    if url is not None and not allow_unload:
+        raise fail(
+            "--resident unloads the server's models (all but K of the mix) and its clients would get errors for "
+            "them: add --allow-unload to allow it (they are loaded again at the end)"
+        )
+    if url is None and allow_unload:
+        raise fail("--allow-unload is for a --url server: the embedded server is satpoint's own")
     return replace(mix, resident=resident)
+
+
+def keep_loaded(stack: contextlib.ExitStack, target: Target) -> LoadedSet | None:
+    """With ``--resident`` on ``target``: record the server's loaded set now (before anything is settled)
+    and have ``stack`` put it back when it closes (normal end, error, Ctrl-C, SIGTERM)."""
+    if target.mix is None or target.mix.resident is None:
+        return None
+    kept = record_loaded(target)
+    stack.callback(_restore, kept)
+    return kept
+
+
+def _restore(kept: LoadedSet) -> None:
+    """Put the models back, a first Ctrl-C or SIGTERM meanwhile only noted (a second one aborts)."""
+    with interruptible():
+        done = kept.restore()
+    if done:
+        err_console.print(f"--resident: the server's models put back as they were ({', '.join(done)})")
+    for error in kept.errors:
+        err_console.print(f"[bold red]--resident: could not load a model back:[/] {error}")

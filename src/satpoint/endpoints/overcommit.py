@@ -8,8 +8,9 @@ from one segment to the next (a search's stages see the residency the previous o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from satpoint.endpoints.repository import repository_client
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
 from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
-from satpoint.transports.repository import RepositoryControl
+from satpoint.transports.repository import RepositoryControl, loaded_models
 
 #: a load or unload may take this long (a large model, a slow disk)
 CONTROL_TIMEOUT_S = 300.0
@@ -81,3 +82,48 @@ def with_resident(prepared: PreparedTarget, resident: int) -> PreparedTarget:
         "overcommitting scheduler's policy emulated by satpoint, not Seldon's code; the cost shows in latency"
     )
     return replace(prepared, builder=builder, notes=[*prepared.notes, note])
+
+
+@dataclass
+class LoadedSet:
+    """The models of a mix the server had loaded before a ``--resident`` run (``loaded``), and the ones
+    it did not (``unloaded``: named in the mix but not loaded; a run loads them on demand)."""
+
+    client: RepositoryControl
+    loaded: tuple[str, ...]
+    unloaded: tuple[str, ...] = ()
+    errors: list[str] = field(default_factory=list)
+
+    def restore(self) -> list[str]:
+        """Load every model that was loaded and is not now, unload those of the mix that were not loaded
+        and are now; returns what it did (``load m`` / ``unload m``), failures in ``errors``."""
+        done: list[str] = []
+        for name in self.unloaded:
+            with contextlib.suppress(Exception):
+                if self.client.ready(name):
+                    self.client.unload(name)
+                    self.client.wait_absent(name)
+                    done.append(f"unload {name}")
+        for name in self.loaded:
+            try:
+                if not self.client.ready(name):
+                    self.client.load(name)
+                    done.append(f"load {name}")
+            except Exception as e:
+                self.errors.append(f"load {name}: {e}")
+        return done
+
+
+def record_loaded(spec: Target) -> LoadedSet:
+    """The server's loaded set before a ``--resident`` run settles it: every READY model of the index
+    (``--models-from-server``: the mix), and the mix's named models that are not loaded."""
+    client = _client(spec)
+    mix = spec.mix
+    named = tuple(mix.models) if mix is not None and not mix.from_server else ()
+    try:
+        ready = loaded_models(client.index())
+    except Exception:  # no index (a server with the load/unload calls only): ask each named model
+        if not named:
+            raise
+        ready = [m for m in named if client.ready(m)]
+    return LoadedSet(client, tuple(ready), tuple(m for m in named if m not in ready))
