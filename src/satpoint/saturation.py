@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from satpoint.analysis.budget_plan import BudgetPlan, plan_budget
 from satpoint.analysis.holds import (
     FLAMEGRAPH_FRACTION,
     FLAMEGRAPH_OVERHEAD_S,
@@ -35,12 +36,12 @@ from satpoint.analysis.holds import (
 )
 from satpoint.analysis.hysteresis import HYSTERESIS_PURPOSE
 from satpoint.analysis.search import (
-    LIMITED,
     RETEST,
     Measured,
     SearchParams,
     Step,
     bracket,
+    bracketed_answer,
     budget_stop_line,
     confirm_rate,
     next_step,
@@ -53,6 +54,7 @@ from satpoint.config import FindOptions, LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
 from satpoint.engine.overload import overload_rule as overload_rule  # re-exported: the benchmarks use it
+from satpoint.errors import ConfigError
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.metrics.stats import StageMetrics
 from satpoint.observe.observer import Observer
@@ -104,6 +106,8 @@ class SearchRun:
     cooldown: Cooldown = _sleep
     budget: Budget | None = None
     latency_hint_s: float | None = None
+    #: what the budget was planned for: each search leaves the later searches' share (None: no shares)
+    plan: BudgetPlan | None = None
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -164,6 +168,8 @@ def run_search(
         reserve = profile_reserve(opts, budget, best, run.latency_hint_s) + hysteresis_reserve(
             opts, budget, best, run.latency_hint_s
         )
+        if run.plan is not None:  # the later searches' shares, and the baseline's hold after them all
+            reserve += run.plan.later_searches_s(repeat) + run.plan.hold_s
         spare = budget.left() - budget.stage_cost([stage]) - reserve
         if spare < (rest_s if cools else 0.0):
             need, profile_next = budget.stage_cost([stage]) + reserve, bool(opts.profile and best)
@@ -267,12 +273,15 @@ def run_find(
         return histories
     profiled: float | None = None
     while opts.profile and not run.stop.is_set() and not run.target_gone():
-        answers = {k: b for k, h in histories.items() if (b := bracket(h).stable_rps) is not None}
+        # a search that did not bracket the capacity is a lower bound: never the answer, never profiled
+        answers = {k: b for k, h in histories.items() if (b := bracketed_answer(h)) is not None}
         if not answers:
+            if any(bracket(h).stable_rps is not None for h in histories.values()):
+                run.log("no profile: no search bracketed the capacity, so the answer is a lower bound")
             break
         k = min(answers, key=lambda i: answers[i])
         sat = answers[k]
-        if sat == profiled or _limited_end(histories[k]):
+        if sat == profiled:
             break
         profiled = sat
         seg = run_profile(run, sat, repeat=k)
@@ -336,9 +345,9 @@ def run_flamegraph(
     if run.target_gone():
         not_recorded("the target stopped answering: no stage to record")
         return None
-    answers = [b for h in histories.values() if (b := bracket(h).stable_rps) is not None]
+    answers = [b for h in histories.values() if (b := bracketed_answer(h)) is not None]
     if not answers:
-        not_recorded("no saturation point was found: there is no stage near it to record")
+        not_recorded("no search bracketed the saturation point: there is no stage near it to record")
         return None
     opts, budget = run.opts, run.spend
     stage = flamegraph_stage(opts, min(answers), run.latency_hint_s)
@@ -358,11 +367,6 @@ def run_flamegraph(
         return None
     run.append(seg, 0)
     return seg
-
-
-def _limited_end(history: list[Measured]) -> bool:
-    """The search ended because the generator (or its connection cap) was the limit twice."""
-    return bool(history) and history[-1].verdict in LIMITED
 
 
 def _profile_evidence(judged: list[StageMetrics], saturation_rps: float, params: SearchParams) -> list[Measured]:
@@ -391,12 +395,15 @@ def search_target(
     profile_rps: float | None = None,
     observer: Observer | None = None,
     fleet: Fleet | None = None,
+    hold_rps: float | None = None,
 ) -> Session:
     """Prepare a target, run the search (and the profile) into ``out_dir``; returns the session.
 
     ``profile_rps`` profiles at fractions of that rate instead of the search's own answer (used to
     compare configurations at equal offered loads).  ``fopts.budget_s`` covers everything after the
-    pre-flight checks: stages, drains, cool-downs and the profile."""
+    pre-flight checks: stages, drains, cool-downs, the profile and every extra, planned before the first
+    stage (``analysis.budget_plan``: grown for ``--repeats`` and the extras, or, given and too small for
+    them, refused with ``ConfigError``); ``hold_rps`` is ``--baseline``'s hold after it, planned in."""
     stop = stop or threading.Event()
     announce_target(spec, on_event)
     prepared = prepare(spec, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
@@ -411,16 +418,22 @@ def search_target(
         say(on_event, f"a slow server: each segment drains for up to {drain:.0f} s so its last requests finish")
         load = replace(load, drain_s=drain)
     scrapes = observer is not None and bool(observer.options.metrics_urls)
-    budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=segment_overhead_s(load, scrapes))
+    overhead = segment_overhead_s(load, scrapes)
+    plan = plan_budget(fopts, Budget(fopts.budget_s, 0.0, overhead_s=overhead), first, svc, hold_rps, profile_rps)
+    refused = plan.refusal()
+    if refused:
+        raise ConfigError(refused)
+    fopts = replace(fopts, budget_s=plan.budget_s)
+    say(on_event, plan.line())
+    budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=overhead)
     slow = slow_budget_line(fopts, budget, first, svc)
     if slow:
         say(on_event, slow)
     if svc:  # the server's answer time at low load: tells a client-side cap from a saturated server
         rules = replace(rules, baseline_service_ms=round(svc * 1000, 4))
         prepared.latency_hint_s = svc
-    config = RunConfig(
-        kind="find", load=load, rules=rules, thresholds=thresholds, find=fopts.describe(first, rules.slo_ms)
-    )
+    described = {**fopts.describe(first, rules.slo_ms), "budget_plan": plan.to_dict()}
+    config = RunConfig(kind="find", load=load, rules=rules, thresholds=thresholds, find=described)
     session = Session(
         prepared, config, out_dir, on_event=on_event, stop=stop, server_info=server_info, observer=observer, fleet=fleet
     )
@@ -433,7 +446,7 @@ def search_target(
     def log(text: str) -> None:
         say(on_event, text)
 
-    run = SearchRun(session.results, session.out_dir, _measure(session), fopts, stop, log, cooldown, budget, svc)
+    run = SearchRun(session.results, session.out_dir, _measure(session), fopts, stop, log, cooldown, budget, svc, plan)
     histories = run_find(run, rules, first, profile_rps)
     if fopts.flamegraph:
         run_flamegraph(run, histories, session.flamegraph_not_recorded)

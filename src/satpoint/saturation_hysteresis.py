@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from satpoint.analysis.holds import Budget
 from satpoint.analysis.hysteresis import HYSTERESIS_PURPOSE, OVERLOAD_FACTOR, hysteresis_stages
-from satpoint.analysis.search import Measured, bracket
+from satpoint.analysis.search import Measured, bracket, bracketed_answer
 from satpoint.analysis.target_lost import stopped_answering_at
 from satpoint.config import FindOptions
 from satpoint.metrics.results import Segment
@@ -35,9 +35,13 @@ def run_hysteresis(run: SearchRun, histories: dict[int, list[Measured]]) -> Segm
     stop), within the in-flight cap and timeouts.  Skipped, and said so, when the budget cannot hold it."""
     if run.stop.is_set() or run.target_gone():
         return None
-    answers = [b for h in histories.values() if (b := bracket(h).stable_rps) is not None]
+    # a search that did not bracket the capacity is a lower bound: overloading from it starts far below the
+    # capacity, and the "recovery" it measures is nothing of the server's
+    answers = [b for h in histories.values() if (b := bracketed_answer(h)) is not None]
     if not answers:
-        run.log("no hysteresis sequence: no saturation point was found")
+        found = any(bracket(h).stable_rps is not None for h in histories.values())
+        why = "no search bracketed the capacity (the answer is a lower bound)" if found else "no saturation point"
+        run.log(f"no hysteresis sequence: {why}")
         return None
     sat = min(answers)
     opts, budget = run.opts, run.spend

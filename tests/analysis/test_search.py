@@ -130,8 +130,16 @@ def test_a_converged_search_confirms_at_the_per_replica_target() -> None:
     # a confirmation that fails contradicts the stable 385: it is measured again from idle ...
     failed = [*h, Measured(step.rate_rps, "saturated", "confirm")]
     assert next_step(failed, p) == Step(step.rate_rps, "retest", True)
-    # ... and when it holds then, the answer stands confirmed
-    assert next_step([*failed, Measured(step.rate_rps, "stable", "retest")], p) is None
+    # ... and when it holds then, the two disagree: a third hold decides (2 of 3) ...
+    once = [*failed, Measured(step.rate_rps, "stable", "retest")]
+    assert next_step(once, p) == Step(step.rate_rps, "retest", True)
+    # ... holding again, the answer stands confirmed
+    assert next_step([*once, Measured(step.rate_rps, "stable", "retest")], p) is None
+    # ... failing again, the target is the new lowest unstable rate
+    third = next_step([*once, Measured(step.rate_rps, "saturated", "retest")], p)
+    assert third is not None and third.rate_rps < step.rate_rps and third.phase == "refine"
+    # folders written before the third measurement replay with the retest replacing the failure
+    assert next_step(once, replace(p, majority=False)) is None
     # failing twice, it is the new lowest unstable rate: the search continues below it
     below = next_step([*failed, Measured(step.rate_rps, "saturated", "retest")], p)
     assert below is not None and below.rate_rps < step.rate_rps and below.phase == "refine"
@@ -152,8 +160,12 @@ def test_a_stage_that_fails_below_a_stable_rate_is_retested_before_it_lowers_the
     low = [Measured(301, "stable", "staircase"), Measured(602, "stable", "staircase")]
     low += [Measured(1204, "saturated", "staircase"), Measured(550, "saturated", "refine")]
     assert next_step(low, p) == Step(550, "retest", True)
-    # held on the retest: the first failure no longer counts, the bracket is 602-1 204 again
-    held = [*low, Measured(550, "stable", "retest")]
+    # held on the retest: one vote each way, so a third measurement decides; held again (2 of 3), the first
+    # failure no longer counts and the bracket is 602-1 204 again
+    tied = [*low, Measured(550, "stable", "retest")]
+    assert bracket(tied) == Bracket(301, 550) and next_step(tied, p) == Step(550, "retest", True)
+    assert bracket(tied, majority=False) == Bracket(602, 1204)
+    held = [*tied, Measured(550, "stable", "retest")]
     assert bracket(held) == Bracket(602, 1204)
     again = next_step(held, p)
     assert again is not None and again.phase == "refine" and 602 < again.rate_rps < 1204
@@ -607,7 +619,8 @@ def test_a_collapsed_stage_just_above_the_answer_is_retested_and_the_answer_hold
     assert before["saturation_rps"] < answer  # one collapse lowered the answer ...
     after = run(True, tmp_path / "after")
     phases = [x["phase"] for x in after["search"]["steps"]]
-    assert phases.count("retest") == 1, after["search"]["steps"]
+    # measured again, it held: one vote each way, and a third measurement held too (2 of 3)
+    assert phases.count("retest") == 2, after["search"]["steps"]
     assert after["saturation_rps"] >= answer * 0.999  # ... the retest of it gives the healthy path's answer
     assert after["search"]["replay_matches"] and after["search"]["finished"]
     assert json.dumps(build_summary(load_results(tmp_path / "after")), sort_keys=True) == json.dumps(

@@ -358,6 +358,8 @@ def hysteresis_fields(results: Results, summary: dict[str, Any]) -> dict[str, An
     notes = list(summary.get("find_notes") or [])
     if rec is not None and rec.get("lowered_note"):
         notes.append(rec["lowered_note"])
-    if f.get("hysteresis") and block is None and summary.get("saturation_rps") is not None:
+    if f.get("hysteresis") and block is None and summary.get("lower_bound"):
+        notes.append("no hysteresis sequence: the saturation point is a lower bound, not a capacity to overload from")
+    elif f.get("hysteresis") and block is None and summary.get("saturation_rps") is not None:
         notes.append("the hysteresis sequence was not measured (budget or interruption): raise --budget-s")
     return {"hysteresis": block, "recommendation": rec, "find_notes": notes}

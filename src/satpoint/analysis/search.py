@@ -27,7 +27,11 @@ the stated precision.  Two phases a person can follow:
    which rates a search happens to visit after an overload depends on its path (where it started, how it
    grew), and two searches of one server would then disagree by the luck of their paths.  For the same
    reason, once the bracket is tight, its lowest unstable rate is retested when that stage *collapsed*:
-   it answered fewer requests per second than a rate the search held (``collapsed_bound``).
+   it answered fewer requests per second than a rate the search held (``collapsed_bound``).  A retest
+   does not simply replace the failure (that would only ever raise the answer: a rate that holds with
+   probability p near the capacity would be accepted with 1 - (1 - p)^2): when the two measurements
+   disagree, a third one decides, and the rate counts with the verdict of two of the three
+   (``SearchParams.majority``; folders written before it replay with the retest replacing the failure).
 
 A stage whose generator fell behind, or whose requests waited for the generator's own connections
 while the server answered at low-load speed (``client_limited``), says nothing about the server: it is
@@ -56,6 +60,10 @@ class SearchParams:
     #: retest a contradicted or collapsed stage before it may lower the answer (rule 4; folders written
     #: before it existed replay without it)
     retest: bool = True
+    #: a retest that disagrees with the stage it retests is followed by a third measurement, and the rate
+    #: counts with the verdict of two of the three (folders written before it replay with the retest's
+    #: verdict replacing the stage's)
+    majority: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,16 +111,64 @@ def _same_rate(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
 
 
-def effective(history: list[Measured]) -> list[Measured]:
+def _votes(history: list[Measured], rate_rps: float) -> list[Measured]:
+    """The measurements of one rate that a retest decides between: the stage that was retested and its
+    retests (limited ones say nothing about the server and do not vote)."""
+    return [
+        m
+        for m in history
+        if m.phase in (*RETESTED_PHASES, RETEST) and m.verdict not in LIMITED and _same_rate(m.rate_rps, rate_rps)
+    ]
+
+
+def _majority(votes: list[Measured]) -> Measured:
+    """One measurement for a retested rate: stable when more than half the votes are; else the last
+    measurement that was not (a tie is not a majority: the rate is not shown to hold)."""
+    held = sum(1 for m in votes if m.verdict == Verdict.STABLE)
+    if 2 * held > len(votes):
+        return next(m for m in reversed(votes) if m.verdict == Verdict.STABLE)
+    return next(m for m in reversed(votes) if m.verdict != Verdict.STABLE)
+
+
+def effective(history: list[Measured], majority: bool = True) -> list[Measured]:
     """The measurements the bracket counts: a stage measured again by a later retest of the same rate
-    counts with the retest's verdict (the earlier measurement is left out)."""
+    counts through its retest, in the retest's place: with ``majority``, with the verdict of most of the
+    stage and its retests (``_majority``), else with the last retest's verdict alone."""
     out = []
     for i, m in enumerate(history):
         later = history[i + 1 :]
-        if m.phase in RETESTED_PHASES and any(r.phase == RETEST and _same_rate(r.rate_rps, m.rate_rps) for r in later):
-            continue
+        if not majority:
+            if m.phase in RETESTED_PHASES and any(
+                r.phase == RETEST and _same_rate(r.rate_rps, m.rate_rps) for r in later
+            ):
+                continue
+        elif m.verdict not in LIMITED and m.phase in (*RETESTED_PHASES, RETEST):
+            if any(
+                r.phase == RETEST and r.verdict not in LIMITED and _same_rate(r.rate_rps, m.rate_rps) for r in later
+            ):
+                continue  # counted in the last retest's place
+            if m.phase == RETEST:
+                decided = _majority(_votes(history[: i + 1], m.rate_rps))
+                m = Measured(m.rate_rps, decided.verdict, RETEST, decided.throughput_rps)
         out.append(m)
     return out
+
+
+def undecided(history: list[Measured]) -> float | None:
+    """The rate whose retest disagreed with the stage it retested, as many votes each way: a third
+    measurement decides it (None: nothing is undecided)."""
+    if not history or history[-1].phase != RETEST or history[-1].verdict in LIMITED:
+        return None
+    votes = _votes(history, history[-1].rate_rps)
+    held = sum(1 for m in votes if m.verdict == Verdict.STABLE)
+    return history[-1].rate_rps if 2 * held == len(votes) else None
+
+
+def retests(history: list[Measured], rate_rps: float) -> tuple[int, int]:
+    """(holds, failed holds) at ``rate_rps``: the stage measured there and its retests (limited ones
+    not counted)."""
+    votes = _votes(history, rate_rps)
+    return len(votes), sum(1 for m in votes if m.verdict != Verdict.STABLE)
 
 
 def contradicted(history: list[Measured]) -> bool:
@@ -134,7 +190,7 @@ def collapsed_bound(history: list[Measured], b: Bracket, params: SearchParams) -
     whether that happens at a rate just above the answer is the luck of the path: it is retested once."""
     if b.unstable_rps is None:
         return None
-    counted = effective(history)
+    counted = effective(history, params.majority)
     top = next(
         (m for m in reversed(counted) if _same_rate(m.rate_rps, b.unstable_rps) and m.verdict != Verdict.STABLE), None
     )
@@ -146,21 +202,37 @@ def collapsed_bound(history: list[Measured], b: Bracket, params: SearchParams) -
     return top
 
 
-def held_at(history: list[Measured], rate_rps: float) -> Measured | None:
-    """The confirmation's measurement at ``rate_rps`` that counts: the last confirm or retest there."""
+def held_at(history: list[Measured], rate_rps: float, majority: bool = True) -> Measured | None:
+    """The confirmation's measurement at ``rate_rps`` that counts: the confirm there, or when it was
+    retested, the retests' decision (``effective``)."""
     return next(
-        (m for m in reversed(history) if m.phase in ("confirm", RETEST) and _same_rate(m.rate_rps, rate_rps)), None
+        (
+            m
+            for m in reversed(effective(history, majority))
+            if m.phase in ("confirm", RETEST) and _same_rate(m.rate_rps, rate_rps)
+        ),
+        None,
     )
 
 
-def bracket(history: list[Measured]) -> Bracket:
+def bracket(history: list[Measured], majority: bool = True) -> Bracket:
     """Highest stable and lowest unstable rate; generator- or client-limited stages tell nothing either way,
-    and a retested stage counts with its retest's verdict."""
-    counted = effective(history)
+    and a retested stage counts with its retests' decision (``effective``)."""
+    counted = effective(history, majority)
     bad = [m.rate_rps for m in counted if m.verdict != Verdict.STABLE and m.verdict not in LIMITED]
     unstable = min(bad) if bad else None
     good = [m.rate_rps for m in counted if m.verdict == Verdict.STABLE and (unstable is None or m.rate_rps < unstable)]
     return Bracket(max(good) if good else None, unstable)
+
+
+def bracketed_answer(history: list[Measured], majority: bool = True) -> float | None:
+    """The search's answer when it bracketed the capacity: a rate above it was not stable, and the search
+    did not end on a limited stage (None: no answer, or only a lower bound, which nothing may take for a
+    capacity)."""
+    b = bracket(history, majority)
+    if b.stable_rps is None or b.unstable_rps is None or (history and history[-1].verdict in LIMITED):
+        return None
+    return b.stable_rps
 
 
 def next_step(history: list[Measured], params: SearchParams) -> Step | None:
@@ -169,11 +241,13 @@ def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     last = history[-1].rate_rps
     if params.retest and contradicted(history):  # measured again, alone from idle, before it may lower the answer
         return Step(last, RETEST, fresh=True)
+    if params.retest and params.majority and (tied := undecided(history)) is not None:
+        return Step(tied, RETEST, fresh=True)  # the retest disagreed: a third measurement decides
     if history[-1].verdict in LIMITED:
         tries = sum(1 for m in history if m.verdict in LIMITED and m.rate_rps == last)
         phase = history[-1].phase if history[-1].phase in ("confirm", RETEST) else _phase(history)
         return Step(last, phase, fresh=phase in ("confirm", RETEST)) if tries < 2 else None
-    b = bracket(history)
+    b = bracket(history, params.majority)
     if b.unstable_rps is None:  # still climbing
         nxt = last * params.growth
         if last >= params.max_rps:

@@ -8,6 +8,8 @@ from typing import Any
 from satpoint.analysis.capacity import recommend
 from satpoint.analysis.search import (
     LIMITED,
+    RETEST,
+    Bracket,
     Measured,
     SearchParams,
     Step,
@@ -37,6 +39,8 @@ def search_params(results: Results) -> SearchParams:
         # folders written before the confirmation existed replay without it
         confirm_margin=float(f.get("margin", 0.15)) if f.get("confirm") else None,
         retest=bool(f.get("retest", False)),  # folders written before the retests replay without them
+        # ... and those written before the third measurement, with a retest replacing what it retested
+        majority=bool(f.get("retest_majority", False)),
     )
 
 
@@ -95,15 +99,15 @@ def _capacity_bracket(answered: list[_Search]) -> list[float | None] | None:
     top is None (open) when a search never found an unstable rate above its answer."""
     if not answered:
         return None
-    highs = [bracket(x.history).unstable_rps for x in answered]
+    highs = [x.bracket.unstable_rps for x in answered]
     low = round(min(x.answer for x in answered if x.answer is not None), 3)
     return [low, None if any(h is None for h in highs) else round(max(h for h in highs if h is not None), 3)]
 
 
 def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
-    b = bracket(x.history)
+    b = x.bracket
     target = confirm_rate(b.stable_rps, params) if b.stable_rps is not None else None
-    held = held_at(x.history, target) if target else None  # a retest of a failed confirmation counts
+    held = held_at(x.history, target, params.majority) if target else None  # retests of a failed one decide
     return {
         "repeat": x.repeat,
         "saturation_rps": round(b.stable_rps, 3) if b.stable_rps is not None else None,
@@ -111,7 +115,21 @@ def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:
         "confirmed": None if target is None else (held is not None and held.verdict == Verdict.STABLE),
         "stages": len(x.history),
         "finished": bool(x.decisions) and x.decisions[-1] is None,
+        # it found a rate it held and one it did not above it: its answer is a capacity, not a lower bound
+        "brackets": x.brackets,
     }
+
+
+def confirmation_holds(history: list[Measured]) -> tuple[int, int, int]:
+    """(per-replica targets confirmed, holds at them, failed holds): every confirmation and every retest
+    of one (limited ones say nothing and are not counted)."""
+    targets = [m.rate_rps for m in history if m.phase == "confirm"]
+
+    def at_target(m: Measured) -> bool:
+        return any(abs(m.rate_rps - t) <= 1e-9 * max(t, 1.0) for t in targets)
+
+    holds = [m for m in history if m.phase in ("confirm", RETEST) and m.verdict not in LIMITED and at_target(m)]
+    return len(targets), len(holds), sum(1 for m in holds if m.verdict != Verdict.STABLE)
 
 
 def _step_dict(s: Step | None) -> dict[str, Any] | None:
@@ -125,10 +143,27 @@ class _Search:
     repeat: int
     history: list[Measured]
     decisions: list[Step | None]
+    majority: bool = True
+
+    @property
+    def bracket(self) -> Bracket:
+        return bracket(self.history, self.majority)
 
     @property
     def answer(self) -> float | None:
-        return bracket(self.history).stable_rps
+        return self.bracket.stable_rps
+
+    @property
+    def limited(self) -> bool:
+        """It ended because the generator (or its connection cap) was the limit, twice."""
+        h = self.history
+        return bool(h) and h[-1].verdict in LIMITED and bool(self.decisions) and self.decisions[-1] is None
+
+    @property
+    def brackets(self) -> bool:
+        """Its answer is bracketed: a rate above it was found not stable, and the generator was not the limit
+        at the end (else the answer is only a lower bound: budget, ``max_rps``, the generator, its cap)."""
+        return self.answer is not None and self.bracket.unstable_rps is not None and not self.limited
 
 
 def _searches(results: Results, stages: list[tuple[int, StageMetrics]], params: SearchParams) -> list[_Search]:
@@ -136,7 +171,7 @@ def _searches(results: Results, stages: list[tuple[int, StageMetrics]], params: 
     out = []
     for k in repeats:
         history = search_history(results, stages, params, k)
-        out.append(_Search(k, history, replay(history, params)))
+        out.append(_Search(k, history, replay(history, params), params.majority))
     return out
 
 
@@ -151,10 +186,16 @@ def find_fields(
         stages = [(i, m) for i, m in stages if i != lost["segment"]]
     searches = _searches(results, stages, params)
     answered = [x for x in searches if x.answer is not None]
-    # the answer is the lowest of the repeated searches (every one of them is a replica's capacity)
-    chosen = min(answered, key=lambda x: x.answer or 0.0) if answered else searches[-1]
+    # the answer is the lowest of the repeated searches that bracketed the capacity (every one of them is a
+    # replica's capacity); a search that did not is a lower bound, never the answer of several; when none
+    # did, the answer is the highest lower bound, and a lower bound it stays
+    bracketed = [x for x in answered if x.brackets]
+    if bracketed:
+        chosen = min(bracketed, key=lambda x: x.answer or 0.0)
+    else:
+        chosen = max(answered, key=lambda x: x.answer or 0.0) if answered else searches[-1]
     history, decisions = chosen.history, chosen.decisions
-    b = bracket(history)
+    b = chosen.bracket
     replay_ok = all(replay_matches(x.history, x.decisions) for x in searches)
     finished = all(bool(x.decisions) and x.decisions[-1] is None for x in searches)
     last = history[-1] if history else None
@@ -169,14 +210,17 @@ def find_fields(
     last_profile = max((i for i, p in purpose.items() if p == "profile"), default=None)
     profile = [m for i, m in stages if i == last_profile]  # the profile of the final answer
     target = confirm_rate(sat, params) if sat is not None else None
-    confirms = [h for h in history if h.phase == "confirm"]
+    targets, holds, failed_holds = confirmation_holds(history)
     confirmation: dict[str, Any] | None = None
     if target is not None:
-        held = held_at(history, target)  # the confirmation, or its retest when it failed
+        held = held_at(history, target, params.majority)  # the confirmation, or its retests' decision
         confirmation = {
             "rate_rps": round(target, 3),
             "verdict": held.verdict if held else None,
-            "attempts": len(confirms),
+            # every hold at a per-replica target (the confirmations and their retests), and those not stable
+            "attempts": holds,
+            "failed_holds": failed_holds,
+            "targets": targets,
         }
     latency_at = []
     for m in profile:
@@ -192,10 +236,32 @@ def find_fields(
             }
         )
     slo = f.get("slo") or None
+    lower_bound = sat is not None and not chosen.brackets
     rec = None
-    if sat is not None:
+    withheld: str | None = None
+    if sat is not None and not lower_bound:
         rec = recommend(sat, float(f.get("margin", 0.15)), f.get("peak_rps"), f.get("min_rps")).to_dict()
+    elif lower_bound:
+        withheld = (
+            f"no recommendation, replica counts or Kubernetes manifests: the saturation point ≥ {sat:.1f} rps is a "
+            "lower bound (no search bracketed the capacity), and a per-replica target sized from it could be far "
+            "below what a replica sustains; give the search the budget (or --max-rps, --max-inflight) to bracket it"
+        )
     notes: list[str] = []
+    if len(searches) > 1:
+        for x in searches:
+            if x.answer is not None and not x.brackets:
+                why = "the generator was the limit" if x.limited else "no unstable rate was reached"
+                notes.append(
+                    f"search {x.repeat + 1} of {len(searches)} did not bracket the capacity (≥ {x.answer:.1f} rps, "
+                    f"{why}): a lower bound, not an answer"
+                    + (f"; the answer is the lowest of the {len(bracketed)} that did" if bracketed else "")
+                )
+        ran = len({s.repeat for s in results.segments})
+        if int(f.get("repeats", 1)) > ran:
+            notes.append(f"only {ran} of the {f.get('repeats')} searches asked for ran (budget or interruption)")
+    if withheld is not None:
+        notes.append(withheld)
     if gen_limited:
         notes.append(
             "generator-limited: the generator fell behind before the server saturated; the saturation "
@@ -206,10 +272,15 @@ def find_fields(
             "client-limited: requests waited for the generator's connections while the server answered at "
             "low-load speed; the saturation point is a lower bound (raise --max-inflight)"
         )
-    if confirmation is not None and confirmation["attempts"] > 1:
+    if targets > 1:
         notes.append(
-            f"the search confirmed its answer {confirmation['attempts']} times: a hold at the per-replica "
-            "target was not stable, so it continued below; this server's capacity varies"
+            f"the search confirmed its answer at {targets} per-replica targets: a target that did not hold (in 2 "
+            "of 3 holds) sent it below; this server's capacity varies"
+        )
+    if confirmation is not None and failed_holds and confirmation["verdict"] == Verdict.STABLE:
+        notes.append(
+            f"the confirmation failed {failed_holds} of its {holds} holds before the per-replica target "
+            f"{confirmation['rate_rps']:.1f} rps held in 2 of 3: it passed narrowly; keep the margin, or raise it"
         )
     if confirmation is not None and confirmation["verdict"] is None and finished is False:
         notes.append("the answer was not confirmed at the per-replica target (budget or interruption)")
@@ -217,6 +288,8 @@ def find_fields(
         notes.append("no stable stage was found: even the lowest rate tried overloaded the server or failed")
     if b.unstable_rps is None and history and not gen_limited:
         notes.append("no unstable stage was reached: the saturation point is above the highest rate tried")
+    if lower_bound and f.get("profile") and not profile:
+        notes.append("no latency profile: the saturation point is a lower bound, not the capacity to profile")
     for m in profile:
         frac = m.target_rps / sat if sat else None
         if m.verdict != Verdict.STABLE and not m.interrupted and frac is not None and frac <= 1.0 + 1e-9:
@@ -224,7 +297,7 @@ def find_fields(
                 f"the profile stage at {frac:.0%} of the saturation point was {m.verdict}: this "
                 "server's capacity varies between runs; keep the margin, or raise it"
             )
-    if f.get("profile") and sat is not None and not profile and lost is None:
+    if f.get("profile") and sat is not None and not profile and lost is None and not lower_bound:
         notes.append("the latency profile was not measured (budget or interruption): raise --budget-s")
     if lost is not None:
         left_out = " and that stage is left out of it" if lost.get("segment") is not None else ""
@@ -247,9 +320,14 @@ def find_fields(
             "confirmation": confirmation,
             "repeats": [_repeat_dict(x, params) for x in searches],
         },
-        "saturation_range_rps": _range([x.answer for x in answered]) if len(searches) > 1 else None,
-        "saturation_bracket_rps": _capacity_bracket(answered),
+        "saturation_range_rps": _range([x.answer for x in bracketed]) if len(searches) > 1 else None,
+        "saturation_bracket_rps": _capacity_bracket(bracketed) or ([round(sat, 3), None] if sat is not None else None),
+        # the answer is only a lower bound: nothing downstream (profile, hysteresis, recommendation, manifests)
+        # treats it as a capacity
+        "lower_bound": lower_bound,
         "latency_at": latency_at,
         "recommendation": rec,
+        "recommendation_withheld": withheld,
+        "budget_plan": f.get("budget_plan"),
         "find_notes": notes,
     }

@@ -25,14 +25,16 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
             f"[bold green]saturation point: {sat:.1f} rps[/] per replica "
             f"(next unstable rate {summary.get('unstable_rps') or '-'} rps; bracket within "
             f"{ach:.1%} of the requested {summary['precision']:.0%})"
-            if ach is not None
-            else f"[bold green]saturation point: ≥ {sat:.1f} rps[/] per replica (no unstable rate reached)"
+            if ach is not None and not summary.get("lower_bound")
+            else f"[bold yellow]saturation point: ≥ {sat:.1f} rps[/] per replica (a lower bound: no search bracketed "
+            "the capacity)"
         )
     conf = (summary.get("search") or {}).get("confirmation")
     if conf and conf.get("verdict"):
+        failed = conf.get("failed_holds") or 0
         console.print(
             f"confirmed: the per-replica target {conf['rate_rps']:.1f} rps held from idle was {conf['verdict']}"
-            + (f" (after {conf['attempts']} holds)" if conf.get("attempts", 1) > 1 else "")
+            + (f" (after {conf['attempts']} holds, {failed} not stable)" if conf.get("attempts", 1) > 1 else "")
         )
     spread = summary.get("saturation_range_rps")
     if spread:
@@ -69,6 +71,14 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
             )
         console.print(t)
     print_hysteresis(console, summary.get("hysteresis"))
+    if summary.get("recommendation_withheld"):
+        console.print(f"[bold yellow]recommendation withheld:[/] {summary['recommendation_withheld']}")
+    plan = summary.get("budget_plan")
+    if plan:
+        console.print(
+            f"budget: {plan['budget_s']:g} s ({'--budget-s' if plan.get('given') else 'planned'}; about "
+            f"{plan['need_s']:g} s for the work asked)"
+        )
     rec = summary.get("recommendation")
     if rec:
         under = "the rate it recovers at" if rec.get("lowered_by") == "hysteresis" else "saturation"
