@@ -299,7 +299,8 @@ def find(
     ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
     py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``).
     ``hold_rps`` (``find --baseline``: the baseline's per-replica target): after the search, that rate is
-    held alone from idle, one more segment outside the budget (``satpoint.target_hold``)."""
+    held alone from idle, one more segment after the search (``satpoint.target_hold``), planned into the
+    budget."""
     if target is not None and server is not None:  # as the CLI: --server names the embedded server
         raise ConfigError("server= describes the embedded server satpoint starts: give it with target=None")
     opts = (options or FindOptions()).validate()
@@ -350,12 +351,15 @@ def find(
         observer = stack.enter_context(Observer(observe, out_dir))
         session = search_target(
             target, load, opts, rules, out_dir, stop=stop, on_event=on_event, server_info=server_info,
-            thresholds=checks, observer=observer, fleet=fleet,
+            thresholds=checks, observer=observer, fleet=fleet, hold_rps=hold_rps,
         )  # fmt: skip
         if hold_rps is not None:
             hold_from_idle(session, opts, hold_rps)
     summary = FindSummary.model_validate(write_all(out_dir, session.results, html=html))
     files: tuple[Path, ...] = ()
+    if emit_k8s is not None and summary.recommendation is None:
+        withheld = getattr(summary, "recommendation_withheld", None)
+        say(on_event, f"no Kubernetes manifests: {withheld or 'no saturation point was found'}")
     if emit_k8s is not None and summary.recommendation is not None:
         if summary.target_lost is not None:
             say(on_event, "no Kubernetes manifests: the target stopped answering, so the search did not finish")

@@ -205,7 +205,12 @@ class FindOptions:
     growth: float = 2.0
     start_rps: float | None = None  # None: from a probe of the service time
     max_rps: float = 50_000.0
+    #: the whole find's time cap; unless ``budget_given``, what one search and its profile get: every
+    #: further search (``repeats``) and every extra (flame graph, hysteresis, a baseline's hold) grows it
+    #: (``analysis.budget_plan``)
     budget_s: float = 270.0
+    #: ``budget_s`` was given (``--budget-s``): a budget that cannot hold the work asked for is refused
+    budget_given: bool = False
     ramp_s: float = 2.0
     min_hold_s: float = 6.0
     max_hold_s: float = 15.0
@@ -246,6 +251,7 @@ class FindOptions:
             "start_rps": start_rps,
             "max_rps": self.max_rps,
             "budget_s": self.budget_s,
+            "budget_given": self.budget_given,
             "ramp_s": self.ramp_s,
             "hold_s": [self.min_hold_s, self.max_hold_s],
             "min_requests": self.min_requests,
@@ -254,6 +260,8 @@ class FindOptions:
             "flamegraph": self.flamegraph,
             "confirm": self.confirm,
             "retest": self.retest,
+            #: a retest that disagrees is decided by a third measurement (2 of 3)
+            "retest_majority": self.retest,
             "repeats": self.repeats,
             "peak_rps": self.peak_rps,
             "min_rps": self.min_rps,

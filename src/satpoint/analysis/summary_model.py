@@ -325,7 +325,11 @@ class Confirmation(BaseModel):
     model_config = _CONFIG
     rate_rps: float
     verdict: str | None = None
+    #: every hold at a per-replica target (the confirmations and their retests) and those not stable
     attempts: int
+    failed_holds: int = 0
+    #: the per-replica targets confirmed (more than one: a target that did not hold sent the search below)
+    targets: int = 1
 
 
 class RepeatResult(BaseModel):
@@ -338,6 +342,8 @@ class RepeatResult(BaseModel):
     confirmed: bool | None = None
     stages: int
     finished: bool
+    #: it found a rate above its answer not stable (else its answer is a lower bound, never the answer)
+    brackets: bool = True
 
 
 class SearchInfo(BaseModel):
@@ -368,6 +374,12 @@ class FindSummary(RunSummary):
     search: SearchInfo
     latency_at: list[LatencyAt]
     recommendation: Recommendation | None = None
+    #: the answer is only a lower bound (no search bracketed the capacity): no recommendation, profile,
+    #: hysteresis or manifests are derived from it, and ``recommendation_withheld`` says why
+    lower_bound: bool = False
+    recommendation_withheld: str | None = None
+    #: what the budget was planned for (``analysis.budget_plan.BudgetPlan.to_dict``; None: older folders)
+    budget_plan: dict[str, Any] | None = None
     find_notes: list[str]
     #: ``find --hysteresis`` (None without it)
     hysteresis: Hysteresis | None = None

@@ -51,7 +51,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate
+from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, keep_loaded, with_resident
@@ -88,7 +88,13 @@ def find(
     protocol: ProtocolOpt = "rest",
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
     slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms (repeatable)")] = None,
-    budget_s: Annotated[float, typer.Option(help="time cap for the search, seconds")] = 270.0,
+    budget_s: Annotated[
+        float | None,
+        typer.Option(
+            help="time cap for the whole find, seconds (default: planned, 270 for one search and its profile, more "
+            "for --repeats and each extra; a given one too small for them is refused)"
+        ),
+    ] = None,
     margin: Annotated[float, typer.Option(help="autoscaling margin under saturation (0.1-0.2)")] = 0.15,
     peak_rps: Annotated[float | None, typer.Option(help="peak load to plan replicas for")] = None,
     min_rps: Annotated[float | None, typer.Option(help="floor load, sets minReplicas")] = None,
@@ -171,6 +177,7 @@ def find(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     baseline: BaselineOpt = None,
+    fail_on_inconclusive: FailInconclusiveOpt = False,
     trace: Annotated[Path | None, typer.Option(help="search the speed factor at which this trace is sustained")] = None,
     trace_format: TraceFormatOpt = None,
     trace_time_column: TraceTimeColumnOpt = "timestamp",
@@ -192,6 +199,7 @@ def find(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
         if url is not None and model is None:
@@ -210,7 +218,8 @@ def find(
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip
             params = search_params(precision, growth, start_speed, confirm=confirm)
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
-                found = find_headroom(tgt, replay, params, load=load, budget_s=budget_s, cooldown_s=cooldown,
+                found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget_s is None else budget_s,
+                                      cooldown_s=cooldown,
                                       margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
                                       emit_k8s=emit_k8s, on_event=printer, stop=stop)  # fmt: skip
             print_headroom(console, found.block)
@@ -218,7 +227,8 @@ def find(
             return 0 if found.block["speed"] is not None else 3
         served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
-            precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps, budget_s=budget_s,
+            precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps,
+            budget_s=budget_s if budget_s is not None else 270.0, budget_given=budget_s is not None,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
             confirm=confirm, repeats=repeats, hysteresis=hysteresis, cooldown_s=cooldown,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
@@ -271,7 +281,7 @@ def find(
         print_find(console, summary)
         if result.k8s_files:
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
-        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note, fail_on_inconclusive)
 
     with contextlib.ExitStack() as kept:
         guarded(body, secrets)
