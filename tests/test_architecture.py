@@ -31,6 +31,10 @@ ENTRY_POINTS = {
     ("find_cmd.py", "satpoint.servers.embedded"): "embedded_settings: the embedded server's options",
     ("find_cmd.py", "satpoint.trace_headroom"): "find_headroom: find --trace",
     ("main.py", "satpoint.trace_replay"): "run_trace: run --trace",
+    ("overcommit_opts.py", "satpoint.endpoints.overcommit"): (
+        "record_loaded/LoadedSet: --resident's restore of a --url server's models, kept and put back from cli/ "
+        "(orchestration: belongs behind api.run/api.find)"
+    ),
     ("sim_cmd.py", "satpoint.servers.sim"): "the simulated server is the command",
     ("sim_cmd.py", "satpoint.servers.sim_grpc"): "the simulated server over gRPC",
     ("sim_cmd.py", "satpoint.servers.sim_model"): "model_names: sim --models",
