@@ -1,46 +1,60 @@
 """Figures at equal offered load for ``satpoint diff``: latency (p50, p90, p99), service time, error rate
 and throughput of the stages both sides ran at the same rate, and, when both sides streamed (``--stream``),
-time to first chunk and gaps between chunks (p50, p99), each with a 95 % interval from a block bootstrap
-over one-second blocks of the steady window (``block_bootstrap``).
+time to first chunk and gaps between chunks (p50, p99).  Each is judged on the interval of its change
+new/base (new − base for the error rate) from a block bootstrap of both sides (``diff_bootstrap``): blocks of
+each stage's rows in arrival order, as long as the rows' own correlation demands.
 
 Why blocks: neighbouring requests are correlated under queueing (a slow request delays the ones queued
 behind it), so resampling single requests would treat correlated rows as independent and give intervals
-that are too narrow.  Resampling whole seconds keeps each second's dependence intact.  That is valid when
-the correlation dies out well within a second (a queue at utilisation ρ forgets its state within a few
-service times / (1 − ρ)², tens of milliseconds for a stable stage) and the window is stationary (the steady
-window of a stable stage); near saturation it is neither, and the evidence says so.  With one run per side
-the interval is the noise *within* a run, not between runs.
+that are too narrow.  How long the correlation lasts depends on the rate and the utilisation (a queue at ρ
+forgets its state within a few service times / (1 − ρ)²: tens of milliseconds at low load, seconds near
+saturation), so the block length is measured on the rows, not fixed.  A window too short for at least
+``MIN_BLOCKS`` blocks, or with fewer than 10 / (1 − q) rows for a q-quantile, gives no interval: that metric
+is ``inconclusive``.  The window must be stationary (the steady window of a stable stage); near saturation
+it is not, and the evidence says so.  With one run per side the interval is the noise *within* a run, not
+between runs; several stages per side (``find --repeats``) are resampled stage by stage, so the noise
+between them counts.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE, MetricDiff, Side, metric_diff, tolerance_for
+from satpoint.analysis import diff_bootstrap
+from satpoint.analysis.diff_bootstrap import (
+    METHOD,
+    MIN_BLOCKS,
+    MIN_TAIL_ROWS,
+    Blocks,
+    Estimate,
+    cut,
+    mean_estimate,
+    quantile_estimate,
+)
+from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE, MetricDiff, sampled_diff, tolerance_for
 from satpoint.metrics.records import Records
 from satpoint.metrics.stream_stats import ttfc_s
 
 #: two stages are at the same offered load when their target rates are within 1 %
 RATE_MATCH = 0.01
-#: bootstrap resamples per figure, and the interval's level
-N_BOOT = 400
-LEVEL = 0.95
-#: fewer one-second blocks than this give no interval (a bootstrap over 2 blocks says nothing)
-MIN_BLOCKS = 3
+#: the throughput's series: OK rows due per bin of about this long (at most MAX_THROUGHPUT_BINS bins)
+THROUGHPUT_BIN_S = 0.1
+MAX_THROUGHPUT_BINS = 4000
 
 F64 = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class StageRows:
-    """The rows of one stage's steady window, each with its one-second block."""
+    """The rows of one stage's steady window in arrival order, each with its one-second block (the
+    bootstrap cuts its own blocks, ``diff_bootstrap.cut``)."""
 
     target_rps: float
     verdict: str
@@ -54,6 +68,7 @@ class StageRows:
     error: F64  # 1.0 for an error row, per row due in the window
     error_block: npt.NDArray[np.int64]
     ok_per_block: F64  # OK rows due per block, per second
+    ok_per_bin: F64  # OK rows due per bin of about ``THROUGHPUT_BIN_S``, per second (the throughput's series)
     #: streamed answers (``--stream``; None: the stage did not stream): time to first chunk per latency row
     #: (``metrics.stream_stats.ttfc_s``) and every gap between chunks of those rows, each with its block
     ttfc_s: F64 | None = None
@@ -99,120 +114,82 @@ def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
         error=part.error_mask().astype(np.float64),  # over every row due in the window, as summary.json's
         error_block=block,
         ok_per_block=ok_counts,
+        ok_per_bin=_ok_bins(part, ok, w0, win),
         **streams,
     )
 
 
-def _groups(values: F64, block: npt.NDArray[np.int64], blocks: int) -> list[F64]:
-    order = np.argsort(block, kind="stable")
-    cuts = np.searchsorted(block[order], np.arange(1, blocks))
-    return [np.asarray(g, dtype=np.float64) for g in np.split(values[order], cuts)]
+def _ok_bins(part: Records, ok: npt.NDArray[np.bool_], w0: float, win: float) -> F64:
+    """OK rows due per bin of about ``THROUGHPUT_BIN_S`` (per second): the throughput's series."""
+    bins = max(1, min(MAX_THROUGHPUT_BINS, math.floor(win / THROUGHPUT_BIN_S)))
+    width = win / bins
+    idx = np.minimum(((part.intended[ok] - w0) / width).astype(np.int64), bins - 1)
+    return np.bincount(idx, minlength=bins).astype(np.float64) / width
 
 
-def block_bootstrap(
-    groups: Sequence[F64], stat: Callable[[F64], float], n_boot: int = N_BOOT, seed: int = 0
-) -> tuple[float, float] | None:
-    """A ``LEVEL`` percentile interval of ``stat`` over the rows of ``groups`` (one array per block),
-    resampling whole blocks with replacement; None with fewer than ``MIN_BLOCKS`` blocks."""
-    k = len(groups)
-    if k < MIN_BLOCKS:
-        return None
-    rng = np.random.default_rng(seed)
-    stats: list[float] = []
-    for _ in range(n_boot):
-        sample = np.concatenate([groups[i] for i in rng.integers(0, k, k)])
-        if len(sample):
-            stats.append(stat(sample))
-    if not stats:
-        return None
-    tail = (1 - LEVEL) / 2 * 100
-    lo, hi = np.percentile(np.asarray(stats), [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
-_BLOCK_OF = {
-    "latency_s": "latency_block",
-    "service_s": "service_block",
-    "error": "error_block",
-    "ttfc_s": "ttfc_block",
-    "gap_s": "gap_block",
-}
-
-
-def _pooled_groups(stages: Sequence[StageRows], field: str) -> tuple[F64, list[F64]]:
-    values: list[F64] = []
-    groups: list[F64] = []
-    for st in stages:
-        v: F64 = getattr(st, field)
-        b: npt.NDArray[np.int64] = getattr(st, _BLOCK_OF[field])
-        values.append(v)
-        groups.extend(_groups(v, b, st.blocks))
-    return (np.concatenate(values) if values else np.zeros(0)), groups
-
-
-def _rows_side(stages: Sequence[StageRows], field: str, stat: Callable[[F64], float], scale: float, seed: int) -> Side:
-    values, groups = _pooled_groups(stages, field)
-    blocks = sum(st.blocks for st in stages)
-    n = len(stages)
-    rows = "gaps" if field == "gap_s" else "requests"
-    detail = f"{n} stage{'s' if n > 1 else ''}, {len(values)} {rows}, {blocks} one-second blocks"
-    if len(values) == 0:
-        return Side(value=None, low=None, high=None, n=n, blocks=blocks, detail=detail)
-    ci = block_bootstrap(groups, stat, seed=seed)
-    value = stat(values) * scale
-    if ci is None:
-        return Side(value=round(value, 6), low=None, high=None, n=n, blocks=blocks, detail=detail + ": too few")
-    # several stages (measurements) at this rate: the range also spans each stage's own figure, so the
-    # noise between measurements counts, not only the noise within them
-    own = [stat(v) for st in stages if len(v := getattr(st, field))]
-    ci = (min(ci[0], *own), max(ci[1], *own)) if len(own) > 1 else ci
-    return Side(
-        value=round(value, 6), low=round(ci[0] * scale, 6), high=round(ci[1] * scale, 6), n=n, blocks=blocks,
-        detail=detail,
-    )  # fmt: skip
-
-
-def _throughput_side(stages: Sequence[StageRows], seed: int) -> Side:
-    groups = [np.asarray([v], dtype=np.float64) for st in stages for v in st.ok_per_block]
-    n = len(stages)
-    value = statistics.fmean(st.throughput_rps for st in stages)
-    ci = block_bootstrap(groups, lambda x: float(np.mean(x)), seed=seed)
-    detail = f"{n} stage{'s' if n > 1 else ''}, {len(groups)} one-second blocks"
-    if ci is None:
-        return Side(value=round(value, 3), low=None, high=None, n=n, blocks=len(groups), detail=detail + ": too few")
-    # the interval of the per-second rate, centred on the stage's own figure (completions in its window)
-    mean = statistics.fmean(float(g[0]) for g in groups)
-    low, high = ci[0] - mean + value, ci[1] - mean + value
-    if n > 1:  # and each stage's own figure (the noise between measurements)
-        low, high = min(low, *(st.throughput_rps for st in stages)), max(high, *(st.throughput_rps for st in stages))
-    return Side(value=round(value, 3), low=round(low, 3), high=round(high, 3), n=n, blocks=len(groups), detail=detail)
-
-
-def _percentile(q: float) -> Callable[[F64], float]:
-    return lambda x: float(np.percentile(x, q))
-
-
-#: (metric, rows field, statistic, scale to the unit, unit, better)
-_ROW_METRICS: tuple[tuple[str, str, Callable[[F64], float], float, str], ...] = (
-    ("latency_p50_ms", "latency_s", _percentile(50), 1000.0, "ms"),
-    ("latency_p90_ms", "latency_s", _percentile(90), 1000.0, "ms"),
-    ("latency_p99_ms", "latency_s", _percentile(99), 1000.0, "ms"),
-    ("service_p50_ms", "service_s", _percentile(50), 1000.0, "ms"),
-    ("service_p90_ms", "service_s", _percentile(90), 1000.0, "ms"),
-    ("service_p99_ms", "service_s", _percentile(99), 1000.0, "ms"),
-    ("error_rate", "error", lambda x: float(np.mean(x)), 1.0, "fraction"),
+#: (rows field, [(metric, quantile)]): the quantiles judged per series of rows
+_QUANTILES: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    ("latency_s", (("latency_p50_ms", 0.50), ("latency_p90_ms", 0.90), ("latency_p99_ms", 0.99))),
+    ("service_s", (("service_p50_ms", 0.50), ("service_p90_ms", 0.90), ("service_p99_ms", 0.99))),
 )
 #: streamed answers, compared when every stage on both sides streamed (lower is better, as latency)
-_STREAM_METRICS: tuple[tuple[str, str, Callable[[F64], float], float, str], ...] = (
-    ("ttfc_p50_ms", "ttfc_s", _percentile(50), 1000.0, "ms"),
-    ("ttfc_p99_ms", "ttfc_s", _percentile(99), 1000.0, "ms"),
-    ("gap_p50_ms", "gap_s", _percentile(50), 1000.0, "ms"),
-    ("gap_p99_ms", "gap_s", _percentile(99), 1000.0, "ms"),
+_STREAM_QUANTILES: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+    ("ttfc_s", (("ttfc_p50_ms", 0.50), ("ttfc_p99_ms", 0.99))),
+    ("gap_s", (("gap_p50_ms", 0.50), ("gap_p99_ms", 0.99))),
 )
 
-BOOTSTRAP_METHOD = (
-    f"block bootstrap over one-second blocks of the steady window ({N_BOOT} resamples, {LEVEL:.0%} interval)"
-)
+BOOTSTRAP_METHOD = METHOD
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _why_not(blocks: Blocks, rows_word: str, min_rows: int = 0) -> str:
+    """Why a side has no interval (too few rows for the quantile, or too few blocks), "" when it has one."""
+    n, k = blocks.rows, blocks.count
+    if n < min_rows:
+        return f"{n} {rows_word}, fewer than the {min_rows} this quantile needs (10 / (1 − q))"
+    if k < MIN_BLOCKS:
+        longest = max(blocks.lengths, default=1)
+        return (
+            f"its rows are correlated over about {longest} in a row: {_plural(k, 'block')} of them, fewer than "
+            f"{MIN_BLOCKS} (a longer window would decide)"
+        )
+    return ""
+
+
+def _detail(stages: Sequence[StageRows], est: Estimate, rows_word: str) -> str:
+    return (
+        f"{_plural(len(stages), 'stage')}, {est.rows} {rows_word}, "
+        f"{_plural(est.blocks, 'block')} of ~{est.block_rows} rows"
+    )
+
+
+def _quantile_diffs(
+    base: Sequence[StageRows],
+    new: Sequence[StageRows],
+    field: str,
+    metrics: Sequence[tuple[str, float]],
+    seed: int,
+    point: str,
+    tols: Sequence[float],
+    caveat: str,
+) -> list[MetricDiff]:
+    rows_word = "gaps" if field == "gap_s" else "requests"
+    qs = [q for _, q in metrics]
+    sides = [cut([np.asarray(getattr(s, field), dtype=np.float64) for s in st], tails=qs) for st in (base, new)]
+    out = []
+    for j, (metric, q) in enumerate(metrics):
+        need = math.ceil(MIN_TAIL_ROWS / (1 - q) - 1e-9)
+        ests = [
+            quantile_estimate(b, q, diff_bootstrap.N_BOOT, seed + 2 * j + i, _why_not(b, rows_word, need))
+            for i, b in enumerate(sides)
+        ]
+        details = [_detail(st, e, rows_word) for st, e in zip((base, new), ests, strict=True)]
+        out.append(sampled_diff(metric, point, "ms", "lower", ests[0], ests[1], details, 1000.0, tols[j],
+                                BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat))  # fmt: skip
+    return out
 
 
 def load_diffs(
@@ -225,7 +202,8 @@ def load_diffs(
 ) -> list[MetricDiff]:
     """Latency, service time, error rate and throughput of two sets of stages at the same offered rate
     (p90 and p99 judged with ``tail_tolerance``), and time to first chunk and gaps between chunks when every
-    stage of both sides streamed (their p99 judged with ``tail_tolerance`` too)."""
+    stage of both sides streamed (their p99 judged with ``tail_tolerance`` too); each from the interval of
+    its change (``diff_bootstrap``), Holm-adjusted later across the whole diff (``diff_verdict.make_doc``)."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
     caveat = ""
     if unstable:
@@ -233,23 +211,47 @@ def load_diffs(
             f"stage verdicts: base {', '.join(s.verdict for s in base)}; new {', '.join(s.verdict for s in new)} "
             "(a stage that is not stable is not stationary: its interval is too narrow)"
         )
-    out = []
-    for i, (metric, field, stat, scale, unit) in enumerate(_ROW_METRICS):
-        is_err = metric == "error_rate"
-        b = _rows_side(base, field, stat, scale, seed=2 * i)
-        n = _rows_side(new, field, stat, scale, seed=2 * i + 1)
-        tol = error_tolerance if is_err else tolerance_for(metric, tolerance, tail_tolerance)
-        out.append(metric_diff(metric, point, unit, "lower", b, n, tol, BOOTSTRAP_METHOD, is_err, caveat))
-    b = _throughput_side(base, seed=100)
-    n = _throughput_side(new, seed=101)
-    out.append(metric_diff("throughput_rps", point, "rps", "higher", b, n, tolerance, BOOTSTRAP_METHOD, caveat=caveat))
+    out: list[MetricDiff] = []
+    groups = list(_QUANTILES)
     if all(s.ttfc_s is not None for s in (*base, *new)):
-        for i, (metric, field, stat, scale, unit) in enumerate(_STREAM_METRICS, start=len(_ROW_METRICS)):
-            b = _rows_side(base, field, stat, scale, seed=2 * i)
-            n = _rows_side(new, field, stat, scale, seed=2 * i + 1)
-            tol = tolerance_for(metric, tolerance, tail_tolerance)
-            out.append(metric_diff(metric, point, unit, "lower", b, n, tol, BOOTSTRAP_METHOD, caveat=caveat))
+        groups += list(_STREAM_QUANTILES)
+    for i, (field, metrics) in enumerate(groups):
+        tols = [tolerance_for(m, tolerance, tail_tolerance) for m, _ in metrics]
+        out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat))
+        if field == "service_s":  # the error rate and the throughput after latency and service time
+            out.append(_error_diff(base, new, point, error_tolerance, caveat))
+            out.append(_throughput_diff(base, new, point, tolerance, caveat))
     return out
+
+
+def _error_diff(
+    base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, caveat: str
+) -> MetricDiff:
+    """The error rate (over every row due in the window): blocks at least as long in time as the latency's."""
+    ests, details = [], []
+    for i, stages in enumerate((base, new)):
+        b = cut([s.error for s in stages], length_of=[s.latency_s for s in stages])
+        ests.append(mean_estimate(b, diff_bootstrap.N_BOOT, 100 + i, log=False, why_not=_why_not(b, "requests")))
+        details.append(_detail(stages, ests[-1], "requests"))
+    return sampled_diff("error_rate", point, "fraction", "lower", ests[0], ests[1], details, 1.0, tolerance,
+                        BOOTSTRAP_METHOD, (len(base), len(new)), absolute=True, caveat=caveat)  # fmt: skip
+
+
+def _throughput_diff(
+    base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, caveat: str
+) -> MetricDiff:
+    """The throughput: the stages' own figure (completions in the window), with the relative spread of the OK
+    rows due per bin of about ``THROUGHPUT_BIN_S``."""
+    ests, details = [], []
+    for i, stages in enumerate((base, new)):
+        b = cut([s.ok_per_bin for s in stages], length_of=[s.latency_s for s in stages], own=False)
+        value = statistics.fmean(st.throughput_rps for st in stages) if stages else None
+        ests.append(
+            mean_estimate(b, diff_bootstrap.N_BOOT, 200 + i, log=True, value=value, why_not=_why_not(b, "bins"))
+        )
+        details.append(f"{_plural(len(stages), 'stage')}, {b.rows} bins, {_plural(b.count, 'block')}")
+    return sampled_diff("throughput_rps", point, "rps", "higher", ests[0], ests[1], details, 1.0, tolerance,
+                        BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat)  # fmt: skip
 
 
 def streamed(stages: Sequence[StageRows]) -> bool:

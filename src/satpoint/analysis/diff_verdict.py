@@ -1,15 +1,21 @@
-"""``satpoint diff``'s verdict on one metric: two ranges, a tolerance, one rule (``judge``), and the
-typed ``diff.json`` (``DiffDoc``).
+"""``satpoint diff``'s verdict on one metric, and the typed ``diff.json`` (``DiffDoc``).
 
-- sampled figures (latency, service time, error rate, throughput: bootstrap intervals, many of them at
-  once): the ranges are apart by more than the tolerance; search brackets (the saturation point, whose range
-  is the search's resolution, not sampling noise): the ranges do not overlap (the sweep's tie rule) and the
-  change of the central values is larger than the tolerance.  Then ``regression`` or ``improvement``,
-  whichever way the new side moved;
-- else, when the change is within the tolerance: ``no_change`` (the ranges overlap, or they do not and the
-  difference is real but smaller than the change that matters);
-- else: ``inconclusive`` (overlapping ranges with a change larger than the tolerance, or a lower bound
-  whose range is open upwards and reaches the other side): never reported as ``no_change``.
+- figures sampled from rows (latency, service time, error rate, throughput at equal offered load;
+  ``rule`` "bootstrap", ``judge_change``): the interval of the change new/base (new − base for the error rate)
+  from a block bootstrap of both sides (``diff_bootstrap``), and its p-value for "no change", Holm-adjusted
+  across every such metric of the diff (``holm``, in ``make_doc``: the family-wise chance of one false
+  regression or improvement stays at 5 %).  ``regression`` / ``improvement``: the adjusted p-value is below
+  ``ALPHA`` (the interval at the adjusted level lies beyond no change) in the worse / better direction **and**
+  the change is larger than the tolerance; ``no_change``: the whole 95 % interval lies within ± the tolerance
+  (equivalence; the overall verdict is ``no_change`` only when every metric is, an intersection-union test,
+  which needs no adjustment); else ``inconclusive``, with the reason;
+- ranges (``judge``): a sweep's figures at ``--at-rps`` (``rule`` "ranges", ``strict``): the ranges do not
+  overlap and the change of the central values is larger than the tolerance; ``no_change`` only when every
+  change the two ranges allow is within the tolerance.  Search brackets (the saturation point, whose range is
+  the search's resolution, not sampling noise; ``rule`` "brackets"): the ranges do not overlap (the sweep's
+  tie rule) and the change is larger than the tolerance; ``no_change`` when the change is within it;
+- otherwise ``inconclusive`` (a lower bound whose range is open upwards and reaches the other side, a side
+  without a figure): never reported as ``no_change``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from satpoint.analysis.diff_bootstrap import LEVEL, Estimate, change_of
 from satpoint.analysis.diff_target import TargetHold
 
 Outcome = Literal["regression", "improvement", "no_change", "inconclusive"]
@@ -37,6 +44,8 @@ STREAM_TAIL_METRICS = ("ttfc_p99_ms", "gap_p99_ms")
 _TAILS = (*TAIL_METRICS, *STREAM_TAIL_METRICS)
 #: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
 DEFAULT_ERROR_TOLERANCE = 0.005
+#: the family-wise level of the Holm-adjusted regression/improvement verdicts
+ALPHA = 1 - LEVEL
 DIFF_FILE = "diff.json"
 DIFF_SCHEMA_VERSION = 1
 
@@ -52,8 +61,10 @@ class Side(BaseModel):
     low: float | None  # the range; ``high`` None = open upwards (a lower bound)
     high: float | None
     n: int  # measurements (searches, stages or sweep measurements)
-    blocks: int | None = None  # one-second blocks behind a bootstrap interval
+    blocks: int | None = None  # blocks behind a bootstrap interval
     detail: str = ""  # the measurements in words
+    rows: int | None = None  # rows behind a bootstrap interval (requests, gaps, or throughput bins)
+    block_rows: int | None = None  # rows per block (the longest stage's), chosen from the rows' correlation
 
 
 class MetricDiff(BaseModel):
@@ -71,12 +82,20 @@ class MetricDiff(BaseModel):
     gap: float | None  # how far apart the ranges are (0: they overlap), same scale as ``change``
     tolerance: float
     absolute: bool  # change, gap and tolerance in the metric's units (error_rate), else relative
-    #: the rule: True = the ranges must be apart by more than the tolerance (sampled figures: latency, error
-    #: rate, throughput); False = apart at all, with a change beyond the tolerance (search brackets)
+    #: True: sampled figures (judged by the interval of their change, or by ranges with equivalence for
+    #: ``no_change``); False: search brackets (``rule``)
     strict: bool = True
     single: bool  # one measurement on each side
     method: str
     text: str
+    #: "bootstrap" (the interval of the change, ``judge_change``), "ranges" or "brackets" (``judge``)
+    rule: str = "ranges"
+    #: the change's 95 % interval (bootstrap rule; same scale as ``change``)
+    change_low: float | None = None
+    change_high: float | None = None
+    #: the p-value of "no change" and the same Holm-adjusted across the diff's bootstrap metrics
+    p_value: float | None = None
+    p_adjusted: float | None = None
 
 
 class DiffDoc(BaseModel):
@@ -164,18 +183,24 @@ def judge(
         gap, moved = 0.0, ""
     open_range = base.high is None or new.high is None
     agrees = (moved == "down" and change < 0) or (moved == "up" and change > 0)
-    if moved and agrees and abs(change) > tolerance and (gap > tolerance or not strict):
+    if moved and agrees and abs(change) > tolerance:
         worse = (moved == "down") == (better == "higher")
-        why = "the ranges are apart by more" if strict else "the ranges do not overlap and the change is larger"
-        return Judgement("regression" if worse else "improvement", change, gap, why)
+        return Judgement("regression" if worse else "improvement", change, gap,
+                         "the ranges do not overlap and the change is larger")  # fmt: skip
     if open_range:
         why = "a lower bound's range is open upwards (its capacity was not reached): no change can be ruled out"
         return Judgement("inconclusive", change, gap, why)
-    if abs(change) <= tolerance:
+    # strict (sampled figures): no_change only when every change the two ranges allow is within the tolerance
+    widest = max(abs(n_hi - base.low), abs(b_hi - new.low)) / scale if absolute else max(
+        abs(n_hi / base.low - 1) if base.low > 0 else math.inf, abs(new.low / b_hi - 1)
+    )  # fmt: skip
+    if abs(change) <= tolerance and (not strict or widest <= tolerance):
         how = "the ranges overlap" if not moved else "the ranges do not overlap (a real difference)"
         return Judgement("no_change", change, gap, f"{how}, but the change is within")
-    if moved and strict:
-        return Judgement("inconclusive", change, gap, "the ranges are apart, but by less than")
+    if abs(change) <= tolerance:
+        return Judgement(
+            "inconclusive", change, gap, "the change is within the tolerance, but the ranges allow more than"
+        )
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
@@ -256,7 +281,125 @@ def metric_diff(
         single=single,
         method=method,
         text="; ".join(parts),
+        rule="ranges" if strict else "brackets",
     )
+
+
+# the bootstrap rule -------------------------------------------------------------------------------------
+def judge_change(
+    change: float, low: float, high: float, p_adjusted: float, tolerance: float, better: Better
+) -> Judgement:
+    """The verdict on the interval of a change (see the module's docstring)."""
+    real = p_adjusted <= ALPHA
+    if real and abs(change) > tolerance:
+        worse = (change > 0) == (better == "lower")
+        return Judgement("regression" if worse else "improvement", change, None,
+                         "the change's interval lies beyond no change and the change is larger")  # fmt: skip
+    if -tolerance <= low and high <= tolerance:
+        return Judgement("no_change", change, None, "the change's whole interval lies within")
+    if real:
+        return Judgement("inconclusive", change, None,
+                         "a real change within the tolerance, but its interval reaches beyond it")  # fmt: skip
+    return Judgement(
+        "inconclusive", change, None, "the change's interval reaches beyond the tolerance: more rows would decide"
+    )
+
+
+def _side(est: Estimate, scale: float, detail: str) -> Side:
+    ok = not est.why_not and math.isfinite(est.low)
+    value = None if not math.isfinite(est.value) else round(est.value * scale, 6)
+    low, high = (round(est.low * scale, 6), round(est.high * scale, 6)) if ok else (None, None)
+    why = f": no interval, {est.why_not}" if est.why_not else ""
+    return Side(value=value, low=low, high=high, n=0, blocks=est.blocks, detail=detail + why, rows=est.rows,
+                block_rows=est.block_rows)  # fmt: skip
+
+
+def sampled_diff(
+    metric: str,
+    point: str,
+    unit: str,
+    better: Better,
+    base: Estimate,
+    new: Estimate,
+    details: tuple[str, str] | list[str],
+    scale: float,
+    tolerance: float,
+    method: str,
+    stages: tuple[int, int] = (1, 1),
+    absolute: bool = False,
+    caveat: str = "",
+) -> MetricDiff:
+    """A figure sampled from rows, judged on the interval of its change (before the Holm adjustment, which
+    ``make_doc`` applies across the diff: ``p_adjusted`` is the raw p-value until then)."""
+    b, n = _side(base, scale, details[0]), _side(new, scale, details[1])
+    b, n = b.model_copy(update={"n": stages[0]}), n.model_copy(update={"n": stages[1]})
+    m = MetricDiff(metric=metric, point=point, verdict="inconclusive", unit=unit, better=better, base=b, new=n,
+                   change=None, gap=None, tolerance=tolerance, absolute=absolute, strict=True,
+                   single=stages == (1, 1), method=method, text="", rule="bootstrap")  # fmt: skip
+    if b.value is None or n.value is None:
+        return _with_verdict(m, Judgement("inconclusive", None, None, "a side has no figure"), caveat)
+    gap = judge(b, n, tolerance, better, absolute).gap if b.low is not None and n.low is not None else None
+    m = m.model_copy(update={"gap": None if gap is None else round(gap, 6)})
+    why = "; ".join(f"{name}: {e.why_not}" for name, e in (("base", base), ("new", new)) if e.why_not)
+    if why:
+        return _with_verdict(m, Judgement("inconclusive", None, gap, why), caveat)
+    if not absolute and base.value <= 0:
+        return _with_verdict(m, Judgement("inconclusive", None, gap, "the base's figure is zero: no relative change"),
+                             caveat)  # fmt: skip
+    c = change_of(base, new, absolute)
+    up = {"change": round(c.change, 6), "change_low": round(c.low, 6), "change_high": round(c.high, 6)}
+    m = m.model_copy(update={**up, "p_value": c.p_value, "p_adjusted": c.p_value})
+    return rejudge(m, c.p_value, caveat)
+
+
+def rejudge(m: MetricDiff, p_adjusted: float, caveat: str = "") -> MetricDiff:
+    """A bootstrap metric judged again with its Holm-adjusted p-value."""
+    assert m.change is not None and m.change_low is not None and m.change_high is not None
+    j = judge_change(m.change, m.change_low, m.change_high, p_adjusted, m.tolerance, m.better)
+    return _with_verdict(m.model_copy(update={"p_adjusted": p_adjusted}), j, caveat or _caveat_of(m))
+
+
+_NOTE = "; note: "
+
+
+def _caveat_of(m: MetricDiff) -> str:
+    return m.text.split(_NOTE, 1)[1] if _NOTE in m.text else ""
+
+
+def _with_verdict(m: MetricDiff, j: Judgement, caveat: str) -> MetricDiff:
+    unit, tol = m.unit, (f"{m.tolerance * 100:.2g} percentage points" if m.absolute else f"{m.tolerance * 100:.2g} %")
+    parts = [
+        f"{m.metric} @ {m.point}: base {format_figure(m.base.value, unit)} (range {_range(m.base, unit)}, "
+        f"{m.base.detail}), new {format_figure(m.new.value, unit)} (range {_range(m.new, unit)}, {m.new.detail})"
+    ]
+    if m.change is not None and m.change_low is not None and m.change_high is not None:
+        f = (lambda x: f"{x * 100:+.2f} percentage points") if m.absolute else _pct
+        p = f"p {m.p_value:.2g}" + (f", Holm-adjusted {m.p_adjusted:.2g}" if m.p_adjusted != m.p_value else "")
+        parts.append(
+            f"change {f(m.change)} (95 % interval {f(m.change_low)} to {f(m.change_high)}; {p}); tolerance {tol}"
+        )
+    worse = "higher" if m.better == "lower" else "lower"
+    parts.append({
+        "regression": f"regression: {j.why} than the tolerance, {worse} is worse",
+        "improvement": f"improvement: {j.why} than the tolerance",
+        "no_change": f"no change: {j.why} ± the tolerance",
+        "inconclusive": f"inconclusive: {j.why}",
+    }[j.verdict])  # fmt: skip
+    if m.single:
+        parts.append("this rests on one measurement each (its interval is the noise within one run, not between runs)")
+    text = "; ".join(parts) + (f"{_NOTE}{caveat}" if caveat else "")
+    return m.model_copy(update={"verdict": j.verdict, "text": text})
+
+
+def holm(metrics: list[MetricDiff]) -> list[MetricDiff]:
+    """Every bootstrap metric judged again with its p-value Holm-adjusted across all of them (step-down:
+    the i-th smallest of m p-values times m − i + 1, never below the one before, at most 1)."""
+    tested = sorted((m.p_value, i) for i, m in enumerate(metrics) if m.p_value is not None)
+    out, running = list(metrics), 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        out[i] = rejudge(metrics[i], running)
+    return out
 
 
 #: the note of a diff without a metric
@@ -274,6 +417,7 @@ def make_doc(
     tool_version: str,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
 ) -> DiffDoc:
+    metrics = holm(metrics)
     order: tuple[Outcome, ...] = ("regression", "inconclusive", "improvement", "no_change")
     counts: dict[str, int] = {v: sum(m.verdict == v for m in metrics) for v in order}
     overall: Outcome = next((v for v in order if counts[v]), "no_change")
@@ -340,6 +484,6 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
 
 def _alarm_at(m: MetricDiff) -> float:
     """The largest tolerance at which ``m`` would still be called a change (0: at none)."""
-    if m.strict:
-        return min(m.gap or 0.0, abs(m.change or 0.0))
+    if m.rule == "bootstrap":
+        return abs(m.change or 0.0) if m.p_adjusted is not None and m.p_adjusted <= ALPHA else 0.0
     return abs(m.change or 0.0) if m.gap else 0.0
