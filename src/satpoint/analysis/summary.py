@@ -66,16 +66,19 @@ def raw_stage_metrics(seg: Segment) -> list[StageMetrics]:
     """Metrics (not yet judged) of each stage of a segment that has begun: a stage an interruption cut
     short is summarised on what it measured (``cut_stage_metrics``); stages it never reached are left out."""
     last = _last_due(seg)
+    # a replayed trace is judged on every second of it: no settle window (a burst at a stage's start, and
+    # the backlog a previous stage left, are that stage's to answer for), so the windows tile the trace
+    settle = 0.0 if seg.arrival == TRACE_ARRIVAL else None
     out = []
     for sp in seg.spans:
         if seg.stopped and sp.end_s > last:
             if seg.stopped == "overload" and sp.start_s < last:
                 # stopped early as clearly overloaded: judge what was measured before the stop
-                out.append(stage_metrics(seg.records, sp, until_s=last))
+                out.append(stage_metrics(seg.records, sp, settle, until_s=last))
             elif seg.interrupted and sp.start_s < last:
-                out.append(cut_stage_metrics(seg.records, sp, last))
+                out.append(cut_stage_metrics(seg.records, sp, last, settle))
             continue
-        out.append(stage_metrics(seg.records, sp))
+        out.append(stage_metrics(seg.records, sp, settle))
     return out
 
 
@@ -85,7 +88,7 @@ CUT_MIN_WINDOW_S = 2.0
 CUT_MIN_REQUESTS = 50
 
 
-def cut_stage_metrics(rec: Records, sp: StageSpan, until_s: float) -> StageMetrics:
+def cut_stage_metrics(rec: Records, sp: StageSpan, until_s: float, settle: float | None = None) -> StageMetrics:
     """A stage an interruption cut short at ``until_s`` (run clock), marked ``interrupted``.
 
     Cut during its hold, it is measured as if its hold had been planned to end there (the steady window
@@ -96,10 +99,10 @@ def cut_stage_metrics(rec: Records, sp: StageSpan, until_s: float) -> StageMetri
     held = until_s - sp.hold_start_s
     if held > 0:
         short = StageSpan(sp.index, Stage(st.target_rps, st.ramp_s, held), sp.start_s, sp.hold_start_s, until_s)
-        m = stage_metrics(rec, short)
+        m = stage_metrics(rec, short, settle)
         m.hold_s = st.hold_s
     else:
-        m = stage_metrics(rec, sp, until_s=until_s)
+        m = stage_metrics(rec, sp, settle, until_s=until_s)
     m.interrupted = True
     window = m.window_end_s - m.window_start_s
     if held <= 0:
