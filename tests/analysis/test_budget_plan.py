@@ -113,3 +113,12 @@ def test_a_lower_bound_gets_no_profile_recommendation_or_hysteresis(tmp_path: Pa
                     log=lines.append)  # fmt: skip
     stair = [Measured(24.0, "stable", "staircase"), Measured(48.0, "stable", "staircase")]
     assert run_hysteresis(run, {0: stair}) is None and "lower bound" in lines[-1]
+
+
+def test_a_confirmation_that_failed_once_then_held_says_so() -> None:
+    from satpoint.analysis.search_summary import confirmation_holds
+
+    h = [Measured(300.0, "stable", "refine"), Measured(255.0, "saturated", "confirm")]
+    h += [Measured(255.0, "stable", "retest"), Measured(255.0, "stable", "retest")]
+    assert confirmation_holds(h) == (1, 3, 1)  # one target, three holds, one of them failed
+    assert confirmation_holds(h[:2]) == (1, 1, 1)
