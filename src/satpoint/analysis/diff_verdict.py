@@ -165,8 +165,8 @@ class Judgement:
 def judge(
     base: Side, new: Side, tolerance: float, better: Better, absolute: bool = False, strict: bool = True
 ) -> Judgement:
-    """The verdict on two ranges (see the module's docstring); ``strict``: the ranges must be apart by more
-    than the tolerance, else only apart (with a change beyond the tolerance)."""
+    """The verdict on two ranges (see the module's docstring): apart, with a change beyond the tolerance, is a
+    change; ``strict`` (sampled figures): ``no_change`` only when every change the ranges allow is within it."""
     if base.value is None or new.value is None or base.low is None or new.low is None:
         return Judgement("inconclusive", None, None, "a side has no figure")
     scale = 1.0 if absolute else base.value
