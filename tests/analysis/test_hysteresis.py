@@ -200,3 +200,38 @@ def test_no_hysteresis_without_the_budget_for_it(tmp_path: Path) -> None:
     )
     assert run_hysteresis(run, {0: [Measured(200.0, "stable", "staircase")]}) is None
     assert not results.segments and "no hysteresis sequence" in lines[-1]
+
+
+def test_with_default_options_and_the_planned_budget_the_search_brackets_before_the_sequence(tmp_path: Path) -> None:
+    # issue 33: the hysteresis and profile reserves left the search three stable staircase stages, and the
+    # sequence then overloaded from a quarter of the capacity; planned, the search brackets the capacity first
+    from dataclasses import replace
+
+    from satpoint.analysis.budget_plan import plan_budget
+
+    opts = FindOptions(hysteresis=True)
+    overhead, START = 6.0, 0.25 / SERVICE_S  # the probe's first rate: a quarter of one slot's
+    plan = plan_budget(opts, Budget(opts.budget_s, 0.0, overhead_s=overhead), START, SERVICE_S)
+    opts = replace(opts, budget_s=plan.budget_s)
+    now = [0.0]
+    inner = twin_measure(True)
+
+    def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
+        now[0] += sum(s.duration_s for s in stages) + overhead
+        return inner(stages, start_rps, index, purpose)
+
+    def cooldown(min_s: float, max_s: float) -> None:
+        now[0] += min_s
+
+    config = {"mode": "open_loop", "rules": {}, "find": opts.describe(START, {}), "load": {"procs": 1}}
+    results = Results(new_header(RunConfig.from_header({"kind": "find", "config": config}), {"model": "twin"}, T0))
+    budget = Budget(opts.budget_s, 0.0, lambda: now[0], overhead_s=overhead)
+    run = SearchRun(results, tmp_path, measure, opts, cooldown=cooldown, budget=budget, plan=plan)
+    assert run_hysteresis(run, run_find(run, VerdictRules(), START)) is not None
+    s = build_summary(load_results(tmp_path))
+    capacity, degraded = SLOTS / SERVICE_S, SLOTS / (SERVICE_S * FACTOR)
+    assert not s["lower_bound"] and 0.85 * capacity <= s["saturation_rps"] <= 1.02 * capacity, s["search"]
+    h = s["hysteresis"]
+    assert h["collapse_rps"] == pytest.approx(OVERLOAD_FACTOR * s["saturation_rps"])
+    assert h["recovery_rps"] == pytest.approx(degraded, rel=0.15)
+    assert now[0] <= opts.budget_s
