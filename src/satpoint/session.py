@@ -121,9 +121,14 @@ def announce_target(spec: Target, on_event: OnEvent | None) -> None:
         say(on_event, f"WARNING: {INSECURE_WARNING}", "warning")
 
 
-def planned_inflight(target: PreparedTarget, opts: LoadOptions, stages: list[Stage], start_rps: float) -> int:
-    """The in-flight cap a segment runs with: ``--max-inflight``, else sized from its peak rate."""
+def planned_inflight(
+    target: PreparedTarget, opts: LoadOptions, stages: list[Stage], start_rps: float, due_s: FloatArray | None = None
+) -> int:
+    """The in-flight cap a segment runs with: ``--max-inflight``, else sized from its peak rate (with
+    ``due_s``, a replayed trace: also its busiest second, whose bursts a stage's mean rate hides)."""
     peak = max([start_rps, *(s.target_rps for s in stages)])
+    if due_s is not None and len(due_s):
+        peak = max(peak, float(np.bincount(np.floor(np.maximum(due_s, 0.0)).astype(np.int64)).max()))
     return opts.max_inflight or auto_inflight(peak, target.latency_hint_s)
 
 
@@ -163,7 +168,7 @@ def run_segment(
             raise PlanError("a model mix picks each request's payload itself: not with a trace's payload column")
         planned = due_times(stages, opts.arrival, seed, start_rps, descending=descending) if due_s is None else due_s
         payload_index, model_index = target.mix.rows(len(planned), seed)
-    cap = planned_inflight(target, opts, stages, start_rps)
+    cap = planned_inflight(target, opts, stages, start_rps, due_s)
     builder = replace(target.builder, max_inflight=cap)
     dopts = DispatchOptions(
         timeout_s=opts.timeout_s,
@@ -441,7 +446,7 @@ class Session:
         self._started(index, purpose, stages, title or purpose)
         # the cap is known before the load starts: in the running segment's header, a segment rebuilt from
         # its checkpoints (the run never returned its own figures) still says what it ran with
-        cap = planned_inflight(self.prepared, self.config.load, stages, start_rps)
+        cap = planned_inflight(self.prepared, self.config.load, stages, start_rps, due_s)
         checkpoint = self._begin(index, purpose, stages, start_rps, arrival=arrival, max_inflight=cap)
         self._mark(f"start {index}")
         flame = self._flame_begin(index, stages, start_rps, flamegraph_stage)

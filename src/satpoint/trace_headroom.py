@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.capacity import recommend
+from satpoint.analysis.holds import RECOVERY_S, cooldown_max_s
 from satpoint.analysis.search import Measured, SearchParams, Step
 from satpoint.analysis.trace_headroom import (
     PROFILE_FRACTIONS,
@@ -29,15 +30,22 @@ from satpoint.analysis.trace_headroom import (
 )
 from satpoint.analysis.verdicts import Verdict
 from satpoint.config import LoadOptions
+from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
 from satpoint.progress import OnEvent, say
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
-from satpoint.session import check_rows_fit, require_generator
-from satpoint.trace_replay import run_trace
+from satpoint.session import announce_target, check_rows_fit, require_generator
+from satpoint.trace_replay import run_trace, source_warnings
 from satpoint.traffic.trace_plan import TraceOptions, build
 
 #: seconds a replay costs beyond its run time (connections, the session's files), for the budget
 OVERHEAD_S = 3.0
+#: said of a headroom searched on a Prometheus rate series
+PROM_NOTE = (
+    "the trace is a Prometheus rate series: its arrivals are drawn as a Poisson process within each step (the "
+    "bursts inside a step are smoothed away) and a missing step replays as silence, so this headroom is "
+    "optimistic; replay an access log (--trace-format envoy) for one that sees the bursts"
+)
 
 
 @dataclass(frozen=True)
@@ -62,17 +70,27 @@ def find_headroom(
     emit_k8s: Path | str | None = None,
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
+    html: bool = False,
 ) -> HeadroomResult:
     """Search the speed factor at which ``trace`` is sustained by ``target`` (see the module's doc)."""
+    started = time.monotonic()  # reading the trace counts against the budget
     trace = trace.validate()
-    if load is not None:
-        require_generator(load.validate())  # --realtime refused here, before the first folder is made
+    load = (load or LoadOptions()).validate()
+    require_generator(load)  # --realtime refused here, before the first folder is made
     stop = stop or threading.Event()
     out_dir = Path(out) if out is not None else Path("results") / f"find-trace-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    recorded = build(replace(trace, speed=1.0), fits=check_rows_fit)  # the slice as recorded: its peaks and span
+    # the slice as recorded, read once: its peaks and span, and every replay's due times (scaled per speed)
+    recorded = build(replace(trace, speed=1.0), fits=check_rows_fit)
+    for line in source_warnings(trace, recorded.info):
+        say(on_event, line, "warning")
     peak_min, peak_s = trace_peaks(recorded.due_s)
-    span_s = float(recorded.due_s[-1]) if len(recorded.due_s) else 0.0
+    span_s = recorded.window_s
+    announce_target(target, on_event)
+    prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    svc = probe_service_s(prepared)  # the low-load answer time: each replay starts once the server is back at it
+    if svc:
+        prepared.latency_hint_s = svc
     say(
         on_event,
         f"find --trace: the slice spans {span_s:.0f} s, its busiest minute {peak_min:.1f} rps, its busiest second "
@@ -83,12 +101,31 @@ def find_headroom(
     replays: list[dict[str, Any]] = []
     folders: dict[int, Path] = {}
 
+    def idle(phase: str) -> bool:
+        """From idle: wait for the server to answer at its low-load speed again (at least ``cooldown_s``,
+        ``RECOVERY_S`` before a retest or after a replay that was not stable); False when stopped."""
+        if not replays:
+            return not stop.is_set()
+        last = replays[-1]["verdict"]
+        min_s = cooldown_s
+        if cooldown_s > 0 and (phase == "retest" or last != Verdict.STABLE):
+            min_s = max(cooldown_s, RECOVERY_S)
+        left = budget_s - (time.monotonic() - started)
+        waited = wait_until_idle(
+            prepared, min_s, svc, max_wait_s=cooldown_max_s(min_s, max(left, min_s), svc), stop=stop
+        )
+        if waited > min_s + 0.5:
+            say(on_event, f"cool-down: {waited:.1f} s until the server answered at low-load speed again")
+        return not stop.is_set()
+
     def replay(speed: float, name: str) -> dict[str, Any] | None:
+        if not idle(name):
+            return None
         folder = out_dir / "replays" / f"{len(replays) + 1:02d}-{name}-x{speed:.4g}"
         t0 = time.monotonic()
         res = run_trace(
-            target, replace(trace, speed=speed), load=load, max_error_rate=max_error_rate, out=folder, html=False,
-            on_event=on_event, stop=stop,
+            target, replace(trace, speed=speed), load=load, max_error_rate=max_error_rate, out=folder, html=html,
+            on_event=on_event, stop=stop, recorded=recorded, prepared=prepared,
         )  # fmt: skip
         stages = [s.model_dump() for s in res.summary.stages]
         verdict = replay_verdict([s["verdict"] for s in stages])
@@ -117,8 +154,6 @@ def find_headroom(
         return None if stop.is_set() else rec
 
     def measure(step: Step) -> Measured | None:
-        if replays and step.fresh and cooldown_s > 0 and stop.wait(cooldown_s):
-            return None
         rec = replay(step.rate_rps, step.phase)
         return None if rec is None else Measured(step.rate_rps, rec["verdict"], step.phase)
 
@@ -128,6 +163,12 @@ def find_headroom(
     outcome = search_speed(measure, params, lambda s: fits(s.rate_rps))
     if outcome.ended == "budget":
         say(on_event, f"budget of {budget_s:g} s reached: the headroom is known to the bracket only", "warning")
+    if outcome.lower_bound:
+        say(
+            on_event,
+            f"the headroom is a lower bound only ({outcome.ended}): no profile, replica count or manifests from it",
+            "warning",
+        )
     x = outcome.speed
     latency: list[dict[str, Any]] = []
     answer_i = None
@@ -140,13 +181,11 @@ def find_headroom(
             ),
             default=None,
         )
-        if profile and not stop.is_set():
+        if profile and not stop.is_set() and not outcome.lower_bound:
             for f in PROFILE_FRACTIONS:
                 if not fits(x * f):
                     say(on_event, f"budget: no replay at {f:.0%} of X", "warning")
                     continue
-                if cooldown_s > 0 and stop.wait(cooldown_s):
-                    break
                 rec = replay(x * f, f"profile{int(f * 100)}")
                 if rec is None:
                     break
@@ -157,6 +196,9 @@ def find_headroom(
     block = headroom_block(outcome, params, peak_min, peak_s, margin, public, latency)
     block["slice_span_s"] = round(span_s, 3)
     block["slice_requests"] = len(recorded.due_s)
+    block["dropped"] = recorded.info.get("dropped")
+    if trace.format == "prom":
+        block["source_note"] = PROM_NOTE
     block["answer_folder"] = public[answer_i]["folder"] if answer_i is not None else None
     summary: dict[str, Any] = {}
     if answer_i is not None:  # the answer's replay summary, with the headroom beside it
@@ -166,7 +208,7 @@ def find_headroom(
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "headroom.json").write_text(json.dumps(block, indent=2) + "\n")
     files: tuple[Path, ...] = ()
-    if emit_k8s is not None and x is not None:
+    if emit_k8s is not None and x is not None and not outcome.lower_bound:
         rec_k8s = recommend(x * peak_min, margin, peak_rps=peak_min)
         files = tuple(write_k8s(Path(emit_k8s), target.model, rec_k8s))
         say(on_event, max_replicas_choice(rec_k8s)[1] + " (the trace's busiest minute)")

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
 from satpoint.analysis.thresholds import parse_thresholds
 from satpoint.config import LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
-from satpoint.endpoints.spec import Target
+from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
 from satpoint.metrics.results import write_header
 from satpoint.observe.observer import Observer
@@ -31,7 +32,7 @@ from satpoint.plan import TRACE_ARRIVAL
 from satpoint.progress import OnEvent, say
 from satpoint.reports.files import write_all
 from satpoint.session import LOST_ERRORS, Session, announce_target, check_rows_fit, require_generator
-from satpoint.traffic.trace_plan import TraceOptions, TraceSchedule, build
+from satpoint.traffic.trace_plan import TraceOptions, TraceSchedule, at_speed, build
 from satpoint.traffic.trace_read import TraceError
 
 #: the header's key for what was replayed
@@ -46,9 +47,21 @@ class TraceRunResult:
     out_dir: Path
 
 
-def plan_trace(trace: TraceOptions, on_event: OnEvent | None = None) -> TraceSchedule:
+def plan_trace(
+    trace: TraceOptions, on_event: OnEvent | None = None, recorded: TraceSchedule | None = None
+) -> TraceSchedule:
     """The slice to replay, its due times and stages (refused with the memory estimate if too large);
-    says what it found (the busiest window, when asked) through ``on_event``."""
+    says what it found (the busiest window, when asked) through ``on_event``.  ``recorded``: the slice
+    already built (``find --trace`` reads the trace once), replayed at ``trace.speed``."""
+    if recorded is not None:
+        sched = at_speed(recorded, trace.speed, trace.stage_s)
+        _busiest(sched)
+        say(
+            on_event,
+            f"replaying at speed {trace.speed:g}: {sched.info['replayed']:,} requests over "
+            f"{sched.info['run_s']:.1f} s in {len(sched.stages)} stages of {sched.info['stage_run_s']:g} s",
+        )
+        return sched
     sched = build(trace, fits=check_rows_fit)
     info = sched.info
     say(
@@ -64,26 +77,58 @@ def plan_trace(trace: TraceOptions, on_event: OnEvent | None = None) -> TraceSch
             f"busiest {trace.peak}: {peak['start']} to {peak['end']} (+{peak['start_offset_s']:.0f} s to "
             f"+{peak['end_offset_s']:.0f} s), {peak['arrivals']:,} requests, {peak['mean_rps']} rps on average",
         )
-    due = sched.due_s
-    burst = int(np.bincount(np.floor(due).astype(np.int64)).max()) if len(due) else 0
-    info["replay_peak_rps_1s"] = burst
+    burst = _busiest(sched)
     say(
         on_event,
         f"replaying {info['window_start']} .. {info['window_end']} at speed {trace.speed:g}: "
         f"{info['replayed']:,} requests over {info['run_s']:.1f} s ({info['mean_rps']} rps on average, "
-        f"{burst} in the busiest second) in {len(sched.stages)} stages of {trace.stage_s / trace.speed:g} s",
+        f"{burst} in the busiest second) in {len(sched.stages)} stages of {info['stage_run_s']:g} s",
     )
     if sched.payload_index is not None:
         say(on_event, "the trace's payload column picks each request's --payload request (0-based)")
-    unused = [c for c in info["columns"] if c != "payload"]
-    if unused:
-        say(
-            on_event,
-            "the trace's " + ", ".join(unused) + " column(s) are read and counted (summary.json's trace block), "
-            "not applied: every request goes to --model with --batch-size",
-            "warning",
-        )
+    for line in source_warnings(trace, info):
+        say(on_event, line, "warning")
     return sched
+
+
+def _busiest(sched: TraceSchedule) -> int:
+    """The replay's busiest second (requests), recorded in its info."""
+    due = sched.due_s
+    burst = int(np.bincount(np.floor(due).astype(np.int64)).max()) if len(due) else 0
+    sched.info["replay_peak_rps_1s"] = burst
+    return burst
+
+
+def source_warnings(trace: TraceOptions, info: dict[str, Any]) -> list[str]:
+    """What the replay leaves out or adds up, said once: other models' requests and non-inference calls
+    dropped, several Prometheus series summed, columns read but not applied."""
+    out = []
+    dropped = info.get("dropped") or {}
+    if dropped.get("other_models"):
+        by = ", ".join(f"{m} ({n:,})" for m, n in list((dropped.get("by_model") or {}).items())[:5])
+        out.append(
+            f"{dropped['other_models']:,} requests of other models than {trace.model!r} are not replayed ({by}); "
+            "--trace-model names the trace's model"
+        )
+    if dropped.get("non_inference"):
+        out.append(
+            f"{dropped['non_inference']:,} access-log lines are no inference request (probes, metadata...): "
+            "not replayed"
+        )
+    if (info.get("series") or 0) > 1:
+        out.append(
+            f"the rate file holds {info['series']} series, summed into one replay onto --model: "
+            "--trace-select label=value keeps one"
+        )
+    unused = [c for c in info.get("columns") or {} if c not in ("payload", "model")]
+    if trace.model is None and "model" in (info.get("columns") or {}):
+        unused.insert(0, "model")
+    if unused:
+        out.append(
+            "the trace's " + ", ".join(unused) + " column(s) are read and counted (summary.json's trace block), "
+            "not applied: every request goes to --model with --batch-size"
+        )
+    return out
 
 
 def run_trace(
@@ -98,12 +143,16 @@ def run_trace(
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     observe: ObserveOptions | None = None,
+    recorded: TraceSchedule | None = None,
+    prepared: PreparedTarget | None = None,
 ) -> TraceRunResult:
     """Replay ``trace`` against ``target``: one open-loop segment whose due times are the trace's.
 
     Raises ``satpoint.errors.SatpointError`` or ``ValueError`` (a ``TraceError`` for the trace) before
     any load is sent.  ``load.arrival`` is not used (the trace is the arrival process); ``load.procs``
-    shards the replay over generator processes as any schedule; ``--ray`` is refused."""
+    shards the replay over generator processes as any schedule; ``--ray`` is refused.  ``recorded`` (the
+    slice as ``build`` made it) and ``prepared`` (the target, checked) spare a search's replays reading the
+    trace and preparing the target again."""
     trace = trace.validate()
     load = (load or LoadOptions()).validate()
     if load.ray is not None:
@@ -113,9 +162,10 @@ def run_trace(
     if observe.flamegraph is not None:
         raise ConfigError("--flamegraph records a stage of a --stage plan, not of a replayed trace")
     checks = tuple(t.expr for t in parse_thresholds(thresholds, "run"))
-    sched = plan_trace(trace.validate(), on_event)
-    announce_target(target, on_event)
-    prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
+    sched = plan_trace(trace, on_event, recorded)
+    if prepared is None:
+        announce_target(target, on_event)
+        prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     pay = sched.payload_index
     if pay is not None and len(pay) and (int(pay.min()) < 0 or int(pay.max()) >= len(prepared.payload_docs)):
         raise TraceError(

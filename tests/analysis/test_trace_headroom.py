@@ -38,7 +38,7 @@ def test_the_search_finds_the_highest_sustained_speed_to_its_precision(capacity:
     steps, measure = server(capacity)
     out = search_speed(measure, params)  # type: ignore[arg-type]
     lo, hi = out.bracket
-    assert out.ended == "converged" and out.speed == lo
+    assert out.ended == "converged" and out.speed == lo and out.confirmed and not out.lower_bound
     assert lo is not None and hi is not None
     assert lo <= capacity < hi and hi / lo - 1 <= 0.05
     # confirmed as find confirms: the answer replayed once more, from idle, as the last step
@@ -85,6 +85,28 @@ def test_limited_replays_are_measured_again_and_say_nothing_of_the_server() -> N
 
     out = search_speed(measure, params)
     assert calls == [2.0, 2.0] and out.speed is None and out.bracket == (None, None)
+    assert out.ended == "limit" and not out.confirmed
+
+
+def test_a_search_that_ends_limited_or_at_the_top_speed_is_a_lower_bound_never_confirmed() -> None:
+    # stable at 2 and 4, then limited twice at 8: X = 4 is a lower bound, no confirmation ran
+    def limited_at_8(step: Step) -> Measured:
+        return Measured(step.rate_rps, "generator_limited" if step.rate_rps >= 8 else "stable", step.phase)
+
+    out = search_speed(limited_at_8, search_params(start_speed=2.0))
+    assert out.speed == 4.0 and out.ended == "limit" and out.lower_bound and not out.confirmed
+    block = headroom_block(out, search_params(), 10.0, 20.0, 0.15, [], [])
+    assert block["ended"] == "limit" and block["lower_bound"] is True and block["confirmed"] is False
+    assert block["replicas_for_peak"] is None and block["target_rps_per_replica"] is None
+    assert block["capacity_rps"] is None
+    # stable at every speed up to the highest allowed
+    _, measure = server(1e9)
+    top = search_speed(measure, search_params(start_speed=1.0, max_speed=16.0))  # type: ignore[arg-type]
+    assert top.speed == 16.0 and top.ended == "max_speed" and top.lower_bound and not top.confirmed
+    # not stable even at the lowest speed
+    _, measure = server(0.0)
+    low = search_speed(measure, search_params(start_speed=1.0))  # type: ignore[arg-type]
+    assert low.speed is None and low.ended == "min_speed" and not low.confirmed and not low.lower_bound
 
 
 def test_search_params_are_checked() -> None:
@@ -100,7 +122,10 @@ def test_search_params_are_checked() -> None:
 def test_a_replay_is_stable_only_when_every_stage_is() -> None:
     assert replay_verdict(["stable", "stable"]) == "stable"
     assert replay_verdict(["stable", "saturated", "failing"]) == "saturated"
-    assert replay_verdict(["saturated", "client_limited"]) == "client_limited"  # says nothing of the server
+    assert replay_verdict(["client_limited", "stable"]) == "client_limited"  # says nothing of the server
+    # a stage the server failed wins over a limited one: the replay failed, whatever came after
+    assert replay_verdict(["saturated", "client_limited"]) == "saturated"
+    assert replay_verdict(["generator_limited", "failing"]) == "failing"
     assert replay_verdict([]) == "incomplete"
 
 

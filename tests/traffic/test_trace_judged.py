@@ -49,3 +49,18 @@ def test_a_burst_at_a_stage_start_is_judged_with_its_stage(tmp_path: Path) -> No
         expected = float(np.percentile(part, 99)) * 1000
         assert expected > 500  # the burst queued
         assert abs(st["latency_ms"]["p99"] - expected) <= 0.15 * expected, (st["latency_ms"], expected)
+
+
+def test_a_trace_in_flight_cap_is_sized_from_its_busiest_second() -> None:
+    from types import SimpleNamespace
+
+    from satpoint.config import LoadOptions
+    from satpoint.plan import Stage
+    from satpoint.session import planned_inflight
+
+    # one 60 s stage at 50 rps on average, 2 000 of its requests in one second
+    due = np.sort(np.concatenate([np.linspace(0.0, 60.0, 1000, endpoint=False), 30.0 + np.arange(2000) / 2000]))
+    target = SimpleNamespace(latency_hint_s=0.01)
+    stages = [Stage(len(due) / 60.0, 0.0, 60.0)]
+    assert planned_inflight(target, LoadOptions(), stages, 0.0) == 256  # type: ignore[arg-type]
+    assert planned_inflight(target, LoadOptions(), stages, 0.0, due) >= 2000 * 2  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from satpoint.analysis.search import LIMITED, Measured, SearchParams, Step, bracket, next_step
+from satpoint.analysis.search import LIMITED, Measured, SearchParams, Step, bracket, held_at, next_step
 from satpoint.analysis.verdicts import Verdict
 from satpoint.plan import FloatArray
 
@@ -60,10 +60,14 @@ def search_params(
 
 
 def replay_verdict(stage_verdicts: Sequence[str]) -> str:
-    """One replay's verdict from its stages': stable when all are; generator/client-limited when one was
-    (the replay said nothing about the server); else the first stage's verdict that was not stable."""
+    """One replay's verdict from its stages': stable when all are; else the first stage the server did not
+    sustain (saturated, failing...: the replay failed whatever a later stage says); else, when a stage was
+    generator/client-limited, that (the replay said nothing about the server); else the first other one."""
     if not stage_verdicts:
         return Verdict.INCOMPLETE.value
+    failed = [v for v in stage_verdicts if v != Verdict.STABLE and v not in LIMITED and v != Verdict.INCOMPLETE]
+    if failed:
+        return failed[0]
     limited = [v for v in stage_verdicts if v in LIMITED]
     if limited:
         return limited[0]
@@ -73,9 +77,17 @@ def replay_verdict(stage_verdicts: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class SearchOutcome:
     history: list[Measured]
-    ended: str  # "converged" | "budget" | "stopped" | "limit"
+    #: "converged" (bracketed to the precision), "budget", "stopped", "limit" (the last speed was generator-
+    #: or client-limited twice: the replays said nothing about the server), "max_speed" (stable up to
+    #: ``max_speed``), "min_speed" (not stable even at the lowest speed), "max_replays"
+    ended: str
     speed: float | None  # the highest speed sustained (None: not even the lowest tried)
     bracket: tuple[float | None, float | None]
+    #: a confirmation replay at ``speed`` ran and held
+    confirmed: bool = False
+    #: ``speed`` is a lower bound only (no faster replay failed, or the search ended on a limited one):
+    #: nothing may take it for the headroom (no replicas, no per-replica target)
+    lower_bound: bool = False
 
 
 def search_speed(
@@ -90,9 +102,10 @@ def search_speed(
     while True:
         step = next_step(history, params)
         if step is None:
+            ended = _why_done(history, params)
             break
         if len(history) >= MAX_REPLAYS:
-            ended = "limit"
+            ended = "max_replays"
             break
         if not fits(step):
             ended = "budget"
@@ -102,8 +115,25 @@ def search_speed(
             ended = "stopped"
             break
         history.append(m)
-    b = bracket(history)
-    return SearchOutcome(history, ended, b.stable_rps, (b.stable_rps, b.unstable_rps))
+    b = bracket(history, params.majority)
+    x = b.stable_rps
+    held = held_at(history, x, params.majority) if x is not None else None
+    confirmed = held is not None and held.verdict == Verdict.STABLE
+    lower = x is not None and (b.unstable_rps is None or ended == "limit")
+    return SearchOutcome(history, ended, x, (x, b.unstable_rps), confirmed, lower)
+
+
+def _why_done(history: list[Measured], params: SearchParams) -> str:
+    """Why ``next_step`` ended the search: a speed limited twice, the highest or lowest speed allowed, or
+    the bracket converged (and confirmed, when asked)."""
+    if history and history[-1].verdict in LIMITED:
+        return "limit"
+    b = bracket(history, params.majority)
+    if b.unstable_rps is None:
+        return "max_speed"
+    if b.stable_rps is None:
+        return "min_speed"
+    return "converged"
 
 
 def trace_peaks(offsets_s: FloatArray) -> tuple[float, float]:
@@ -160,18 +190,20 @@ def headroom_block(
     """``summary.json``'s ``trace_headroom`` block."""
     x = outcome.speed
     lo, hi = outcome.bracket
+    sized = None if outcome.lower_bound else x  # a lower bound sizes nothing
     return {
         "speed": None if x is None else round(x, 4),
         "bracket": [None if lo is None else round(lo, 4), None if hi is None else round(hi, 4)],
         "precision": params.precision,
         "ended": outcome.ended,
-        "confirmed": params.confirm_margin is not None and outcome.ended == "converged" and x is not None,
+        "lower_bound": outcome.lower_bound,
+        "confirmed": outcome.confirmed,
         "trace_peak_rps_per_minute": round(peak_min, 3),
         "trace_peak_rps_per_second": peak_s,
-        "capacity_rps": None if x is None else round(x * peak_min, 3),
+        "capacity_rps": None if sized is None else round(sized * peak_min, 3),
         "margin": margin,
-        "target_rps_per_replica": None if x is None else round(x * peak_min * (1 - margin), 3),
-        "replicas_for_peak": None if x is None else replicas_for_peak(x, margin),
+        "target_rps_per_replica": None if sized is None else round(sized * peak_min * (1 - margin), 3),
+        "replicas_for_peak": None if sized is None else replicas_for_peak(sized, margin),
         "replays": replays,
         "latency_at": latency,
     }

@@ -61,10 +61,16 @@ from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.trace_opts import (
     StartSpeedOpt,
     TraceFormatOpt,
+    TraceModelOpt,
     TracePeakOpt,
+    TraceSelectOpt,
     TraceStageOpt,
     TraceTimeColumnOpt,
+    TraceTimeUnitOpt,
     TraceWindowOpt,
+    headroom_exit,
+    refuse_for_trace,
+    trace_search_options,
 )
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
@@ -75,10 +81,10 @@ from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.servers.embedded import embedded_settings
 from satpoint.trace_headroom import find_headroom
-from satpoint.traffic.trace_plan import TraceOptions
 
 
 def find(
+    ctx: typer.Context,
     url: Annotated[
         str | None, typer.Option("--url", "-u", help="server base URL; none: start the embedded server (--server)")
     ] = None,
@@ -185,6 +191,9 @@ def find(
     trace_peak: TracePeakOpt = None,
     trace_stage_s: TraceStageOpt = 60.0,
     start_speed: StartSpeedOpt = 1.0,
+    trace_time_unit: TraceTimeUnitOpt = "auto",
+    trace_model: TraceModelOpt = None,
+    trace_select: TraceSelectOpt = None,
     stream: StreamOpt = False,
     wake_window_ms: WakeWindowOpt = 0.0,
     realtime: RealtimeOpt = 0,
@@ -204,6 +213,7 @@ def find(
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
         if url is not None and model is None:
             raise fail("--url needs --model")
+        refuse_for_trace(ctx, trace is not None)
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)
             if url is None or model is None:
                 raise fail("find --trace needs --url and --model (a running server)")
@@ -211,8 +221,8 @@ def find(
                 url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(kept, tgt)  # --resident: the server's loaded set, put back when the command ends
-            replay = TraceOptions(trace, trace_format, trace_time_column, "auto", 1.0, trace_window, trace_peak,
-                                  trace_stage_s, seed)  # fmt: skip
+            replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
+                                        trace_peak, trace_stage_s, seed, model, trace_model, trace_select)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
                                parse_cpus(generator_cpus) if generator_cpus else None,
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip
@@ -221,10 +231,10 @@ def find(
                 found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget_s is None else budget_s,
                                       cooldown_s=cooldown,
                                       margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
-                                      emit_k8s=emit_k8s, on_event=printer, stop=stop)  # fmt: skip
+                                      emit_k8s=emit_k8s, on_event=printer, stop=stop, html=html)  # fmt: skip
             print_headroom(console, found.block)
             console.print(f"results: {found.out_dir}")
-            return 0 if found.block["speed"] is not None else 3
+            return headroom_exit(found.block, stop.is_set())
         served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps,

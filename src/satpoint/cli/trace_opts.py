@@ -7,6 +7,9 @@ from typing import Annotated
 
 import typer
 
+from satpoint.cli.common import EXIT_INTERRUPTED, fail
+from satpoint.traffic.trace_plan import TraceOptions
+
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay this trace's arrival times (CSV or JSONL)")]
 TraceFormatOpt = Annotated[str | None, typer.Option(help="csv, jsonl, envoy, envoy-json, prom (default: by name)")]
 TraceTimeColumnOpt = Annotated[str, typer.Option(help="--trace: the timestamp column (epoch s, ms, us or ISO 8601)")]
@@ -16,3 +19,106 @@ TracePeakOpt = Annotated[str | None, typer.Option(help="--trace: replay the busi
 TraceStageOpt = Annotated[float, typer.Option(help="--trace: seconds of trace per judged stage")]
 StartSpeedOpt = Annotated[float, typer.Option(help="find --trace: the first speed factor tried")]
 ServerSlotsOpt = Annotated[int | None, typer.Option(help="--trace: the server's concurrency for the queue prediction")]
+TraceTimeUnitOpt = Annotated[
+    str, typer.Option(help="--trace: the timestamps' unit: auto (epoch s/ms/us by size, or ISO 8601), s, ms, us, iso")
+]
+TraceModelOpt = Annotated[
+    str | None,
+    typer.Option(help="--trace: replay the requests of this model of the trace only (default: --model; '*': all)"),
+]
+TraceSelectOpt = Annotated[
+    list[str] | None, typer.Option(help="--trace-format prom: replay the series with this label=value (repeatable)")
+]
+
+#: ``find``'s parameters that ``find --trace`` uses; any other one given is refused (``refuse_unused``)
+FIND_TRACE_OPTIONS = frozenset(
+    (
+        "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
+        "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",
+        "generator_cpus", "binary_data", "grpc_raw", "grpc_connections", "profile", "confirm", "out", "html",
+        "ca_cert", "insecure", "client_cert", "client_key", "trace", "trace_format", "trace_time_column",
+        "trace_time_unit", "trace_window", "trace_peak", "trace_stage_s", "trace_model", "trace_select",
+        "start_speed", "stream", "wake_window_ms", "realtime", "models_from_server", "mix", "resident",
+        "allow_unload",
+    )
+)  # fmt: skip
+#: ``find --trace``'s exit code when the search found no headroom (not even the lowest speed held, or every
+#: replay was limited): an answer was the job
+EXIT_NO_ANSWER = 4
+
+
+def given_options(ctx: typer.Context, allowed: frozenset[str]) -> list[str]:
+    """The options of the command ``ctx`` runs that were given on the command line (or from the
+    environment) and whose parameter is not in ``allowed``, as the user spelled them (``--slo``)."""
+    defaults = {"DEFAULT", "DEFAULT_MAP"}
+    out = []
+    for p in ctx.command.params:
+        if p.name is None or p.name in allowed or not p.opts or not p.opts[0].startswith("-"):
+            continue
+        source = ctx.get_parameter_source(p.name)
+        if source is not None and source.name not in defaults:
+            out.append(max(p.opts, key=len))
+    return out
+
+
+def model_filter(model_flag: str | None, given: str | None) -> str | None:
+    """The model whose requests a trace replays: ``--trace-model`` ('*': every one), else ``--model``."""
+    if given == "*":
+        return None
+    return given if given is not None else model_flag
+
+
+def select_pairs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--trace-select label=value`` items as pairs (a malformed one is a usage error)."""
+    out = []
+    for item in items or ():
+        label, sep, value = item.partition("=")
+        if not sep or not label.strip():
+            raise ValueError(f"--trace-select {item!r}: expected label=value")
+        out.append((label.strip(), value.strip()))
+    return tuple(out)
+
+
+#: the spellings of find's options that only a trace search uses
+TRACE_ONLY = ("--trace-", "--start-speed")
+
+
+def refuse_for_trace(ctx: typer.Context, with_trace: bool) -> None:
+    """``find``: with ``--trace``, every option given that a trace search does not use is refused; without
+    it, the trace-only options are."""
+    if with_trace and (unused := given_options(ctx, FIND_TRACE_OPTIONS)):
+        raise fail(
+            f"find --trace does not use {', '.join(unused)}: leave them out (a trace search has no stages of "
+            "its own, thresholds, baseline or embedded server)"
+        )
+    if not with_trace and (only := [o for o in given_options(ctx, frozenset()) if o.startswith(TRACE_ONLY)]):
+        raise fail(f"{', '.join(only)}: only with --trace FILE")
+
+
+def headroom_exit(block: dict[str, object], stopped: bool) -> int:
+    """``find --trace``'s exit code: 130 stopped, ``EXIT_NO_ANSWER`` without a headroom (or when every
+    replay at the last speed was limited: a lower bound that says nothing of the server), else 0."""
+    if stopped or block.get("ended") == "stopped":
+        return EXIT_INTERRUPTED
+    return EXIT_NO_ANSWER if block.get("speed") is None or block.get("ended") == "limit" else 0
+
+
+def trace_search_options(
+    path: Path,
+    fmt: str | None,
+    time_column: str,
+    time_unit: str,
+    window: str | None,
+    peak: str | None,
+    stage_s: float,
+    seed: int,
+    model: str | None,
+    trace_model: str | None,
+    select: list[str] | None,
+) -> TraceOptions:
+    """``find --trace``'s replay options (speed 1: the search scales it): the model filter and the
+    Prometheus selection from their options."""
+    return TraceOptions(
+        path, fmt, time_column, time_unit, 1.0, window, peak, stage_s, seed,
+        model=model_filter(model, trace_model), select=select_pairs(select),
+    )  # fmt: skip

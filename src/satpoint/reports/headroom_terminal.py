@@ -31,8 +31,15 @@ def print_headroom(console: Console, h: dict[str, Any]) -> None:
             f"[bold red]no headroom found[/]: the trace was not sustained at any speed tried ({h.get('ended')})"
         )
         return
-    if hi is None:
-        console.print(f"[bold green]headroom: X ≥ {x:.3f}[/] (no unstable speed reached; {h.get('ended')})")
+    if h.get("lower_bound"):
+        why = {
+            "limit": "the next speed was generator- or client-limited: those replays said nothing about the server",
+            "max_speed": "the highest speed allowed was sustained",
+        }.get(str(h.get("ended")), f"no unstable speed reached; {h.get('ended')}")
+        console.print(
+            f"[bold yellow]headroom: X ≥ {x:.3f}[/], a lower bound only ({why}): no replica count or per-replica "
+            "target is drawn from it"
+        )
     else:
         console.print(
             f"[bold green]headroom: X = {x:.3f}[/] (sustained at {lo:.3f}, not at {hi:.3f}: within "
@@ -44,6 +51,10 @@ def print_headroom(console: Console, h: dict[str, Any]) -> None:
         f"trace peak: {h['trace_peak_rps_per_minute']:.1f} rps in its busiest minute, "
         f"{h['trace_peak_rps_per_second']:.0f} in its busiest second (as recorded, speed 1)"
     )
+    if h.get("source_note"):
+        console.print(f"[yellow]{h['source_note']}[/]")
+    if h.get("capacity_rps") is None:
+        return
     console.print(
         f"one replica: {h['capacity_rps']:.1f} rps of this traffic's busiest minute (X x the peak minute); at the "
         f"{h['margin']:.0%} margin {h['target_rps_per_replica']:.1f} rps; the trace's peak needs "

@@ -209,3 +209,21 @@ def iter_prom_arrivals(
     """Chunks of absolute arrival times (epoch seconds, float64, sorted) drawn as a seeded non-homogeneous
     Poisson process from a Prometheus rate series (query_range JSON or CSV; see the module's notes)."""
     yield from arrivals_from_rates(read_prom_rates(path, select), seed, chunk)
+
+
+def chosen_series(path: str | Path, select: Mapping[str, str] | None = None) -> int:
+    """How many series of a rate file are replayed (summed): those ``select`` matches (a CSV holds one)."""
+    p = Path(path)
+    with p.open("rb") as f:
+        head = f.read(4096).lstrip()
+    if not head.startswith((b"{", b"[")):
+        return 1
+    try:
+        doc: Any = json.loads(p.read_text())
+    except ValueError:
+        return 0
+    data = doc.get("data", doc) if isinstance(doc, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        return 0
+    return sum(1 for s in result if isinstance(s, dict) and _matches(s.get("metric", {}), select))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,12 +33,23 @@ from typing import Any
 import numpy as np
 
 from satpoint.plan import FloatArray, Stage
-from satpoint.traffic.trace_read import CHUNK_ROWS, FORMATS, UNITS, TraceError, guess_format, iter_chunks, parse_iso
+from satpoint.traffic.trace_read import (
+    CHUNK_ROWS,
+    FORMATS,
+    UNITS,
+    TraceChunk,
+    TraceError,
+    guess_format,
+    iter_chunks,
+    parse_iso,
+)
 
 #: the longest trace the per-second scan accepts (its counts take 8 bytes per second of span)
 MAX_SPAN_S = 400 * 86_400.0
 #: distinct model names kept by the scan (more are counted as "other")
 MAX_MODELS = 64
+#: the shortest stage in run seconds (unless ``stage_s`` itself is shorter): see ``stage_run_s``
+MIN_STAGE_RUN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,11 @@ class TraceOptions:
     stages: int = 0  # --stage options given with --trace (refused: the trace is the plan)
     users: int | None = None  # --users given with --trace (refused)
     server_slots: int | None = None  # --server-slots: the server's concurrency (None: estimated)
+    #: --trace-model: replay only the requests of this model (rows whose model is known and differs are
+    #: dropped and counted; None: every row); Envoy logs name it in their paths, CSV/JSONL in a model column
+    model: str | None = None
+    #: --trace-select label=value: the Prometheus series to replay (none: every series, summed)
+    select: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def refuse_without_trace(fmt: str | None, speed: float, window: str | None, peak: str | None) -> None:
@@ -103,6 +119,8 @@ class TraceOptions:
             "stage_s": self.stage_s,
             "seed": self.seed,
             "server_slots": self.server_slots,
+            "model_filter": self.model,
+            "select": dict(self.select) or None,
         }
 
 
@@ -133,6 +151,12 @@ class TraceScan:
     batch_range: tuple[int, int] | None = None
     chunks: int = 0
     largest_chunk: int = 0
+    #: rows of another model than ``TraceOptions.model``, dropped (by model)
+    dropped_models: Counter[str] = field(default_factory=Counter)
+    #: Envoy: access-log lines that are no inference request (probes, metadata...), dropped
+    non_inference: int = 0
+    #: Prometheus: the series replayed (summed)
+    series: int | None = None
 
     def add(self, times: FloatArray) -> None:
         if not len(times):
@@ -177,6 +201,14 @@ class TraceScan:
         cs = np.concatenate(([0], np.cumsum(self.per_second)))
         return float(np.max(cs[n:] - cs[:-n])) / n
 
+    def dropped(self) -> dict[str, Any]:
+        """What the trace held that is not replayed: other models' requests, non-inference calls."""
+        return {
+            "other_models": sum(self.dropped_models.values()),
+            "by_model": dict(self.dropped_models.most_common(MAX_MODELS)),
+            "non_inference": self.non_inference,
+        }
+
     def columns(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.models:
@@ -188,13 +220,45 @@ class TraceScan:
         return out
 
 
+def _chunks(opts: TraceOptions, sc: TraceScan | None = None) -> Iterator[TraceChunk]:
+    """The trace's chunks with ``opts.model``'s rows only (rows naming no model are kept); what is dropped
+    is counted in ``sc`` when given (the scan's pass)."""
+    from satpoint.traffic.envoy_log import EnvoyLogStats
+
+    stats = EnvoyLogStats()
+    select = dict(opts.select) or None
+    for ch in iter_chunks(
+        opts.path, opts.format, opts.time_column, opts.time_unit, opts.seed, opts.chunk_rows, select=select,
+        stats=stats,
+    ):  # fmt: skip
+        if opts.model is not None and ch.model is not None:
+            names = np.asarray(ch.model, dtype=object)
+            keep = (names == opts.model) | (names == None)  # noqa: E711 (elementwise)
+            if not keep.all():
+                if sc is not None:
+                    sc.dropped_models.update(str(n) for n in names[~keep])
+                ch = TraceChunk(
+                    ch.times[keep],
+                    model=[m for m, k in zip(ch.model, keep, strict=True) if k],
+                    payload=ch.payload[keep] if ch.payload is not None else None,
+                    batch=ch.batch[keep] if ch.batch is not None else None,
+                )
+        yield ch
+    if sc is not None:
+        sc.non_inference = stats.filtered
+        if opts.format == "prom":
+            from satpoint.traffic.prom_rates import chosen_series
+
+            sc.series = chosen_series(opts.path, select)
+
+
 def scan(opts: TraceOptions) -> TraceScan:
     """One streaming pass over the trace (``opts.chunk_rows`` rows at a time)."""
     out = TraceScan()
-    for ch in iter_chunks(opts.path, opts.format, opts.time_column, opts.time_unit, opts.seed, opts.chunk_rows):
+    for ch in _chunks(opts, out):
         out.add(ch.times)
         if ch.model is not None:
-            for name, n in Counter(ch.model).items():
+            for name, n in Counter("(none)" if m is None else m for m in ch.model).items():
                 if name in out.models or len(out.models) < MAX_MODELS:
                     out.models[name] += n
                 else:
@@ -205,6 +269,12 @@ def scan(opts: TraceOptions) -> TraceScan:
                 lo, hi = int(col.min()), int(col.max())
                 setattr(out, attr, (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi)))
     if not out.rows:
+        if out.dropped_models:
+            seen = ", ".join(f"{m} ({n})" for m, n in out.dropped_models.most_common(5))
+            raise TraceError(
+                f"--trace {opts.path}: no request of model {opts.model!r} (the trace holds {seen}); "
+                "name the trace's model with --trace-model"
+            )
         raise TraceError(f"--trace {opts.path}: no request in the file")
     return out
 
@@ -289,6 +359,8 @@ class TraceSchedule:
     info: dict[str, Any]
     #: each row's ``payload`` column (an index into ``--payload``), when the trace has one
     payload_index: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    #: the slice's length in trace seconds (exact; ``info["window_s"]`` is rounded)
+    window_s: float = 0.0
 
 
 def _iso(t: float) -> str:
@@ -315,6 +387,8 @@ def build(
         "peak_rps_1s": sc.peak_rps(1),
         "peak_rps_60s": round(sc.peak_rps(60), 3),
         "columns": sc.columns(),
+        "dropped": sc.dropped(),
+        "series": sc.series,
     }
     if opts.peak is not None:
         length = parse_duration(opts.peak, "--trace-peak")
@@ -331,7 +405,7 @@ def build(
         fits(sc.rows_between(lo, hi))
     parts: list[FloatArray] = []
     pays: list[np.ndarray[Any, np.dtype[np.int64]]] = []
-    for ch in iter_chunks(opts.path, opts.format, opts.time_column, opts.time_unit, opts.seed, opts.chunk_rows):
+    for ch in _chunks(opts):
         t = ch.times
         keep = (t >= lo) & (t < hi)
         if keep.any():
@@ -347,10 +421,8 @@ def build(
         order = np.argsort(times, kind="stable")
         times = times[order]
         payload = payload[order] if payload is not None else None
-    due: FloatArray = (times - lo) / opts.speed
+    due: FloatArray = times - lo
     del times
-    duration = (hi - lo) / opts.speed
-    stages = stages_for(due, duration, opts.stage_s / opts.speed)
     info.update(
         {
             "window_start": _iso(lo),
@@ -358,8 +430,33 @@ def build(
             "window_start_offset_s": round(lo - sc.first_s, 6),
             "window_s": round(hi - lo, 6),
             "replayed": len(due),
-            "run_s": round(duration, 6),
-            "mean_rps": round(len(due) / duration, 3) if duration > 0 else None,
+            "speed": 1.0,  # as recorded, until at_speed
         }
     )
-    return TraceSchedule(due, stages, info, payload)
+    return at_speed(TraceSchedule(due, [], info, payload, hi - lo), opts.speed, opts.stage_s)
+
+
+def stage_run_s(stage_s: float, speed: float) -> float:
+    """A stage's length in run seconds: ``stage_s`` of trace at ``speed``, but at least ``MIN_STAGE_RUN_S``
+    (never more than ``stage_s`` itself), so a fast replay's verdicts rest on a few seconds at least."""
+    return max(stage_s / speed, min(MIN_STAGE_RUN_S, stage_s))
+
+
+def at_speed(recorded: TraceSchedule, speed: float, stage_s: float) -> TraceSchedule:
+    """The slice as recorded (``build`` at speed 1, or its own result) replayed at ``speed``: due times
+    divided, stages cut again (``stage_run_s``); the trace is not read again."""
+    base = recorded.info.get("speed", 1.0)
+    due: FloatArray = recorded.due_s * (base / speed) if base != speed else recorded.due_s
+    window_s = recorded.window_s if recorded.window_s > 0 else float(recorded.info["window_s"])
+    duration = window_s / speed
+    run_stage = stage_run_s(stage_s, speed)
+    stages = stages_for(due, duration, run_stage)
+    info = {
+        **recorded.info,
+        "speed": speed,
+        "stage_s": stage_s,
+        "stage_run_s": round(run_stage, 6),
+        "run_s": round(duration, 6),
+        "mean_rps": round(len(due) / duration, 3) if duration > 0 else None,
+    }
+    return TraceSchedule(due, stages, info, recorded.payload_index, window_s)

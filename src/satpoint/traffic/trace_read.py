@@ -36,6 +36,9 @@ CHUNK_ROWS = 262_144
 OPTIONAL_COLUMNS = ("model", "payload", "batch")
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: with ``auto``, a first timestamp below this (epoch seconds of March 1973) is a relative time whose unit
+#: cannot be told from its size (ms since the start read as seconds replays an hour over 41 days): refused
+RELATIVE_BELOW = 1e8
 
 
 class TraceError(PlanError):
@@ -47,7 +50,7 @@ class TraceChunk:
     """One chunk of a trace: epoch seconds, and the optional columns when the file has them."""
 
     times: FloatArray
-    model: list[str] | None = None
+    model: list[str | None] | None = None
     payload: np.ndarray[Any, np.dtype[np.int64]] | None = None
     batch: np.ndarray[Any, np.dtype[np.int64]] | None = None
 
@@ -71,6 +74,11 @@ class _Clock:
             except ValueError:
                 return "iso"
         # epoch seconds reach 1e11 in the year 5138; milliseconds passed it in 1973, microseconds in 1970
+        if abs(number) < RELATIVE_BELOW:
+            raise TraceError(
+                f"{self.where}: the first timestamp {value!r} is no epoch time (before 1973 in seconds): relative "
+                "times (from the trace's start) have no unit to tell; give --trace-time-unit s, ms or us"
+            )
         return "s" if abs(number) < 1e11 else "ms" if abs(number) < 1e14 else "us"
 
     def convert(self, values: list[Any], first_row: int) -> FloatArray:
@@ -220,10 +228,11 @@ IMPORTERS: dict[str, tuple[str, str]] = {
     "envoy": ("satpoint.traffic.envoy_log", "iter_envoy_times"),
     "envoy-json": ("satpoint.traffic.envoy_log", "iter_envoy_times"),
     "prom": ("satpoint.traffic.prom_rates", "iter_prom_arrivals"),
+    "envoy-records": ("satpoint.traffic.envoy_log", "iter_envoy_records"),
 }
 
 
-def _importer(fmt: str) -> Callable[..., Iterator[FloatArray]]:
+def _importer(fmt: str) -> Callable[..., Iterator[Any]]:
     module, name = IMPORTERS[fmt]
     try:
         fn = getattr(importlib.import_module(module), name)
@@ -239,8 +248,14 @@ def iter_chunks(
     unit: str = "auto",
     seed: int = 0,
     chunk: int = CHUNK_ROWS,
+    *,
+    select: dict[str, str] | None = None,
+    stats: Any = None,
 ) -> Iterator[TraceChunk]:
-    """Chunks of any supported trace format, in file order (not necessarily sorted)."""
+    """Chunks of any supported trace format, in file order (not necessarily sorted).  Envoy logs give their
+    inference requests only, with the model of each (its OIP/KServe path; None where the path names none),
+    counting what they drop in ``stats`` (an ``EnvoyLogStats``); ``select`` keeps the ``prom`` series whose
+    labels match."""
     if fmt not in FORMATS:
         raise TraceError(f"--trace-format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if unit not in UNITS:
@@ -252,11 +267,14 @@ def iter_chunks(
     elif fmt == "jsonl":
         yield from iter_jsonl(path, time_column, unit, chunk)
     elif fmt == "prom":
-        for times in _importer(fmt)(path, seed, chunk=chunk):
+        for times in _importer(fmt)(path, seed, chunk=chunk, select=select or None):
             yield TraceChunk(np.asarray(times, dtype=np.float64))
-    else:  # Envoy's default (text) or JSON access-log format
-        for times in _importer(fmt)(path, chunk=chunk, fmt="json" if fmt == "envoy-json" else "text"):
-            yield TraceChunk(np.asarray(times, dtype=np.float64))
+    else:  # Envoy's default (text) or JSON access-log format: inference requests only, with their models
+        records = _importer("envoy-records")
+        for part in records(
+            path, chunk=chunk, fmt="json" if fmt == "envoy-json" else "text", inference_only=True, stats=stats
+        ):
+            yield TraceChunk(np.asarray(part.times_s, dtype=np.float64), model=list(part.models))
 
 
 def guess_format(path: Path) -> str:
