@@ -75,10 +75,7 @@ def print_find(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"[bold yellow]recommendation withheld:[/] {summary['recommendation_withheld']}")
     plan = summary.get("budget_plan")
     if plan:
-        console.print(
-            f"budget: {plan['budget_s']:g} s ({'--budget-s' if plan.get('given') else 'planned'}; about "
-            f"{plan['need_s']:g} s for the work asked)"
-        )
+        console.print(f"budget: {plan['budget_s']:g} s ({'--budget-s' if plan.get('given') else 'planned'})")
     rec = summary.get("recommendation")
     if rec:
         under = "the rate it recovers at" if rec.get("lowered_by") == "hysteresis" else "saturation"
