@@ -33,7 +33,7 @@ def server_counts(metrics_url: str) -> dict[tuple[str, str], float]:
         if m is None:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        key = (m.group(1), labels.get("model", labels.get("model_name", "")))
+        key = (str(m.group(1)), str(labels.get("model", labels.get("model_name", ""))))
         out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
 
