@@ -83,7 +83,7 @@ def test_the_loaded_set_is_put_back_however_the_command_ends(
     mix = ModelMix(from_server=True, resident=2)
     target = Target("http://fake", "m0", mix=mix)
     with contextlib.suppress(RuntimeError, KeyboardInterrupt), contextlib.ExitStack() as stack:
-        kept = keep_loaded(stack, target)
+        kept = keep_loaded(target, stack)
         assert kept is not None and kept.loaded == ("m0", "m1", "m2", "m3")
         server.unload("m2")  # what the run's settle and evictions do
         server.unload("m3")
@@ -99,8 +99,8 @@ def test_a_named_model_the_server_had_not_loaded_is_unloaded_again(monkeypatch: 
     monkeypatch.setattr("satpoint.endpoints.overcommit._client", lambda spec: server)
     target = Target("http://fake", "m0", mix=ModelMix(models=("m0", "m1"), resident=1))
     with contextlib.ExitStack() as stack:
-        keep_loaded(stack, target)
+        keep_loaded(target, stack)
         server.unload("m0")
         server.load("m1")  # the run left m1 resident
     assert server.ready_set == {"m0"}
-    assert keep_loaded(contextlib.ExitStack(), Target("http://fake", "m0")) is None  # no --resident: nothing
+    assert keep_loaded(Target("http://fake", "m0"), contextlib.ExitStack()) is None  # no --resident: nothing

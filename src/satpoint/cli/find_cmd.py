@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -44,7 +43,6 @@ from satpoint.cli.common import (
     exit_code,
     fail,
     flamegraph_options,
-    guarded,
     interruptible,
     parse_cpus,
     parse_headers,
@@ -54,7 +52,7 @@ from satpoint.cli.common import (
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
-from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, keep_loaded, with_resident
+from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.stream_opts import StreamOpt
@@ -220,7 +218,7 @@ def find(
             tgt = Target(
                 url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
-            keep_loaded(kept, tgt)  # --resident: the server's loaded set, put back when the command ends
+            keep_loaded(tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
                                         trace_peak, trace_stage_s, seed, model, trace_model, trace_select)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
@@ -271,7 +269,7 @@ def find(
             target = Target(
                 url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
-            keep_loaded(kept, target)  # --resident: the server's loaded set, put back when the command ends
+            keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
         # the signal handlers cover the server's start too: a Ctrl-C or SIGTERM then stops the search
         # before it begins, and leaving the block stops the server
@@ -293,5 +291,4 @@ def find(
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
         return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note, fail_on_inconclusive)
 
-    with contextlib.ExitStack() as kept:
-        guarded(body, secrets)
+    guarded_keeping(body, secrets)

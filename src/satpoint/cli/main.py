@@ -6,7 +6,6 @@ renders what it returns.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -59,7 +58,7 @@ from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
 from satpoint.cli.find_cmd import find
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
-from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, keep_loaded, with_resident
+from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
@@ -173,7 +172,7 @@ def run(
         target = Target(
             url, one, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
         )
-        keep_loaded(kept, target)  # --resident: the server's loaded set, put back when the command ends
+        keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
         common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
@@ -227,8 +226,7 @@ def run(
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
         return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
 
-    with contextlib.ExitStack() as kept:
-        guarded(body, secrets)
+    guarded_keeping(body, secrets)
 
 
 app.command("find")(find)

@@ -7,12 +7,13 @@ when the command ends, however it ends (``keep_loaded``)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Annotated
 
 import typer
 
-from satpoint.cli.common import err_console, fail, interruptible
+from satpoint.cli.common import err_console, fail, guarded, interruptible
 from satpoint.endpoints.overcommit import LoadedSet, record_loaded
 from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
@@ -61,13 +62,28 @@ def with_resident(
     return replace(mix, resident=resident)
 
 
-def keep_loaded(stack: contextlib.ExitStack, target: Target) -> LoadedSet | None:
+#: the open ``guarded_keeping`` blocks' exit stacks (the innermost last)
+_STACKS: list[contextlib.ExitStack] = []
+
+
+def guarded_keeping(body: Callable[[], int], secrets: Sequence[str] = ()) -> None:
+    """``guarded(body)``, with the loaded sets ``keep_loaded`` records in it put back however it ends."""
+    with contextlib.ExitStack() as stack:
+        _STACKS.append(stack)
+        try:
+            guarded(body, secrets)
+        finally:
+            _STACKS.remove(stack)
+
+
+def keep_loaded(target: Target, stack: contextlib.ExitStack | None = None) -> LoadedSet | None:
     """With ``--resident`` on ``target``: record the server's loaded set now (before anything is settled)
-    and have ``stack`` put it back when it closes (normal end, error, Ctrl-C, SIGTERM)."""
+    and have ``stack`` (default: the innermost ``guarded_keeping``'s) put it back when it closes (normal
+    end, error, Ctrl-C, SIGTERM)."""
     if target.mix is None or target.mix.resident is None:
         return None
     kept = record_loaded(target)
-    stack.callback(_restore, kept)
+    (stack or _STACKS[-1]).callback(_restore, kept)
     return kept
 
 
