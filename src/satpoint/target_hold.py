@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE
 from satpoint.analysis.holds import cooldown_max_s, stage_hold
-from satpoint.analysis.target_lost import HEADER_KEY
+from satpoint.analysis.target_lost import HEADER_KEY, stopped_answering_at
 from satpoint.config import FindOptions
 from satpoint.endpoints.prepare import wait_until_idle
 from satpoint.metrics.results import Segment
@@ -45,6 +45,10 @@ def hold_from_idle(session: Session, opts: FindOptions, rate_rps: float, stage: 
     target had gone away)."""
     if session.stop.is_set() or session.results.header.get(HEADER_KEY) is not None:
         say(session.on_event, f"the baseline's target of {rate_rps:.1f} rps was not held: the search did not finish")
+        return None
+    segments = session.results.segments
+    if segments and stopped_answering_at(segments[-1].records) is not None:  # it died under the last stage
+        say(session.on_event, f"the baseline's target of {rate_rps:.1f} rps was not held: the target stopped answering")
         return None
     prepared = session.prepared
     svc = prepared.latency_hint_s

@@ -193,10 +193,11 @@ def test_a_generator_limited_find_is_bracketed_where_the_server_itself_failed() 
     # the unstable rate was the generator's own limit: nothing closes the range
     summary["stages"] = [{"target_rps": 259.4, "verdict": "generator_limited"}]
     assert find_answers(summary) == [Answer(248.4, None), Answer(248.4, None)]
-    # a search that lost its target stays open
+    # a search that lost its target (the server failing, not the generator) stays closed where the server
+    # itself could not hold the rate
     summary["stages"] = [{"target_rps": 259.4, "verdict": "saturated"}]
     summary["target_lost"] = {"message": "gone"}
-    assert all(a.unstable_rps is None for a in find_answers(summary))
+    assert find_answers(summary) == [Answer(248.4, 259.4), Answer(248.4, 259.4)]
 
 
 def test_a_sweep_written_before_repeats_were_recorded_compares_by_its_spread() -> None:

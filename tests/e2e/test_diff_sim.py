@@ -1,4 +1,5 @@
-"""End-to-end: ``satpoint diff`` of short ``run``s against ``satpoint sim`` at ~60 % of its capacity.
+"""End-to-end: ``satpoint diff`` of short ``run``s against ``satpoint sim`` at ~60 % of its capacity, and the
+gate against a server that breaks (HTTP 500 to every request after its test inference; killed under load).
 
 No A/A assertion here: on a shared machine two runs of the same service can differ by ~10 % at p50, more
 than one run's within-run interval covers (benchmarks/RESULTS.md), so "no_change" would be a flaky claim."""
@@ -7,9 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +53,84 @@ def test_a_slower_service_at_equal_load_is_a_latency_regression(tmp_path: Path) 
     assert verdicts["latency_p50_ms"] == "regression", r.stdout
     assert verdicts["service_p50_ms"] == "regression", r.stdout
     assert verdicts["error_rate"] == "no_change"
+
+
+# a server that breaks: the gate fails closed -------------------------------------------------------------
+#: a short find: short holds, no profile (the budget planned)
+SHORT_FIND = ["--min-hold", "2", "--max-hold", "3", "--no-profile"]
+
+
+@pytest.fixture(scope="module")
+def base_find(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A find folder of a 300 rps server (the offline queue twin: no server, under a second)."""
+    from satpoint.reports.files import write_all
+    from satpoint.servers.sim_model import SimConfig
+    from tests.reports.test_html import make_find
+
+    out = tmp_path_factory.mktemp("gate") / "base-300"
+    write_all(out, make_find(out, SimConfig(slots=3, service_ms=10.0, dist="const", seed=1), 100.0), html=False)
+    return out
+
+
+def find_against(sim: SimServer, out: Path, base: Path, start_rps: float) -> subprocess.CompletedProcess[str]:
+    gen = ["--generator-cpus", "1"] if TWO_CPUS else []
+    return satpoint("find", "--url", sim.url, "--model", "sim", *SHORT_FIND, "--start-rps", str(start_rps),
+                    "--out", str(out), "--no-html", "--baseline", str(base), *gen, timeout=300)  # fmt: skip
+
+
+def saturation_of(folder: Path) -> Any:
+    doc = DiffDoc.model_validate(json.loads((folder / "diff.json").read_text()))
+    return next(m for m in doc.metrics if m.metric == "saturation_rps")
+
+
+def test_a_server_answering_500_after_its_test_inference_fails_the_gate(base_find: Path, tmp_path: Path) -> None:
+    """Every request after the pre-flight test inference is an HTTP 500: no rate held, so no saturation point.
+    Against a baseline with one, find --baseline and diff both exit 3 (it was inconclusive, exit 0).  The
+    baseline's per-replica target is left out, so the saturation verdict alone decides (and no hold's cool-down
+    waits a minute for an erroring server to answer at low-load speed)."""
+    base = tmp_path / "base-without-target"
+    shutil.copytree(base_find, base)
+    summary = json.loads((base / "summary.json").read_text())
+    (base / "summary.json").write_text(json.dumps({**summary, "recommendation": None}))
+    base_find = base
+    new = tmp_path / "http-500"
+    cpus = [0] if TWO_CPUS else None
+    with SimServer(slots=3, service_ms=10.0, cpus=cpus, fault="error-body", error_status=500, fault_after=5) as sim:
+        # from 1.5 rps: that stage fails, and the next one down (a quarter) is below the lowest the search tries
+        r = find_against(sim, new, base_find, 1.5)
+    assert r.returncode == 3, r.stdout + r.stderr
+    sat = saturation_of(new)
+    assert sat.verdict == "regression" and sat.new.value is None and "no rate held" in sat.text
+    r = satpoint("diff", str(base_find), str(new), "--no-html")
+    assert r.returncode == 3, r.stdout + r.stderr
+    # a server that fails its test inference is refused before any load
+    with SimServer(slots=3, service_ms=10.0, cpus=cpus, fault="error-body", error_status=500) as sim:
+        r = find_against(sim, tmp_path / "refused", base_find, 1.5)
+    assert r.returncode == 2, r.stdout + r.stderr
+
+
+def test_a_server_that_dies_under_load_fails_the_gate(base_find: Path, tmp_path: Path) -> None:
+    """The server is killed once the find has started measuring (its results header is written after the test
+    inference, before the first stage): the target is lost under load.  find --baseline and diff exit 3."""
+    new = tmp_path / "dies"
+    cpus = [0] if TWO_CPUS else None
+    with SimServer(slots=3, service_ms=10.0, cpus=cpus) as sim:
+        killed = threading.Event()
+
+        def kill_under_load() -> None:
+            deadline = time.monotonic() + 60
+            while not (new / "results.json").is_file() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(3.0)  # into the first stage (a 2 s ramp, then its hold)
+            os.kill(sim.pid, signal.SIGKILL)  # a crash: nothing listens any more
+            killed.set()
+
+        threading.Thread(target=kill_under_load, daemon=True).start()
+        r = find_against(sim, new, base_find, 50.0)
+    assert killed.is_set()
+    assert r.returncode == 3, r.stdout + r.stderr
+    summary = json.loads((new / "summary.json").read_text())
+    assert summary["target_lost"] is not None
+    assert saturation_of(new).verdict == "regression"
+    r = satpoint("diff", str(base_find), str(new), "--no-html")
+    assert r.returncode == 3, r.stdout + r.stderr

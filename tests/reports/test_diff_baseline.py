@@ -136,8 +136,9 @@ def test_run_baseline_holds_a_finds_target_and_carries_it_forward(base: Path, tm
     assert doc.target_hold is not None and doc.target_hold.held is True
     assert "after the run's stages" in doc.target_hold.text
     assert not any(m.metric == "saturation_rps" for m in doc.metrics)  # a run does not search
-    # the find's staircase held 100 and 200 rps stably, its confirmation the target: all three compared
-    assert {m.point for m in doc.metrics} == {"100 rps", "200 rps", f"{target:.4g} rps"}
+    # the find's staircase held 100 and 200 rps stably: both compared; the run's hold at the target is judged
+    # on its own (target_hold), not pooled with the find's confirmation at that rate
+    assert {m.point for m in doc.metrics} == {"100 rps", "200 rps"}
     # the run folder keeps the target: the next run against it holds the same rate again
     carried, why = baseline_target(load_folder(first).doc, load_folder(first).purposes)
     assert carried == pytest.approx(target) and why == ""

@@ -137,7 +137,9 @@ def test_baseline_gate_after_a_measurement(folders: tuple[Path, Path, Path]) -> 
     assert baseline_gate(base, slower, 0) == 3
     assert DiffDoc.model_validate(json.loads((slower / "diff.json").read_text())).regressed
     assert baseline_gate(base, same, 0) == 0
-    assert baseline_gate(base, slower, 1) == 1  # a failed run is not diffed: its own exit code stands
+    # a run that failed (its target lost: a crash under load) is diffed too: a regression is exit 3
+    assert baseline_gate(base, slower, 1) == 3
+    assert baseline_gate(base, same, 1) == 1  # else its own exit code stands
     assert baseline_gate(base, same, 130) == 130
 
 

@@ -17,13 +17,18 @@ two *ranges* (one per side) and a *tolerance* (the change that matters), by the 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satpoint.analysis.diff_config import refusal
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
-from satpoint.analysis.diff_target import judge_target_hold
+from satpoint.analysis.diff_saturation import SERVER_LIMITS as SERVER_LIMITS
+from satpoint.analysis.diff_saturation import Answer as Answer
+from satpoint.analysis.diff_saturation import failed_side_diff, no_answer_cause, published_side, saturation_diff
+from satpoint.analysis.diff_saturation import find_answers as find_answers
+from satpoint.analysis.diff_saturation import saturation_side as saturation_side
+from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, judge_target_hold
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
     DEFAULT_TAIL_TOLERANCE,
@@ -35,11 +40,19 @@ from satpoint.analysis.diff_verdict import (
     metric_diff,
     tolerance_for,
 )
-from satpoint.analysis.sweep import LOWER_BOUND_TEXT, lower_bound_reasons
+from satpoint.analysis.search_summary import SEARCH_PURPOSES
+from satpoint.analysis.sweep import lower_bound_reasons
 from satpoint.analysis.sweep_measurement import STREAM_FIELDS
 from satpoint.metrics.records import Records
 
 SWEEP_FILE = "sweep.json"  # the sweep's document (``experiments.sweep`` writes it)
+#: the segments compared at equal offered load: the search's, its latency profile, a run's stages; not a
+#: flame graph's (py-spy attached), the hysteresis steps (right after the server was tipped over), a recheck
+#: (one stage again from idle) nor the hold at a baseline's target (``diff_target``: its own verdict)
+COMPARED_PURPOSES = (*SEARCH_PURPOSES, "profile", "run", "closed_loop")
+#: two stages are at the same offered load when their target rates are within 0.1 % (1 % in rate is 20-25 %
+#: in latency near saturation: an M/M/1 at ρ 0.95 against 0.96)
+RATE_MATCH = 0.001
 
 
 def parse_fraction(text: str, what: str) -> float:
@@ -54,117 +67,74 @@ def parse_fraction(text: str, what: str) -> float:
     return v
 
 
-# saturation ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Answer:
-    """One search's answer: the highest stable rate and the next unstable one (None: open, a lower bound)."""
-
-    saturation_rps: float
-    unstable_rps: float | None
-
-
-#: stage verdicts that say the server itself could not hold a rate (not the generator or its connection cap)
-SERVER_LIMITS = ("saturated", "failing", "slo_violated")
-#: lower-bound reasons that are about the generator: a rate the server itself failed still closes the range
-_GENERATOR_REASONS = {"generator_limited", "client_limited"}
-
-
-def _server_failed_at(summary: Mapping[str, Any], rate: float) -> bool:
-    return any(
-        abs(float(st["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0) and st.get("verdict") in SERVER_LIMITS
-        for st in summary.get("stages") or []
-    )
-
-
-def find_answers(summary: Mapping[str, Any]) -> list[Answer]:
-    """A ``find`` summary's searches (each ``--repeats`` search, or the one search) that found an answer.
-
-    A search's range is open upwards when ``find`` calls its answer a lower bound (``lower_bound_reasons``),
-    except when the reason is the generator (it fell behind, or its connection cap was the limit, in some
-    stage) and the server itself could not hold the search's unstable rate (a stage there judged saturated,
-    failing or over the SLO): the capacity is then below that rate whatever the generator did elsewhere."""
-    reasons = set(lower_bound_reasons(summary))
-
-    def upper(u: Any) -> float | None:
-        if u is None or reasons - _GENERATOR_REASONS:
-            return None
-        if reasons and not _server_failed_at(summary, float(u)):
-            return None
-        return float(u)
-
-    reps = [r for r in (summary.get("search") or {}).get("repeats") or [] if r.get("saturation_rps") is not None]
-    if reps:
-        return [Answer(float(r["saturation_rps"]), upper(r.get("unstable_rps"))) for r in reps]
-    sat = summary.get("saturation_rps")
-    if sat is None:
-        return []
-    return [Answer(float(sat), upper(summary.get("unstable_rps")))]
-
-
-def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
-    """Each answer with its bracket.  The range runs from the lowest answer to the highest unstable rate
-    (open when any search never found one); the central value is the median of the brackets' middles (a
-    search says the capacity lies between its answer and its unstable rate; an open one: its answer)."""
-    if not answers:
-        return Side(value=None, low=None, high=None, n=0, detail=f"no {what} found a saturation point")
-    sats = [a.saturation_rps for a in answers]
-    high = None if any(a.unstable_rps is None for a in answers) else max(float(a.unstable_rps or 0) for a in answers)
-    brackets = ", ".join(
-        f"{a.saturation_rps:.1f}–{'∞' if a.unstable_rps is None else f'{a.unstable_rps:.1f}'}" for a in answers
-    )
-    n = len(answers)
-    mids = [a.saturation_rps if a.unstable_rps is None else (a.saturation_rps + a.unstable_rps) / 2 for a in answers]
-    return Side(
-        value=round(statistics.median(mids), 3),
-        low=round(min(sats), 3),
-        high=None if high is None else round(high, 3),
-        n=n,
-        detail=f"{n} {what}{'es' if what == 'search' and n > 1 else 's' if n > 1 else ''}: {brackets} rps",
-    )
-
-
-def saturation_diff(base: Side, new: Side, point: str, tolerance: float, reasons: Sequence[str] = ()) -> MetricDiff:
-    caveat = ""
-    why = "; ".join(LOWER_BOUND_TEXT.get(r, r) for r in reasons)
-    if reasons and (base.high is None or new.high is None):
-        caveat = f"lower bound: {why}"
-    elif reasons:
-        caveat = f"{why} in some stage, but the server itself could not hold the rate each range ends at"
-    return metric_diff(
-        "saturation_rps",
-        point,
-        "rps",
-        "higher",
-        base,
-        new,
-        tolerance,
-        "search brackets: from each answer up to the next rate found unstable",
-        caveat=caveat,
-        strict=False,
-    )
-
-
 # folders ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Folder:
     """A loaded results folder: ``kind`` run, find or sweep; its summary (``summary.json`` recomputed, or
-    ``sweep.json``); its rows and its purpose (staircase, profile, ...) per segment index (run and find)."""
+    ``sweep.json``); its rows and its purpose (staircase, profile, ...) per segment index (run and find);
+    its results header (``results.json``: what load it measured, ``diff_config``)."""
 
     dir: str
     kind: str
     doc: Mapping[str, Any]
     rows: Mapping[int, Records]
     purposes: Mapping[int, str] = field(default_factory=dict)
+    header: Mapping[str, Any] = field(default_factory=dict)
 
     def stages(self) -> list[StageRows]:
-        """Every judged stage with its rows (an ``incomplete`` stage has no steady window to compare)."""
+        """Every judged stage of the purposes compared (``COMPARED_PURPOSES``; a segment without a recorded
+        purpose counts) with its rows (an ``incomplete`` stage has no steady window to compare)."""
         out = []
         for st in self.doc.get("stages") or []:
             rec = self.rows.get(int(st["segment"]))
-            if rec is None or st.get("verdict") == "incomplete":
+            if rec is None or st.get("verdict") == "incomplete" or not self._compared(int(st["segment"])):
                 continue
             out.append(stage_rows(rec, st))
         return out
+
+    def _compared(self, segment: int) -> bool:
+        return self.purposes.get(segment, COMPARED_PURPOSES[0]) in COMPARED_PURPOSES
+
+    def left_out(self) -> dict[str, int]:
+        """The stages not compared at equal load, counted by their segment's purpose."""
+        out: dict[str, int] = {}
+        for st in self.doc.get("stages") or []:
+            seg = int(st["segment"])
+            if not self._compared(seg):
+                out[self.purposes[seg]] = out.get(self.purposes[seg], 0) + 1
+        return out
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= RATE_MATCH * max(a, b, 1e-9)
+
+
+def match_stages(
+    base: Sequence[StageRows], new: Sequence[StageRows], stable_only: bool
+) -> tuple[list[tuple[float, list[StageRows], list[StageRows]]], list[str]]:
+    """``diff_rows.match_rates`` over stages at the same rate within ``RATE_MATCH`` (0.1 %): each group of
+    rates that close is matched on its own, so stages further apart are never pooled."""
+    out: list[tuple[float, list[StageRows], list[StageRows]]] = []
+    notes: list[str] = []
+    used: set[int] = set()
+    for st in sorted(base, key=lambda s: s.target_rps):
+        if id(st) in used:
+            continue
+        b = [s for s in base if id(s) not in used and _same(s.target_rps, st.target_rps)]
+        n = [s for s in new if id(s) not in used and _same(s.target_rps, st.target_rps)]
+        used.update(id(s) for s in (*b, *n))
+        got, said = match_rates(b, n, stable_only=stable_only)
+        out.extend(got)
+        notes.extend(said)
+    return out, notes
+
+
+def _find_saturation(base: Folder, new: Folder, tolerance: float) -> MetricDiff:
+    """The saturation point of two finds: the figure ``find`` publishes (``published_side``), and a side that
+    held no rate by the server's doing against one with an answer (``failed_side_diff``)."""
+    reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
+    m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True)
+    return failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
 
 
 def diff_folders(
@@ -178,9 +148,12 @@ def diff_folders(
     """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99.
 
     A ``run`` is also compared with a ``find`` baseline (``run --baseline FIND_DIR``, the cheap check against
-    the last search: its per-replica target held, and latency at the rates both held stably)."""
+    the last search: its per-replica target held, and latency at the rates both held stably).  Two folders
+    that measured different loads (``diff_config``) are refused (a ValueError naming each difference)."""
     if base.kind != new.kind and (base.kind, new.kind) != ("find", "run"):
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
+    if base.kind != "sweep" and (why := refusal(base.header, new.header)):
+        raise ValueError(why)
     notes: list[str] = []
     metrics: list[MetricDiff] = []
     stream: dict[str, bool] | None = None
@@ -193,17 +166,8 @@ def diff_folders(
         metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance)
     else:
         if base.kind == new.kind == "find":
-            reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
-            metrics.append(
-                saturation_diff(
-                    saturation_side(find_answers(base.doc)),
-                    saturation_side(find_answers(new.doc)),
-                    "search",
-                    tolerance,
-                    reasons,
-                )
-            )
-        matched, rate_notes = match_rates(base.stages(), new.stages(), stable_only="find" in (base.kind, new.kind))
+            metrics.append(_find_saturation(base, new, tolerance))
+        matched, rate_notes = match_stages(base.stages(), new.stages(), stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
         for rate, b, n in matched:
             metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance))
@@ -213,6 +177,7 @@ def diff_folders(
                 "equal load was not compared "
                 "(run both with the same --stage rates, or sweep with --at-rps)"
             )
+        notes.extend(_left_out_notes(base, new))
         notes.extend(_interrupted_notes(base, new))
         stream, stream_note = streams_compared(base, new)
         notes.extend([stream_note] if stream_note else [])
@@ -223,6 +188,17 @@ def diff_folders(
     if stream is not None:
         doc = doc.model_copy(update={"stream": stream})
     return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
+
+
+def _left_out_notes(base: Folder, new: Folder) -> list[str]:
+    out = []
+    for name, f in (("base", base), ("new", new)):
+        left = {p: k for p, k in f.left_out().items() if p != TARGET_HOLD_PURPOSE}
+        if left:
+            what = ", ".join(f"{k} {p}" for p, k in sorted(left.items()))
+            out.append(f"the {name} folder's {what} stage(s) are not compared at equal load (only the search's, "
+                       "the profile's and a run's stages are)")  # fmt: skip
+    return out
 
 
 def _streamed(f: Folder) -> bool:

@@ -8,18 +8,29 @@ from typing import Annotated
 import typer
 
 from satpoint._version import __version__
-from satpoint.cli.common import EXIT_OK, EXIT_THRESHOLD, console, guarded
+from satpoint.cli.common import EXIT_FAILED, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
 from satpoint.reports.diff_files import HELP, baseline_diff, compare, gate, html_path, parse_tolerances
 
 Opt = typer.Option
 BaselineOpt = Annotated[Path | None, Opt(help=HELP["baseline"])]
+FailInconclusiveOpt = Annotated[bool, Opt(help=HELP["fail_on_inconclusive"])]
 
 
-def baseline_gate(baseline: Path | None, out_dir: Path, code: int, note: str = "") -> int:
-    """After ``run``/``find --baseline``: the diff, exit 3 on a regression (a failed measurement's code stands)."""
-    if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD):
+def refuse_fail_on_inconclusive(baseline: Path | None, fail_on_inconclusive: bool) -> None:
+    """``run``/``find --fail-on-inconclusive`` judges the diff against ``--baseline``: refused without one."""
+    if fail_on_inconclusive and baseline is None:
+        raise fail("--fail-on-inconclusive judges the diff against --baseline DIR: give the baseline")
+
+
+def baseline_gate(
+    baseline: Path | None, out_dir: Path, code: int, note: str = "", fail_on_inconclusive: bool = False
+) -> int:
+    """After ``run``/``find --baseline``: the diff, exit 3 on a regression (and, with ``fail_on_inconclusive``,
+    on an inconclusive verdict).  A measurement that lost its target (exit 1) is diffed too: a server that
+    crashed under load is the regression the gate is there for.  An interrupted one keeps its code."""
+    if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD, EXIT_FAILED):
         return code
-    return EXIT_THRESHOLD if baseline_diff(baseline, out_dir, console, note) else code
+    return EXIT_THRESHOLD if baseline_diff(baseline, out_dir, console, note, fail_on_inconclusive) else code
 
 
 def diff(
@@ -30,7 +41,7 @@ def diff(
     tolerance: Annotated[str, Opt(help=HELP["tolerance"])] = "5%",
     tail_tolerance: Annotated[str, Opt(help=HELP["tail_tolerance"])] = "20%",
     error_tolerance: Annotated[str, Opt(help="the error-rate change that matters, absolute (default 0.5%)")] = "0.5%",
-    fail_on_inconclusive: Annotated[bool, Opt(help="exit 3 on an inconclusive verdict too")] = False,
+    fail_on_inconclusive: FailInconclusiveOpt = False,
     calibrate: Annotated[bool, Opt(help="BASE and NEW are an A/A pair: the false-alarm rate, exit 0")] = False,
     json_out: Annotated[Path | None, Opt("--json", help="diff.json path (default: in the new or sweep folder)")] = None,
     markdown: Annotated[Path | None, Opt(help="Markdown summary (also to $GITHUB_STEP_SUMMARY when set)")] = None,

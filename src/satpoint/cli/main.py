@@ -55,7 +55,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.compare_cmd import compare
 from satpoint.cli.demo_cmd import demo_app
-from satpoint.cli.diff_cmd import BaselineOpt, baseline_gate, diff
+from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
@@ -141,6 +141,7 @@ def run(
     ray_hosts: RayHostsOpt = None,
     procs_per_host: ProcsPerHostOpt = 1,
     baseline: BaselineOpt = None,
+    fail_on_inconclusive: FailInconclusiveOpt = False,
     trace: TraceOpt = None,
     trace_format: TraceFormatOpt = None,
     trace_time_column: TraceTimeColumnOpt = "timestamp",
@@ -176,6 +177,7 @@ def run(
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate, flamegraph_stage)
         common["observe"] = ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame)
+        refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         hold_rps, hold_note = noted_baseline_target(baseline, console, "run")  # refused here, before measuring
         if trace is not None:  # a recorded trace's arrival times instead of --stage
             replay = TraceOptions(trace, trace_format, trace_time_column, "auto", speed, trace_window, trace_peak,
@@ -187,7 +189,7 @@ def run(
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 replayed = run_trace(target, replay, load=load, on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
             print_summary(console, replayed.summary.model_dump(), str(replayed.out_dir))
-            return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary))
+            return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary), "", fail_on_inconclusive)
         TraceOptions.refuse_without_trace(trace_format, speed, trace_window, trace_peak)
         if users is None:
             if not stage:
@@ -224,7 +226,7 @@ def run(
                     grpc_connections=grpc_connections, on_event=printer, stop=stop, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         print_summary(console, result.summary.model_dump(), str(result.out_dir))
-        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note)
+        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note, fail_on_inconclusive)
 
     guarded_keeping(body, secrets)
 

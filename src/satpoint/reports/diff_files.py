@@ -41,7 +41,8 @@ def load_folder(path: Path) -> Folder:
     results = load_results(path)
     doc = parse_summary(build_summary(results)).model_dump()
     rows = {seg.index: seg.records for seg in results.segments}
-    return Folder(str(path), str(doc.get("kind")), doc, rows, {seg.index: seg.purpose for seg in results.segments})
+    purposes = {seg.index: seg.purpose for seg in results.segments}
+    return Folder(str(path), str(doc.get("kind")), doc, rows, purposes, results.header)
 
 
 #: the baseline kinds each measuring command diffs against (``run --baseline``: a run, or a find's target)
@@ -93,13 +94,16 @@ def noted_baseline_target(baseline: Path | None, console: Console, kind: str = "
     return rate, note
 
 
-def baseline_diff(baseline: Path, out_dir: Path, console: Console, note: str = "") -> bool:
+def baseline_diff(
+    baseline: Path, out_dir: Path, console: Console, note: str = "", fail_on_inconclusive: bool = False
+) -> bool:
     """After ``run``/``find --baseline``: the diff (``diff.json`` and ``diff.html`` in the new folder, ``note``
-    in its notes); True when the gate fails (a regression, or the baseline's target not held)."""
+    in its notes); True when the gate fails (a regression, or the baseline's target not held, or with
+    ``fail_on_inconclusive`` an inconclusive verdict)."""
     doc, json_out = compare(baseline, str(out_dir))
     if note:
         doc = doc.model_copy(update={"notes": [*doc.notes, note]})
-    return gate(doc, console, json_out, html_out=json_out.with_name(DIFF_HTML))
+    return gate(doc, console, json_out, None, None, fail_on_inconclusive, json_out.with_name(DIFF_HTML))
 
 
 def compare(
@@ -144,6 +148,7 @@ HELP = {
     "machine the tails of two runs of one server differed by 15-22 %, p50 by under 1 %)",
     "sweep": "two points of one sweep: diff --sweep DIR A B (ids or labels)",
     "html": "the overlay page: verdicts, the two folders' figures (default: diff.html beside diff.json)",
+    "fail_on_inconclusive": "exit 3 on an inconclusive verdict too (with --baseline: of the diff against it)",
 }
 
 
@@ -187,4 +192,5 @@ def gate(
     print_diff(console, doc)
     publish(doc, json_out, markdown, junit, fail_on_inconclusive, html_out)
     console.print(f"diff: {json_out}" + (f", {html_out}" if html_out is not None else ""))
-    return doc.regressed or (fail_on_inconclusive and doc.inconclusive)
+    # inconclusive: a metric, the target's hold, or the whole diff (nothing could be compared)
+    return doc.regressed or (fail_on_inconclusive and (doc.inconclusive or doc.verdict == "inconclusive"))
