@@ -24,7 +24,7 @@ class StubSession:
         self.stop = threading.Event()
         self.said: list[str] = []
         self.on_event = lambda e: self.said.append(getattr(e, "text", str(e)))
-        self.results = SimpleNamespace(header={})
+        self.results = SimpleNamespace(header={}, segments=[])
         self.measured: list[dict[str, Any]] = []
         self.fail = fail
 
@@ -70,3 +70,19 @@ def test_not_held_when_the_search_was_stopped_or_the_target_went_away(idle: list
     gone = StubSession(fail=TargetUnreachable("refused"))
     assert target_hold.hold_from_idle(gone, FindOptions(), 100.0) is None  # type: ignore[arg-type]
     assert any("stopped answering" in s for s in gone.said)
+
+
+def test_not_held_when_the_target_died_under_the_last_stage(
+    idle: list[tuple[float, float | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = StubSession()
+    dead.results.segments = [SimpleNamespace(records="dead"), SimpleNamespace(records="died")]
+    seen: list[object] = []
+    monkeypatch.setattr(target_hold, "stopped_answering_at", lambda r: seen.append(r) or 12.0)
+    assert target_hold.hold_from_idle(dead, FindOptions(), 100.0) is None  # type: ignore[arg-type]
+    assert seen == ["died"] and not dead.measured and not idle  # no minute spent waiting for a dead server
+    assert any("stopped answering" in s for s in dead.said)
+    alive = StubSession()
+    alive.results.segments = [SimpleNamespace(records="ok")]
+    monkeypatch.setattr(target_hold, "stopped_answering_at", lambda r: None)
+    assert target_hold.hold_from_idle(alive, FindOptions(), 100.0) is not None  # type: ignore[arg-type]

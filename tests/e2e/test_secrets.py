@@ -139,9 +139,8 @@ class Ran:
 
 def satpoint_watched(name: str, *args: str | Path, timeout: float = 150) -> Ran:
     """Run satpoint and read the argv of every process it starts, every 20 ms, until it exits."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    own = [sys.executable, "-m", "satpoint", *map(str, args)]
+    proc = subprocess.Popen(own, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[tuple[int, tuple[str, ...]], list[str]] = {}
     done = threading.Event()
 
@@ -157,7 +156,9 @@ def satpoint_watched(name: str, *args: str | Path, timeout: float = 150) -> Ran:
                     argv = child.cmdline()
                 except psutil.Error:
                     continue
-                if argv:
+                # a child between fork and exec (or a forked worker) shows satpoint's own argv, which holds
+                # what the user typed: no new exposure; what is examined is what satpoint passes on
+                if argv and argv != own:
                     seen.setdefault((child.pid, tuple(argv)), argv)
             done.wait(0.02)
 

@@ -239,13 +239,13 @@ def test_run_with_resident_models_over_grpc(stub: tuple[str, _Repo], tmp_path: P
         result = CliRunner().invoke(
             app,
             ["run", "--url", url.removeprefix("grpc://"), "--protocol", "grpc", "--model", "a", "--model", "c",
-             "--resident", "1", "--stage", "40:0:1", "--no-html", "--out", str(out)],
+             "--resident", "1", "--allow-unload", "--stage", "40:0:1", "--no-html", "--out", str(out)],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
-        assert len(stub[1].loaded) == 1  # one model resident at the end
+        assert stub[1].loaded == {"a", "c"}  # the server's loaded models put back at the end
     summary = json.loads((out / "summary.json").read_text())
     block = summary["overcommit"]
     assert block["loads"] >= 1 and block["loads"] == block["evictions"] and block["load_failures"] == 0
     assert summary["stages"][0]["errors"] == {} and summary["stages"][0]["requests"] > 0
     names = [name for name, _, _ in stub[1].seen]
-    assert names.count("RepositoryModelLoad") >= 1 and names.count("RepositoryModelUnload") >= 2  # settle + runs
+    assert names.count("RepositoryModelLoad") >= 2 and names.count("RepositoryModelUnload") >= 2  # runs + restore
