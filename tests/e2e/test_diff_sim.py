@@ -109,6 +109,21 @@ def test_a_server_answering_500_after_its_test_inference_fails_the_gate(base_fin
     assert r.returncode == 2, r.stdout + r.stderr
 
 
+def test_a_find_that_held_no_rate_exits_4_without_a_baseline(tmp_path: Path) -> None:
+    """The same HTTP 500 server, find without --baseline: no rate held, no saturation point, so no answer:
+    exit 4 with one line saying so (it exited 0)."""
+    gen = ["--generator-cpus", "1"] if TWO_CPUS else []
+    new = tmp_path / "http-500"
+    with SimServer(slots=3, service_ms=10.0, cpus=[0] if TWO_CPUS else None, fault="error-body", error_status=500,
+                   fault_after=5) as sim:  # fmt: skip
+        r = satpoint("find", "--url", sim.url, "--model", "sim", *SHORT_FIND, "--start-rps", "1.5",
+                     "--out", str(new), "--no-html", *gen, timeout=300)  # fmt: skip
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "no answer: find found no saturation point (no rate was held: 1 stage measured" in r.stderr
+    summary = json.loads((new / "summary.json").read_text())
+    assert summary["saturation_rps"] is None and summary["recommendation"] is None
+
+
 def test_a_server_that_dies_under_load_fails_the_gate(base_find: Path, tmp_path: Path) -> None:
     """The server is killed once the find has started measuring (its results header is written after the test
     inference, before the first stage): the target is lost under load.  find --baseline and diff exit 3."""

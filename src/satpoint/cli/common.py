@@ -2,10 +2,11 @@
 
 Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
 started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
-unreadable payload); 3 an SLO threshold failed; 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results
-so far written).  A results folder that cannot be written (a full disk, no permission) or read (a damaged
-rows file) is one line and exit code 1; when it fails during a run, the results are in a rescue folder
-in ``$TMPDIR`` that the line names.
+unreadable payload); 3 an SLO threshold failed; 4 ``find`` has no answer (``EXIT_NO_ANSWER``: it held no
+rate, so there is no saturation point; a lower bound "≥ X" is an answer; ``find --trace``: no headroom);
+130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results so far written).  A results folder that cannot be
+written (a full disk, no permission) or read (a damaged rows file) is one line and exit code 1; when it
+fails during a run, the results are in a rescue folder in ``$TMPDIR`` that the line names.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from satpoint.analysis.summary_model import RunSummary
+from satpoint.analysis.summary_model import FindSummary, RunSummary
 from satpoint.analysis.thresholds import format_result
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
@@ -33,6 +34,8 @@ from satpoint.redact import redact_text, secret_values
 from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: ``find`` without an answer: no rate was held (every stage failed), or ``find --trace`` found no headroom
+EXIT_NO_ANSWER = 4
 
 console = Console(width=None if Console().is_terminal else 160)
 #: errors and warnings: as wide as the output when not on a terminal, so a log line is not cut mid-sentence
@@ -247,6 +250,25 @@ def exit_code(summary: RunSummary) -> int:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
+
+
+def find_exit(summary: FindSummary, code: int) -> int:
+    """``find``'s exit code from ``exit_code``'s: ``EXIT_NO_ANSWER`` in place of a success or a failed
+    threshold when the search held no rate (no saturation point, not even a lower bound), said in one line;
+    an interrupted run, a lost target or a results folder written elsewhere keep their codes."""
+    if code not in (EXIT_OK, EXIT_THRESHOLD) or summary.saturation_rps is not None:
+        return code
+    steps = summary.search.steps
+    if steps:
+        low = min(steps, key=lambda s: s.rate_rps)
+        why = (
+            f"no rate was held: {len(steps)} stage{'s' if len(steps) > 1 else ''} measured, the lowest "
+            f"({low.rate_rps:g} rps) {low.verdict}"
+        )
+    else:
+        why = "no stage was measured (see the lines above: the budget, or the target)"
+    err_console.print(f"[bold red]no answer:[/] find found no saturation point ({why})")
+    return EXIT_NO_ANSWER
 
 
 def embedded_model(

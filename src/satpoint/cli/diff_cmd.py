@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from satpoint._version import __version__
-from satpoint.cli.common import EXIT_FAILED, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
+from satpoint.cli.common import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
 from satpoint.reports.diff_files import HELP, baseline_diff, compare, gate, html_path, parse_tolerances
 
 Opt = typer.Option
@@ -26,9 +26,10 @@ def baseline_gate(
     baseline: Path | None, out_dir: Path, code: int, note: str = "", fail_on_inconclusive: bool = False
 ) -> int:
     """After ``run``/``find --baseline``: the diff, exit 3 on a regression (and, with ``fail_on_inconclusive``,
-    on an inconclusive verdict).  A measurement that lost its target (exit 1) is diffed too: a server that
-    crashed under load is the regression the gate is there for.  An interrupted one keeps its code."""
-    if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD, EXIT_FAILED):
+    on an inconclusive verdict).  A measurement that lost its target (exit 1) or held no rate (a find without
+    an answer, exit 4) is diffed too: a server that crashed under load or fails every request is the regression
+    the gate is there for.  An interrupted one keeps its code."""
+    if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD, EXIT_FAILED, EXIT_NO_ANSWER):
         return code
     return EXIT_THRESHOLD if baseline_diff(baseline, out_dir, console, note, fail_on_inconclusive) else code
 

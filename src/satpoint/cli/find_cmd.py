@@ -42,6 +42,7 @@ from satpoint.cli.common import (
     embedded_model,
     exit_code,
     fail,
+    find_exit,
     flamegraph_options,
     interruptible,
     parse_cpus,
@@ -289,6 +290,7 @@ def find(
         print_find(console, summary)
         if result.k8s_files:
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
-        return baseline_gate(baseline, result.out_dir, exit_code(result.summary), hold_note, fail_on_inconclusive)
+        code = find_exit(result.summary, exit_code(result.summary))  # 4: no rate held, no answer
+        return baseline_gate(baseline, result.out_dir, code, hold_note, fail_on_inconclusive)
 
     guarded_keeping(body, secrets)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from satpoint.cli.common import EXIT_INTERRUPTED, fail
+from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_NO_ANSWER, fail  # 4: no headroom (as find: no answer)
 from satpoint.traffic.trace_plan import TraceOptions
 
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay this trace's arrival times (CSV or JSONL)")]
@@ -42,9 +42,6 @@ FIND_TRACE_OPTIONS = frozenset(
         "allow_unload",
     )
 )  # fmt: skip
-#: ``find --trace``'s exit code when the search found no headroom (not even the lowest speed held, or every
-#: replay was limited): an answer was the job
-EXIT_NO_ANSWER = 4
 
 
 def given_options(ctx: typer.Context, allowed: frozenset[str]) -> list[str]:
