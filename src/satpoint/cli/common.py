@@ -252,7 +252,7 @@ def exit_code(summary: RunSummary) -> int:
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
 
 
-def find_exit(summary: FindSummary, code: int) -> int:
+def no_answer_exit(summary: FindSummary, code: int) -> int:
     """``find``'s exit code from ``exit_code``'s: ``EXIT_NO_ANSWER`` in place of a success or a failed
     threshold when the search held no rate (no saturation point, not even a lower bound), said in one line;
     an interrupted run, a lost target or a results folder written elsewhere keep their codes."""

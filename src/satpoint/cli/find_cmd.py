@@ -42,9 +42,9 @@ from satpoint.cli.common import (
     embedded_model,
     exit_code,
     fail,
-    find_exit,
     flamegraph_options,
     interruptible,
+    no_answer_exit,
     parse_cpus,
     parse_headers,
     secrets_of,
@@ -290,7 +290,7 @@ def find(
         print_find(console, summary)
         if result.k8s_files:
             console.print("Kubernetes manifests: " + ", ".join(str(p) for p in result.k8s_files))
-        code = find_exit(result.summary, exit_code(result.summary))  # 4: no rate held, no answer
+        code = no_answer_exit(result.summary, exit_code(result.summary))  # 4: no rate held, no answer
         return baseline_gate(baseline, result.out_dir, code, hold_note, fail_on_inconclusive)
 
     guarded_keeping(body, secrets)
