@@ -122,7 +122,8 @@ def test_only_the_search_profile_and_run_stages_are_compared() -> None:
     new = Folder("n", "run", doc, records, {0: "flamegraph", 1: "hysteresis"})
     assert new.stages() == [] and new.left_out() == {"flamegraph": 1, "hysteresis": 1}
     out = diff_folders(base, new)
-    assert out.metrics == [] and out.verdict == "inconclusive"
+    # the rate the base held is not judged on the new side: inconclusive (diff_lost), never a pass
+    assert [m.metric for m in out.metrics] == ["stage_judged"] and out.verdict == "inconclusive"
     assert any("1 flamegraph, 1 hysteresis stage(s) are not compared" in n for n in out.notes)
     assert len(Folder("n", "run", doc, records, {0: "run", 1: "profile"}).stages()) == 2
 

@@ -22,10 +22,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satpoint.analysis.diff_config import refusal
+from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
 from satpoint.analysis.diff_saturation import SERVER_LIMITS as SERVER_LIMITS
 from satpoint.analysis.diff_saturation import Answer as Answer
-from satpoint.analysis.diff_saturation import failed_side_diff, no_answer_cause, published_side, saturation_diff
+from satpoint.analysis.diff_saturation import (
+    failed_side_diff,
+    fewer_searches_diff,
+    no_answer_cause,
+    published_side,
+    saturation_diff,
+)
 from satpoint.analysis.diff_saturation import find_answers as find_answers
 from satpoint.analysis.diff_saturation import saturation_side as saturation_side
 from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, judge_target_hold
@@ -134,7 +141,8 @@ def _find_saturation(base: Folder, new: Folder, tolerance: float) -> MetricDiff:
     held no rate by the server's doing against one with an answer (``failed_side_diff``)."""
     reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
     m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True)
-    return failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
+    m = failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
+    return fewer_searches_diff(m, base.doc, new.doc)
 
 
 def diff_folders(
@@ -152,7 +160,7 @@ def diff_folders(
     that measured different loads (``diff_config``) are refused (a ValueError naming each difference)."""
     if base.kind != new.kind and (base.kind, new.kind) != ("find", "run"):
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
-    if base.kind != "sweep" and (why := refusal(base.header, new.header)):
+    if base.kind != "sweep" and (why := refusal(base.header, new.header, base.doc, new.doc)):
         raise ValueError(why)
     notes: list[str] = []
     metrics: list[MetricDiff] = []
@@ -167,10 +175,12 @@ def diff_folders(
     else:
         if base.kind == new.kind == "find":
             metrics.append(_find_saturation(base, new, tolerance))
-        matched, rate_notes = match_stages(base.stages(), new.stages(), stable_only="find" in (base.kind, new.kind))
+        new_stages = new.stages()
+        matched, rate_notes = match_stages(base.stages(), new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
         for rate, b, n in matched:
             metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance))
+        metrics.extend(_unjudged(base, new, new_stages, tolerance))
         if not matched:
             notes.append(
                 "no stage ran at the same offered rate on both sides (for find: held stably by both): latency at "
@@ -188,6 +198,18 @@ def diff_folders(
     if stream is not None:
         doc = doc.model_copy(update={"stream": stream})
     return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
+
+
+def _unjudged(base: Folder, new: Folder, new_stages: Sequence[StageRows], tolerance: float) -> list[MetricDiff]:
+    """A new target lost under a load the base survived, and (run against run) each rate the base held stably
+    that the new run never judged (``diff_lost``): never a silent pass."""
+    out = []
+    if (lost := lost_target_diff(base.doc, new.doc, base.doc.get("stages") or [], tolerance)) is not None:
+        out.append(lost)
+    if base.kind == new.kind == "run":
+        held = [s.target_rps for s in base.stages() if s.verdict == "stable"]
+        out.extend(missing_rate_diffs(held, [s.target_rps for s in new_stages], new.doc, tolerance))
+    return out
 
 
 def _left_out_notes(base: Folder, new: Folder) -> list[str]:

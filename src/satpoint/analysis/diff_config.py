@@ -3,7 +3,9 @@ one load; a difference of the load itself (REST against gRPC, Poisson against co
 payload or batch size, another model mix, streamed answers against whole ones, another in-flight cap or
 number of generator processes) would be reported as a regression or an improvement of the version.  So the
 two folders' headers are compared first (``config.mode``, ``config.load``, ``target``, ``mix``) and a
-difference is refused, each one named, before anything is judged (``load_differences``).
+difference is refused, each one named, before anything is judged (``load_differences``); so are two
+summaries whose stages were judged by different rules (``--max-error-rate``, ``--slo``: ``rules_differences``),
+since a looser rule turns the new version's failing stages into stable ones.
 
 Not compared: what a version change may change (the URL, the model's name and version, the server, its
 settings), the search's own parameters (its rates are matched rate by rate) and what only paces or bounds
@@ -93,9 +95,32 @@ def load_differences(base: Header, new: Header) -> list[str]:
     return out
 
 
-def refusal(base: Header, new: Header) -> str:
-    """The one line ``satpoint diff`` refuses two folders with ("" when they measured the same load)."""
+def _slo(summary: Header) -> str:
+    slo = (summary.get("rules") or {}).get("slo_ms") or {}
+    return ", ".join(f"{k}<{float(v):g}ms" for k, v in sorted(slo.items())) or "none"
+
+
+def _max_error_rate(summary: Header) -> str:
+    v = (summary.get("rules") or {}).get("max_error_rate")
+    return "default" if v is None else f"{float(v):.4g}"
+
+
+#: the rules a stage's verdict is judged by (``summary.json``'s ``rules``): another --max-error-rate or --slo
+#: turns a failing stage into a stable one, so a saturation point or a rate held would be the rule's change
+RULES: tuple[tuple[str, Callable[[Header], str]], ...] = (("max error rate", _max_error_rate), ("SLO", _slo))
+
+
+def rules_differences(base: Header, new: Header) -> list[str]:
+    """What differs between the verdict rules two summaries were judged by (empty: the same)."""
+    return [f"{what} {read(base)} (base) vs {read(new)} (new)" for what, read in RULES if read(base) != read(new)]
+
+
+def refusal(base: Header, new: Header, base_summary: Header | None = None, new_summary: Header | None = None) -> str:
+    """The one line ``satpoint diff`` refuses two folders with ("" when they measured the same load and
+    judged their stages by the same rules)."""
     diffs = load_differences(base, new)
+    if base_summary is not None and new_summary is not None:
+        diffs += rules_differences(base_summary, new_summary)
     if not diffs:
         return ""
     return (

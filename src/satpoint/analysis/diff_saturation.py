@@ -194,3 +194,25 @@ def failed_side_diff(m: MetricDiff, base_cause: str, new_cause: str) -> MetricDi
     said = "inconclusive: a side has no figure"
     body = m.text.replace(said, f"{verdict}: {text}") if said in m.text else f"{m.text}; {verdict}: {text}"
     return m.model_copy(update={"verdict": verdict, "text": body})
+
+
+def searches(summary: Mapping[str, Any]) -> int:
+    """How many searches a ``find`` ran (``--repeats``; 1 without)."""
+    return max(1, len((summary.get("search") or {}).get("repeats") or []))
+
+
+def fewer_searches_diff(m: MetricDiff, base: Mapping[str, Any], new: Mapping[str, Any]) -> MetricDiff:
+    """The published figure is the lowest of the searches, and the lowest of more searches is lower by chance
+    alone: a new side with fewer searches than the base cannot be called ``no_change`` or an ``improvement``
+    (its one lucky search against the base's worst of three); a regression stands (fewer chances to be low,
+    and still lower)."""
+    nb, nn = searches(base), searches(new)
+    if nn >= nb or m.verdict not in ("no_change", "improvement"):
+        return m
+    said = f"{m.verdict.replace('_', ' ')}:"
+    why = (
+        f"inconclusive: the new side ran {nn} search{'es' if nn > 1 else ''}, the base {nb}; the lowest of fewer "
+        "searches is higher by chance, so it cannot clear the base's (run both with the same --repeats)"
+    )
+    head = m.text.split(f"; {said}", 1)[0] if f"; {said}" in m.text else m.text
+    return m.model_copy(update={"verdict": "inconclusive", "text": f"{head}; {why}"})

@@ -346,6 +346,13 @@ def sampled_diff(
     if not absolute and base.value <= 0:
         return _with_verdict(m, Judgement("inconclusive", None, gap, "the base's figure is zero: no relative change"),
                              caveat)  # fmt: skip
+    if not absolute and new.value <= 0:  # nothing answered (throughput 0): all of it gone, no log ratio
+        m = m.model_copy(update={"change": -1.0})
+        worse = better == "higher"
+        return _with_verdict(m, Judgement("regression" if worse else "inconclusive", -1.0, gap,
+                                          "the new figure is zero" + (", the base's is not: all of it lost, more"
+                                                                      if worse else ": no relative change")),
+                             caveat)  # fmt: skip
     c = change_of(base, new, absolute)
     up = {"change": round(c.change, 6), "change_low": round(c.low, 6), "change_high": round(c.high, 6)}
     m = m.model_copy(update={**up, "p_value": c.p_value, "p_adjusted": c.p_value})

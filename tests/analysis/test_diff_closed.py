@@ -1,0 +1,125 @@
+"""``satpoint diff`` never passes in silence what it did not judge: a new target lost under a load the base
+survived, a rate the base run held that the new run never judged, a new side that answered nothing, stages
+judged by looser rules, and fewer searches than the base's against its lowest answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from satpoint.analysis.diff import Folder, diff_folders
+from satpoint.metrics.records import Outcome, Records
+from tests.analysis.test_diff_sides import find_doc, saturation
+
+
+def rows(rate: float, seed: int, outcome: Outcome = Outcome.OK, seconds: int = 20) -> Records:
+    """A stage's rows due at ``rate``: 10 ms each, within 1 %, all with ``outcome``."""
+    n = int(rate * seconds)
+    r = Records.empty(np.arange(n) / rate)
+    r.sent[:] = r.intended
+    r.done[:] = r.sent + 0.01 * (1 + 0.01 * np.random.default_rng(seed).standard_normal(n))
+    r.outcome[:] = outcome
+    return r
+
+
+def stage(segment: int, rate: float, verdict: str = "stable", throughput: float | None = None) -> dict[str, Any]:
+    return {"segment": segment, "target_rps": rate, "verdict": verdict, "window_start_s": 0.0, "window_end_s": 20.0,
+            "throughput_rps": rate if throughput is None else throughput}  # fmt: skip
+
+
+RATES = (100.0, 200.0, 300.0)
+
+
+def base_run() -> Folder:
+    doc = {"kind": "run", "stages": [stage(i, r) for i, r in enumerate(RATES)]}
+    return Folder("b", "run", doc, {i: rows(r, i) for i, r in enumerate(RATES)}, dict.fromkeys(range(3), "run"))
+
+
+def by_metric(doc: Any, metric: str) -> list[Any]:
+    return [m for m in doc.metrics if m.metric == metric]
+
+
+def test_a_run_whose_target_died_in_its_second_stage_is_a_regression() -> None:
+    """The new server crashed 3 s into the 200 rps stage (the stage is incomplete, 300 rps never ran): only
+    100 rps was judged on both sides, and it was no_change, so the diff said no_change (exit 0)."""
+    lost = {"segment": 1, "stage": 2, "at_s": 3.0, "message": "the target stopped answering during stage 2 (200 rps)"}
+    doc = {"kind": "run", "stages": [stage(0, 100.0), stage(1, 200.0, "incomplete")], "target_lost": lost}
+    new = Folder("n", "run", doc, {0: rows(100.0, 10), 1: rows(200.0, 11)}, {0: "run", 1: "run"})
+    out = diff_folders(base_run(), new)
+    assert out.verdict == "regression" and out.regressed
+    (alive,) = by_metric(out, "target_answering")
+    assert alive.verdict == "regression" and "a load the base ran without losing its own" in alive.text
+    assert [(m.point, m.verdict) for m in by_metric(out, "stage_judged")] == [
+        ("200 rps", "inconclusive"),
+        ("300 rps", "inconclusive"),
+    ]
+
+
+def test_an_interrupted_run_is_not_a_pass_for_the_rates_it_never_ran() -> None:
+    doc = {"kind": "run", "stages": [stage(0, 100.0)], "interrupted": True}
+    out = diff_folders(base_run(), Folder("n", "run", doc, {0: rows(100.0, 10)}, {0: "run"}))
+    assert out.verdict == "inconclusive" and not out.regressed
+    assert [m.point for m in by_metric(out, "stage_judged")] == ["200 rps", "300 rps"]
+    assert "the new run was interrupted" in by_metric(out, "stage_judged")[0].text
+
+
+def test_a_run_that_answered_only_errors_is_a_regression() -> None:
+    """Every request answered HTTP 500 (throughput 0): the throughput's log ratio raised a math domain error
+    instead of a verdict."""
+    doc = {"kind": "run", "stages": [stage(i, r, "failing", throughput=0.0) for i, r in enumerate(RATES)]}
+    recs = {i: rows(r, 10 + i, Outcome.HTTP_ERROR) for i, r in enumerate(RATES)}
+    out = diff_folders(base_run(), Folder("n", "run", doc, recs, dict.fromkeys(range(3), "run")))
+    assert out.verdict == "regression"
+    thr = by_metric(out, "throughput_rps")
+    assert len(thr) == 3 and all(m.verdict == "regression" and m.change == -1.0 for m in thr)
+    assert all(m.verdict == "regression" for m in by_metric(out, "error_rate"))
+
+
+def test_a_find_that_lost_its_target_after_its_answer_is_a_regression() -> None:
+    """The new server answered the same 300 rps, then died in its latency profile at 270 rps, a rate the
+    base profiled and survived: the bracket is closed, so the saturation point said no_change."""
+    stages = [stage(0, 300.0), stage(1, 315.0, "saturated"), stage(2, 270.0)]
+    base = find_doc([(300, 315)], stages=stages)
+    lost = {"segment": 2, "stage": 3, "at_s": 4.0, "message": "the target stopped answering during stage 3 (270 rps)"}
+    new = find_doc([(300, 315)], stages=[*stages[:2], stage(2, 270.0, "failing")], target_lost=lost)
+    purposes = {0: "staircase", 1: "staircase", 2: "profile"}
+    out = diff_folders(Folder("b", "find", base, {}, purposes), Folder("n", "find", new, {}, purposes))
+    assert saturation(out).verdict == "no_change"
+    assert out.verdict == "regression" and by_metric(out, "target_answering")[0].verdict == "regression"
+    # lost above every rate the base ran: nothing says the base would have lived
+    high = find_doc([(300, 315)], stages=[*stages[:2], stage(2, 400.0, "failing")], target_lost=lost)
+    out = diff_folders(Folder("b", "find", base, {}, purposes), Folder("n", "find", high, {}, purposes))
+    assert by_metric(out, "target_answering")[0].verdict == "inconclusive" and out.verdict == "inconclusive"
+    # the base lost its own too: not judged here
+    assert by_metric(diff_folders(Folder("b", "find", new, {}), Folder("n", "find", new, {})), "target_answering") == []
+
+
+def test_stages_judged_by_looser_rules_are_refused() -> None:
+    """--max-error-rate 20 % makes a version failing 15 % of its requests hold its rates; --slo drops rates
+    over the objective: two folders judged by different rules measured different things."""
+    base = find_doc([(300, 315)], rules={"max_error_rate": 0.01, "slo_ms": {"p99": 50.0}})
+    loose = find_doc([(400, 420)], rules={"max_error_rate": 0.2, "slo_ms": {}})
+    said = r"max error rate 0\.01 \(base\) vs 0\.2 \(new\); SLO p99<50ms \(base\) vs none"
+    with pytest.raises(ValueError, match=said):
+        diff_folders(Folder("b", "find", base, {}), Folder("n", "find", loose, {}))
+    same = find_doc([(300, 315)], rules={"max_error_rate": 0.01, "slo_ms": {"p99": 50}})
+    assert diff_folders(Folder("b", "find", base, {}), Folder("n", "find", same, {})).verdict == "no_change"
+
+
+def test_fewer_searches_cannot_clear_the_base_lowest_answer() -> None:
+    """The base's lowest of three searches is 280 rps; one new search answers 300: the lowest of one search is
+    higher by chance alone, so neither an improvement nor no_change; a lower answer is still a regression."""
+    base = find_doc([(280, 294), (300, 315), (300, 315)])
+    out = diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(300, 315)]), {}))
+    m = saturation(out)
+    assert m.verdict == "inconclusive" and "ran 1 search, the base 3" in m.text and out.verdict == "inconclusive"
+    assert saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(285, 300)]), {}))
+                      ).verdict == "inconclusive"  # fmt: skip
+    low = saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(200, 210)]), {})))
+    assert low.verdict == "regression"
+    # more searches on the new side than the base's: judged as before
+    many = find_doc([(300, 315), (300, 315), (300, 315)])
+    assert saturation(diff_folders(Folder("b", "find", find_doc([(300, 315)]), {}), Folder("n", "find", many, {}))
+                      ).verdict == "no_change"  # fmt: skip
