@@ -123,3 +123,28 @@ def test_fewer_searches_cannot_clear_the_base_lowest_answer() -> None:
     many = find_doc([(300, 315), (300, 315), (300, 315)])
     assert saturation(diff_folders(Folder("b", "find", find_doc([(300, 315)]), {}), Folder("n", "find", many, {}))
                       ).verdict == "no_change"  # fmt: skip
+
+
+def sweep(at_rps: float | None, sat: float | None, failed: str = "") -> Folder:
+    row = {"id": "p01", "label": "workers=2", "knobs": {"workers": 2}, "measurements": 0 if sat is None else 1,
+           "repeats": [] if sat is None else [{"saturation_rps": sat, "unstable_rps": sat * 1.05}],
+           "saturation_rps": None if sat is None else {"median": sat, "min": sat, "max": sat, "n": 1},
+           "bracket_rps": None if sat is None else [sat, sat * 1.05],
+           "at_rps": {"p50_ms": {"median": 10.0, "min": 10.0, "max": 10.0, "n": 1}}}  # fmt: skip
+    ms = [{"point": "p01", "repeat": 0, "status": "failed", "error": failed}] if failed else []
+    doc = {"kind": "sweep", "config": {"at_rps": at_rps, "slo": [], "max_error_rate": 0.01}, "points": [row],
+           "measurements": ms}  # fmt: skip
+    return Folder("s", "sweep", doc, {})
+
+
+def test_sweeps_judged_at_another_rate_are_refused_and_a_point_whose_server_died_is_a_regression() -> None:
+    """Latency at --at-rps 100 against latency at --at-rps 200 is another offered load: it was compared.  A
+    point whose every measurement failed (the server killed for its memory) had no figure: inconclusive."""
+    with pytest.raises(ValueError, match=r"--at-rps 100\.0 \(base\) vs 200\.0 \(new\)"):
+        diff_folders(sweep(100.0, 300.0), sweep(200.0, 300.0))
+    assert diff_folders(sweep(100.0, 300.0), sweep(100.0, 300.0)).verdict == "no_change"
+    out = diff_folders(sweep(100.0, 300.0), sweep(100.0, None, "the server was killed by the OOM killer"))
+    m = saturation(out)
+    assert m.verdict == "regression" and "OOM killer" in m.text and out.verdict == "regression"
+    # no measurement failed (none ran): nothing said about the server
+    assert saturation(diff_folders(sweep(100.0, 300.0), sweep(100.0, None))).verdict == "inconclusive"

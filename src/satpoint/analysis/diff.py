@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from satpoint.analysis.diff_config import refusal
+from satpoint.analysis.diff_config import refusal, sweep_refusal
 from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
 from satpoint.analysis.diff_saturation import SERVER_LIMITS as SERVER_LIMITS
@@ -162,6 +162,8 @@ def diff_folders(
         raise ValueError(f"the folders are of different kinds: {base.kind} (base) and {new.kind} (new)")
     if base.kind != "sweep" and (why := refusal(base.header, new.header, base.doc, new.doc)):
         raise ValueError(why)
+    if base.kind == "sweep" and (why := sweep_refusal(base.doc, new.doc)):
+        raise ValueError(why)
     notes: list[str] = []
     metrics: list[MetricDiff] = []
     stream: dict[str, bool] | None = None
@@ -189,6 +191,10 @@ def diff_folders(
             )
         notes.extend(_left_out_notes(base, new))
         notes.extend(_interrupted_notes(base, new))
+        bm, nm = ((f.header.get("target") or {}).get("model") for f in (base, new))
+        if bm and nm and bm != nm:  # not refused: a new version may rename its model
+            notes.append(f"the two folders measured different models: {bm} (base) vs {nm} (new); if the new one is "
+                         "not the same model renamed, the diff compares two models, not two versions")  # fmt: skip
         stream, stream_note = streams_compared(base, new)
         notes.extend([stream_note] if stream_note else [])
     doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
@@ -300,6 +306,16 @@ def point_diffs(
     return out
 
 
+def failed_cause(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """Why a sweep point has no saturation point, when every measurement of it failed by the server's doing
+    (its target lost, its server killed for its memory: the sweep marks them ``failed``); "" otherwise."""
+    if (row.get("saturation_rps") or {}).get("median") is not None or row.get("measurements"):
+        return ""
+    ms = doc.get("measurements") or []
+    failed = [m for m in ms if m.get("point") == row.get("id") and m.get("status") == "failed"]
+    return "; ".join(dict.fromkeys(str(m.get("error") or "the measurement failed") for m in failed))
+
+
 def _sweep_diffs(
     base: Mapping[str, Any], new: Mapping[str, Any], tolerance: float, tail_tolerance: float
 ) -> tuple[list[MetricDiff], list[str]]:
@@ -311,7 +327,9 @@ def _sweep_diffs(
         if match is None:
             notes.append(f"{row.get('label')}: only in the base sweep")
             continue
-        out.extend(point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance))
+        got = point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance)
+        got[0] = failed_side_diff(got[0], "", failed_cause(new, match))  # the saturation point
+        out.extend(got)
     base_knobs = [r.get("knobs") for r in base.get("points") or []]
     notes.extend(f"{r.get('label')}: only in the new sweep" for r in new_points if r.get("knobs") not in base_knobs)
     return out, notes

@@ -127,3 +127,47 @@ def refusal(base: Header, new: Header, base_summary: Header | None = None, new_s
         "the two folders measured different loads, so a difference would be the configuration's, not the "
         f"version's: {'; '.join(diffs)}. Measure both with the same options"
     )
+
+
+def _sweep(doc: Header, *path: str) -> str:
+    v: Any = doc.get("config") or {}
+    for key in path:
+        v = v.get(key) if isinstance(v, Mapping) else None
+    if isinstance(v, list | tuple):
+        return ", ".join(sorted(str(x) for x in v)) or "none"
+    if path[-1] == "payload_file" and v:
+        return PurePath(str(v)).name
+    return "default" if v is None else str(v)
+
+
+#: two sweeps' configurations (``sweep.json``'s ``config``): what each point was measured and judged with
+SWEEP_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("--at-rps", ("at_rps",)),
+    ("SLO", ("slo",)),
+    ("max error rate", ("max_error_rate",)),
+    ("protocol", ("server", "protocol")),
+    ("batch size", ("server", "batch")),
+    ("payload", ("server", "payload_file")),
+    ("stream", ("server", "stream")),
+    ("model mix", ("server", "mix_models")),
+    ("model weights", ("server", "mix")),
+    ("arrival", ("load", "arrival")),
+    ("max in-flight", ("load", "max_inflight")),
+    ("generator processes", ("load", "procs")),
+)
+
+
+def sweep_refusal(base: Header, new: Header) -> str:
+    """The one line ``satpoint diff`` refuses two sweep folders with ("" when their points were measured and
+    judged alike): latency at another ``--at-rps`` is latency at another offered load."""
+    diffs = [
+        f"{what} {_sweep(base, *path)} (base) vs {_sweep(new, *path)} (new)"
+        for what, path in SWEEP_FIELDS
+        if _sweep(base, *path) != _sweep(new, *path)
+    ]
+    if not diffs:
+        return ""
+    return (
+        "the two sweeps measured or judged their points differently, so a difference would be the "
+        f"configuration's, not the version's: {'; '.join(diffs)}. Sweep both with the same options"
+    )
