@@ -221,7 +221,8 @@ def find(
             )
             keep_loaded(tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
-                                        trace_peak, trace_stage_s, seed, model, trace_model, trace_select)  # fmt: skip
+                                        trace_peak, trace_stage_s, seed, model, trace_model, trace_select,
+                                        models)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, min(5.0, timeout), procs,
                                parse_cpus(generator_cpus) if generator_cpus else None,
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip

@@ -14,6 +14,7 @@ import typer
 
 from satpoint import api
 from satpoint._version import __version__
+from satpoint.cli import trace_opts as to
 from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
     EXIT_FAILED,
@@ -64,16 +65,6 @@ from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.sweep_cmd import sweep
-from satpoint.cli.trace_opts import (
-    ServerSlotsOpt,
-    SpeedOpt,
-    TraceFormatOpt,
-    TraceOpt,
-    TracePeakOpt,
-    TraceStageOpt,
-    TraceTimeColumnOpt,
-    TraceWindowOpt,
-)
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target
 from satpoint.reports.diff_files import noted_baseline_target
@@ -81,7 +72,6 @@ from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.trace_replay import run_trace
-from satpoint.traffic.trace_plan import TraceOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -93,6 +83,7 @@ app = typer.Typer(
 
 @app.command()
 def run(
+    ctx: typer.Context,
     url: Annotated[str, typer.Option("--url", "-u", help="server base URL, e.g. http://127.0.0.1:8080")],
     model: ModelsOpt = None,
     stage: Annotated[
@@ -142,14 +133,17 @@ def run(
     procs_per_host: ProcsPerHostOpt = 1,
     baseline: BaselineOpt = None,
     fail_on_inconclusive: FailInconclusiveOpt = False,
-    trace: TraceOpt = None,
-    trace_format: TraceFormatOpt = None,
-    trace_time_column: TraceTimeColumnOpt = "timestamp",
-    speed: SpeedOpt = 1.0,
-    trace_window: TraceWindowOpt = None,
-    trace_peak: TracePeakOpt = None,
-    trace_stage_s: TraceStageOpt = 60.0,
-    server_slots: ServerSlotsOpt = None,
+    trace: to.TraceOpt = None,
+    trace_format: to.TraceFormatOpt = None,
+    trace_time_column: to.TraceTimeColumnOpt = "timestamp",
+    speed: to.SpeedOpt = 1.0,
+    trace_window: to.TraceWindowOpt = None,
+    trace_peak: to.TracePeakOpt = None,
+    trace_stage_s: to.TraceStageOpt = 60.0,
+    server_slots: to.ServerSlotsOpt = None,
+    trace_time_unit: to.TraceTimeUnitOpt = "auto",
+    trace_model: to.TraceModelOpt = None,
+    trace_select: to.TraceSelectOpt = None,
     stream: StreamOpt = False,
     wake_window_ms: WakeWindowOpt = 0.0,
     realtime: RealtimeOpt = 0,
@@ -180,9 +174,10 @@ def run(
         refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         hold_rps, hold_note = noted_baseline_target(baseline, console, "run")  # refused here, before measuring
         if trace is not None:  # a recorded trace's arrival times instead of --stage
-            replay = TraceOptions(trace, trace_format, trace_time_column, "auto", speed, trace_window, trace_peak,
-                                  trace_stage_s, seed, stages=len(stage or ()), users=users,
-                                  server_slots=server_slots)  # fmt: skip
+            replay = to.trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
+                                             trace_peak, trace_stage_s, seed, one, trace_model, trace_select, models,
+                                             speed, stages=len(stage or ()), users=users,
+                                             server_slots=server_slots)  # fmt: skip
             load = LoadOptions("constant", seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime),
                                ray=ray_options(ray, ray_hosts, procs_per_host, procs))  # fmt: skip
@@ -190,7 +185,7 @@ def run(
                 replayed = run_trace(target, replay, load=load, on_event=printer, stop=stop, **common)  # type: ignore[arg-type]
             print_summary(console, replayed.summary.model_dump(), str(replayed.out_dir))
             return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary), "", fail_on_inconclusive)
-        TraceOptions.refuse_without_trace(trace_format, speed, trace_window, trace_peak)
+        to.refuse_run_trace_only(ctx)
         if users is None:
             if not stage:
                 raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")

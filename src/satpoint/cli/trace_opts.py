@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_NO_ANSWER, fail  # 4: no headroom (as find: no answer)
+from satpoint.payloads.mix import ModelMix
 from satpoint.traffic.trace_plan import TraceOptions
 
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay this trace's arrival times (CSV or JSONL)")]
@@ -58,11 +59,19 @@ def given_options(ctx: typer.Context, allowed: frozenset[str]) -> list[str]:
     return out
 
 
-def model_filter(model_flag: str | None, given: str | None) -> str | None:
-    """The model whose requests a trace replays: ``--trace-model`` ('*': every one), else ``--model``."""
+def model_filter(
+    model_flag: str | None, given: str | None, mix: ModelMix | None = None
+) -> str | tuple[str, ...] | None:
+    """The model(s) whose requests a trace replays: ``--trace-model`` ('*': every one), else ``--model``; a
+    mix's every named model (its first one alone would leave the others' requests out: an optimistic
+    replay), and every row for ``--models-from-server`` (the models are known only once the server is asked)."""
     if given == "*":
         return None
-    return given if given is not None else model_flag
+    if given is not None:
+        return given
+    if mix is not None:
+        return tuple(mix.models) if mix.models and not mix.from_server else None
+    return model_flag or None
 
 
 def select_pairs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
@@ -78,6 +87,14 @@ def select_pairs(items: list[str] | None) -> tuple[tuple[str, str], ...]:
 
 #: the spellings of find's options that only a trace search uses
 TRACE_ONLY = ("--trace-", "--start-speed")
+#: the spellings of run's options that only a replay uses
+RUN_TRACE_ONLY = ("--trace-", "--speed", "--server-slots")
+
+
+def refuse_run_trace_only(ctx: typer.Context) -> None:
+    """``run`` without ``--trace``: every replay option given is refused (it would change nothing)."""
+    if only := [o for o in given_options(ctx, frozenset()) if o.startswith(RUN_TRACE_ONLY)]:
+        raise fail(f"{', '.join(only)}: only with --trace FILE")
 
 
 def refuse_for_trace(ctx: typer.Context, with_trace: bool) -> None:
@@ -112,10 +129,13 @@ def trace_search_options(
     model: str | None,
     trace_model: str | None,
     select: list[str] | None,
+    mix: ModelMix | None = None,
+    speed: float = 1.0,
+    **more: Any,
 ) -> TraceOptions:
-    """``find --trace``'s replay options (speed 1: the search scales it): the model filter and the
-    Prometheus selection from their options."""
+    """``find --trace``'s replay options (speed 1: the search scales it), and ``run --trace``'s (its
+    ``speed`` and the rest in ``more``): the model filter and the Prometheus selection from their options."""
     return TraceOptions(
-        path, fmt, time_column, time_unit, 1.0, window, peak, stage_s, seed,
-        model=model_filter(model, trace_model), select=select_pairs(select),
+        path, fmt, time_column, time_unit, speed, window, peak, stage_s, seed,
+        model=model_filter(model, trace_model, mix), select=select_pairs(select), **more,
     )  # fmt: skip

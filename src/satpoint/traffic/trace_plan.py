@@ -70,8 +70,9 @@ class TraceOptions:
     users: int | None = None  # --users given with --trace (refused)
     server_slots: int | None = None  # --server-slots: the server's concurrency (None: estimated)
     #: --trace-model: replay only the requests of this model (rows whose model is known and differs are
-    #: dropped and counted; None: every row); Envoy logs name it in their paths, CSV/JSONL in a model column
-    model: str | None = None
+    #: dropped and counted; None: every row); Envoy logs name it in their paths, CSV/JSONL in a model column.
+    #: A tuple: the models of a mix (a row of any of them is replayed)
+    model: str | tuple[str, ...] | None = None
     #: --trace-select label=value: the Prometheus series to replay (none: every series, summed)
     select: tuple[tuple[str, str], ...] = ()
 
@@ -119,7 +120,7 @@ class TraceOptions:
             "stage_s": self.stage_s,
             "seed": self.seed,
             "server_slots": self.server_slots,
-            "model_filter": self.model,
+            "model_filter": list(self.model) if isinstance(self.model, tuple) else self.model,
             "select": dict(self.select) or None,
         }
 
@@ -233,7 +234,9 @@ def _chunks(opts: TraceOptions, sc: TraceScan | None = None) -> Iterator[TraceCh
     ):  # fmt: skip
         if opts.model is not None and ch.model is not None:
             names = np.asarray(ch.model, dtype=object)
-            keep = (names == opts.model) | (names == None)  # noqa: E711 (elementwise)
+            keep = names == None  # noqa: E711 (elementwise)
+            for wanted in opts.model if isinstance(opts.model, tuple) else (opts.model,):
+                keep |= names == wanted
             if not keep.all():
                 if sc is not None:
                     sc.dropped_models.update(str(n) for n in names[~keep])
