@@ -28,6 +28,7 @@ from satpoint.analysis.trace_headroom import (
     search_speed,
     trace_peaks,
 )
+from satpoint.analysis.trace_headroom import TargetLost as LostUnderReplay
 from satpoint.analysis.verdicts import Verdict
 from satpoint.config import LoadOptions
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
@@ -145,6 +146,8 @@ def find_headroom(
             "_stages": stages,
         }
         folders[len(replays)] = res.out_dir
+        if res.summary.target_lost is not None:  # the server stopped answering under this replay
+            rec["target_lost"] = res.summary.target_lost.message
         replays.append(rec)
         say(
             on_event,
@@ -155,7 +158,10 @@ def find_headroom(
 
     def measure(step: Step) -> Measured | None:
         rec = replay(step.rate_rps, step.phase)
-        return None if rec is None else Measured(step.rate_rps, rec["verdict"], step.phase)
+        measured = None if rec is None else Measured(step.rate_rps, rec["verdict"], step.phase)
+        if rec is not None and measured is not None and rec.get("target_lost"):
+            raise LostUnderReplay(measured, rec["target_lost"])
+        return measured
 
     def fits(speed: float) -> bool:
         return time.monotonic() - started + span_s / speed + OVERHEAD_S + cooldown_s <= budget_s
@@ -189,9 +195,20 @@ def find_headroom(
                 rec = replay(x * f, f"profile{int(f * 100)}")
                 if rec is None:
                     break
+                if rec.get("target_lost"):  # a crash below X: X is not sustained, nothing is sized from it
+                    outcome = replace(outcome, ended="target_lost", lower_bound=True)
+                    break
                 latency.append(latency_at(f, x * f, rec["_stages"]))
         if answer_i is not None:
             latency.append(latency_at(1.0, x, replays[answer_i]["_stages"]))
+    if outcome.ended == "target_lost":
+        say(
+            on_event,
+            f"the target stopped answering during the replay at speed {replays[-1]['speed']:g} "
+            f"({replays[-1].get('target_lost')}): the search ends there; no replica count, per-replica target or "
+            "manifests are drawn from the speeds it held before",
+            "warning",
+        )
     public = [{k: v for k, v in r.items() if k != "_stages"} for r in replays]
     block = headroom_block(outcome, params, peak_min, peak_s, margin, public, latency)
     block["slice_span_s"] = round(span_s, 3)

@@ -74,12 +74,23 @@ def replay_verdict(stage_verdicts: Sequence[str]) -> str:
     return next((v for v in stage_verdicts if v != Verdict.STABLE), Verdict.STABLE.value)
 
 
+class TargetLost(Exception):
+    """Raised by a search's ``measure``: the replay lost its target (the server stopped answering, crashed
+    or was killed); ``measured`` is that replay (not stable).  The search ends there: every later replay
+    would measure a dead server, and what held before the crash sizes nothing."""
+
+    def __init__(self, measured: Measured, message: str = "") -> None:
+        super().__init__(message or "the target stopped answering")
+        self.measured = measured
+
+
 @dataclass(frozen=True)
 class SearchOutcome:
     history: list[Measured]
     #: "converged" (bracketed to the precision), "budget", "stopped", "limit" (the last speed was generator-
     #: or client-limited twice: the replays said nothing about the server), "max_speed" (stable up to
-    #: ``max_speed``), "min_speed" (not stable even at the lowest speed), "max_replays"
+    #: ``max_speed``), "min_speed" (not stable even at the lowest speed), "max_replays", "target_lost" (a
+    #: replay lost its target: the server crashed under it; a lower bound, and the command fails)
     ended: str
     speed: float | None  # the highest speed sustained (None: not even the lowest tried)
     bracket: tuple[float | None, float | None]
@@ -110,7 +121,12 @@ def search_speed(
         if not fits(step):
             ended = "budget"
             break
-        m = measure(step)
+        try:
+            m = measure(step)
+        except TargetLost as lost:
+            history.append(lost.measured)
+            ended = "target_lost"
+            break
         if m is None:
             ended = "stopped"
             break
@@ -119,7 +135,7 @@ def search_speed(
     x = b.stable_rps
     held = held_at(history, x, params.majority) if x is not None else None
     confirmed = held is not None and held.verdict == Verdict.STABLE
-    lower = x is not None and (b.unstable_rps is None or ended == "limit")
+    lower = x is not None and (b.unstable_rps is None or ended in ("limit", "target_lost"))
     return SearchOutcome(history, ended, x, (x, b.unstable_rps), confirmed, lower)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_NO_ANSWER, fail  # 4: no headroom (as find: no answer)
+from satpoint.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_ANSWER, fail
 from satpoint.payloads.mix import ModelMix
 from satpoint.traffic.trace_plan import TraceOptions
 
@@ -110,10 +110,13 @@ def refuse_for_trace(ctx: typer.Context, with_trace: bool) -> None:
 
 
 def headroom_exit(block: dict[str, object], stopped: bool) -> int:
-    """``find --trace``'s exit code: 130 stopped, ``EXIT_NO_ANSWER`` without a headroom (or when every
-    replay at the last speed was limited: a lower bound that says nothing of the server), else 0."""
+    """``find --trace``'s exit code: 130 stopped, 1 when a replay lost its target (as ``find``: the server
+    crashed under the load), ``EXIT_NO_ANSWER`` without a headroom (or when every replay at the last speed
+    was limited: a lower bound that says nothing of the server), else 0."""
     if stopped or block.get("ended") == "stopped":
         return EXIT_INTERRUPTED
+    if block.get("ended") == "target_lost":
+        return EXIT_FAILED
     return EXIT_NO_ANSWER if block.get("speed") is None or block.get("ended") == "limit" else 0
 
 

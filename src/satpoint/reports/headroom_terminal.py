@@ -31,7 +31,13 @@ def print_headroom(console: Console, h: dict[str, Any]) -> None:
             f"[bold red]no headroom found[/]: the trace was not sustained at any speed tried ({h.get('ended')})"
         )
         return
-    if h.get("lower_bound"):
+    if h.get("ended") == "target_lost":
+        at = next((r["speed"] for r in reversed(replays) if r.get("target_lost")), hi)
+        console.print(
+            f"[bold red]the server stopped answering under the replay at speed {at}[/]: no headroom is "
+            f"drawn from the speeds held before it (up to {x:.3f}); no replica count or per-replica target"
+        )
+    elif h.get("lower_bound"):
         why = {
             "limit": "the next speed was generator- or client-limited: those replays said nothing about the server",
             "max_speed": "the highest speed allowed was sustained",
