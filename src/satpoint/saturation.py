@@ -41,10 +41,10 @@ from satpoint.analysis.search import (
     SearchParams,
     Step,
     bracket,
-    bracketed_answer,
     budget_stop_line,
     confirm_rate,
     next_step,
+    published_answer,
 )
 from satpoint.analysis.search_summary import PROFILE_FRACTIONS, RECHECK_PURPOSE
 from satpoint.analysis.summary import segment_stage_metrics
@@ -273,14 +273,14 @@ def run_find(
         return histories
     profiled: float | None = None
     while opts.profile and not run.stop.is_set() and not run.target_gone():
-        # a search that did not bracket the capacity is a lower bound: never the answer, never profiled
-        answers = {k: b for k, h in histories.items() if (b := bracketed_answer(h)) is not None}
-        if not answers:
+        # a search that did not bracket the capacity is a lower bound: never the answer, never profiled (nor
+        # one the budget cut before its precision, unless it contradicts those that reached it)
+        chosen = published_answer(histories, params.precision)
+        if chosen is None:
             if any(bracket(h).stable_rps is not None for h in histories.values()):
                 run.log("no profile: no search bracketed the capacity, so the answer is a lower bound")
             break
-        k = min(answers, key=lambda i: answers[i])
-        sat = answers[k]
+        k, sat = chosen
         if sat == profiled:
             break
         profiled = sat
@@ -345,12 +345,12 @@ def run_flamegraph(
     if run.target_gone():
         not_recorded("the target stopped answering: no stage to record")
         return None
-    answers = [b for h in histories.values() if (b := bracketed_answer(h)) is not None]
-    if not answers:
+    chosen = published_answer(histories, run.opts.precision)
+    if chosen is None:
         not_recorded("no search bracketed the saturation point: there is no stage near it to record")
         return None
     opts, budget = run.opts, run.spend
-    stage = flamegraph_stage(opts, min(answers), run.latency_hint_s)
+    stage = flamegraph_stage(opts, chosen[1], run.latency_hint_s)
     need = opts.cooldown_s + budget.stage_cost([stage]) + FLAMEGRAPH_OVERHEAD_S
     if budget.left() < need:
         not_recorded(f"its stage needs about {need:.0f} s and {max(0.0, budget.left()):.0f} s of the budget is left")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from satpoint.analysis.holds import Budget
 from satpoint.analysis.hysteresis import HYSTERESIS_PURPOSE, OVERLOAD_FACTOR, hysteresis_stages
-from satpoint.analysis.search import Measured, bracket, bracketed_answer
+from satpoint.analysis.search import Measured, bracket, published_answer
 from satpoint.analysis.target_lost import stopped_answering_at
 from satpoint.config import FindOptions
 from satpoint.metrics.results import Segment
@@ -37,13 +37,13 @@ def run_hysteresis(run: SearchRun, histories: dict[int, list[Measured]]) -> Segm
         return None
     # a search that did not bracket the capacity is a lower bound: overloading from it starts far below the
     # capacity, and the "recovery" it measures is nothing of the server's
-    answers = [b for h in histories.values() if (b := bracketed_answer(h)) is not None]
-    if not answers:
+    chosen = published_answer(histories, run.opts.precision)  # find's answer (a coarse bracket is not)
+    if chosen is None:
         found = any(bracket(h).stable_rps is not None for h in histories.values())
         why = "no search bracketed the capacity (the answer is a lower bound)" if found else "no saturation point"
         run.log(f"no hysteresis sequence: {why}")
         return None
-    sat = min(answers)
+    sat = chosen[1]
     opts, budget = run.opts, run.spend
     stages = hysteresis_stages(opts, sat, run.latency_hint_s)
     cost = budget.stage_cost(stages)

@@ -3,8 +3,9 @@
 Every option that adds work grows the budget: ``--repeats N`` (each search must be able to bracket the
 capacity on its own, so each gets about what one typical search costs), the profile, ``--flamegraph``'s
 stage, ``--hysteresis``'s sequence and ``--baseline``'s hold.  Without ``--budget-s`` the budget is
-planned: ``FindOptions.budget_s`` (270 s: one search and its profile) plus one typical search per further
-repeat plus each extra.  With ``--budget-s`` (``FindOptions.budget_given``) a budget that cannot hold the
+planned: ``FindOptions.budget_s`` (270 s: one search and its profile, or what a typical search and its profile
+take when that is more) plus one typical search per further repeat plus each extra (never less than
+``need_s``).  With ``--budget-s`` (``FindOptions.budget_given``) a budget that cannot hold the
 work asked for is refused before the first stage, with the budget it needs (one search with no extra is
 never refused: it ends on its budget as before, its answer a lower bound when it did not bracket).
 
@@ -160,8 +161,11 @@ def plan_budget(
     plan = BudgetPlan(opts.budget_s, opts.budget_given, opts.repeats, search_s, profile_s, flame_s, hyst_s, hold_s)
     if opts.budget_given:
         return plan
-    # planned: budget_s holds one search and its profile; every further search and every extra comes on top
-    grown = opts.budget_s + (opts.repeats - 1) * search_s + plan.extras_s
-    if not plan.adds_work:
-        return plan  # one search and its profile: budget_s as it is
+    # planned: budget_s holds one search and its profile (or what a typical one and its profile take, when that
+    # is more: a planned budget never holds less than it was planned for, else the first search is cut before
+    # it confirms its answer); every further search and every extra comes on top
+    first = max(opts.budget_s, search_s + profile_s)
+    grown = first + (opts.repeats - 1) * search_s + plan.extras_s
+    if grown <= opts.budget_s:
+        return plan  # one search and its profile fit budget_s as it is
     return BudgetPlan(math.ceil(grown / 10) * 10, False, opts.repeats, search_s, profile_s, flame_s, hyst_s, hold_s)

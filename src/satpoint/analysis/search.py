@@ -235,6 +235,42 @@ def bracketed_answer(history: list[Measured], majority: bool = True) -> float | 
     return b.stable_rps
 
 
+def precise(b: Bracket, precision: float) -> bool:
+    """The bracket is as tight as asked (``ratio <= precision``)."""
+    return b.ratio is not None and b.ratio <= precision + 1e-9
+
+
+def counted(brackets: dict[int, Bracket], precision: float) -> list[int]:
+    """Which of several bracketed searches (``find --repeats``) the answer is the lowest of: those that reached
+    the precision.  A search cut before it did (its budget) holds a coarse bracket whose stable rate can lie
+    far below the capacity (stable 200, unstable 400 for a capacity of 300): it counts only when its unstable
+    rate lies at or below the lowest precise answer, which it then contradicts.  Without a precise search,
+    every one counts."""
+    fine = [k for k, b in brackets.items() if precise(b, precision)]
+    if not fine:
+        return sorted(brackets)
+    top = min(brackets[k].stable_rps or 0.0 for k in fine)
+    return sorted(k for k, b in brackets.items() if k in fine or (b.unstable_rps or 0.0) <= top * (1 + 1e-9))
+
+
+def published(brackets: dict[int, Bracket], precision: float) -> int | None:
+    """The search whose answer ``find`` publishes: the lowest of those ``counted`` (None: none bracketed)."""
+    keys = counted(brackets, precision)
+    return min(keys, key=lambda k: brackets[k].stable_rps or 0.0) if keys else None
+
+
+def published_answer(histories: dict[int, list[Measured]], precision: float) -> tuple[int, float] | None:
+    """(search, answer) that ``find`` publishes of the searches measured so far (``published``; None: none
+    bracketed the capacity, which a lower bound never is)."""
+    brackets = {k: bracket(h) for k, h in histories.items() if bracketed_answer(h) is not None}
+    k = published(brackets, precision)
+    if k is None:
+        return None
+    sat = brackets[k].stable_rps
+    assert sat is not None
+    return k, sat
+
+
 def next_step(history: list[Measured], params: SearchParams) -> Step | None:
     if not history:
         return Step(_clip(params.start_rps, params), "staircase", fresh=True)

@@ -15,7 +15,9 @@ from satpoint.analysis.search import (
     Step,
     bracket,
     confirm_rate,
+    counted,
     held_at,
+    published,
     replay,
 )
 from satpoint.analysis.verdicts import Verdict
@@ -132,6 +134,44 @@ def confirmation_holds(history: list[Measured]) -> tuple[int, int, int]:
     return len(targets), len(holds), sum(1 for m in holds if m.verdict != Verdict.STABLE)
 
 
+def _unfounded(
+    sat: float,
+    margin: float,
+    confirmation: dict[str, Any] | None,
+    profile: list[StageMetrics],
+    lost: dict[str, Any] | None,
+    results: Results,
+    stages: list[tuple[int, StageMetrics]],
+) -> str | None:
+    """Why no per-replica target may be recommended from the bracketed answer ``sat`` (None: it may): the
+    target stopped answering (a server that crashed), the per-replica target was never held from idle (the
+    confirmation was cut: budget, interruption, or the generator was the limit there), or a profile stage at
+    or below it was not stable and no measurement of that rate again from idle held."""
+    head = f"no recommendation, replica counts or Kubernetes manifests from the saturation point {sat:.1f} rps: "
+    if lost is not None:
+        return head + f"{lost.get('message', 'the target stopped answering')}; a server that crashed has no target"
+    if confirmation is not None and confirmation.get("verdict") != Verdict.STABLE:
+        seen = confirmation.get("verdict")
+        how = f"was {seen}" if seen else "was never held (budget or interruption)"
+        return head + (
+            f"the per-replica target {confirmation['rate_rps']:.1f} rps {how}, so nothing shows a replica holds it; "
+            "give the search the budget to confirm it"
+        )
+    cap = sat * (1 - margin)  # the per-replica target
+    purpose = {s.index: s.purpose for s in results.segments}
+    rechecked = [m for i, m in stages if purpose.get(i) == RECHECK_PURPOSE and not m.interrupted]
+    for m in profile:
+        if m.verdict == Verdict.STABLE or m.interrupted or m.target_rps > cap * (1 + 1e-9):
+            continue
+        again = [r for r in rechecked if abs(r.target_rps - m.target_rps) <= 1e-9 * m.target_rps]
+        if not (again and again[-1].verdict == Verdict.STABLE):
+            return head + (
+                f"the profile stage at {m.target_rps / sat:.0%} of it ({m.target_rps:.1f} rps, at or below the "
+                f"per-replica target) was {m.verdict} and was not held when measured again (or never was)"
+            )
+    return None
+
+
 def _step_dict(s: Step | None) -> dict[str, Any] | None:
     return None if s is None else {"rate_rps": round(s.rate_rps, 4), "phase": s.phase, "fresh": s.fresh}
 
@@ -190,8 +230,13 @@ def find_fields(
     # replica's capacity); a search that did not is a lower bound, never the answer of several; when none
     # did, the answer is the highest lower bound, and a lower bound it stays
     bracketed = [x for x in answered if x.brackets]
+    # ... of those that reached the precision: a bracket the budget left coarse is not the answer of several
+    # unless its unstable rate contradicts theirs (``search.counted``)
+    brackets = {i: x.bracket for i, x in enumerate(bracketed)}
+    coarse = [x for i, x in enumerate(bracketed) if i not in counted(brackets, params.precision)]
+    bracketed = [x for x in bracketed if x not in coarse]
     if bracketed:
-        chosen = min(bracketed, key=lambda x: x.answer or 0.0)
+        chosen = bracketed[published({i: x.bracket for i, x in enumerate(bracketed)}, params.precision) or 0]
     else:
         chosen = max(answered, key=lambda x: x.answer or 0.0) if answered else searches[-1]
     history, decisions = chosen.history, chosen.decisions
@@ -240,7 +285,9 @@ def find_fields(
     rec = None
     withheld: str | None = None
     if sat is not None and not lower_bound:
-        rec = recommend(sat, float(f.get("margin", 0.15)), f.get("peak_rps"), f.get("min_rps")).to_dict()
+        withheld = _unfounded(sat, float(f.get("margin", 0.15)), confirmation, profile, lost, results, stages)
+        if withheld is None:
+            rec = recommend(sat, float(f.get("margin", 0.15)), f.get("peak_rps"), f.get("min_rps")).to_dict()
     elif lower_bound:
         withheld = (
             f"no recommendation, replica counts or Kubernetes manifests: the saturation point ≥ {sat:.1f} rps is a "
@@ -257,6 +304,12 @@ def find_fields(
                     f"{why}): a lower bound, not an answer"
                     + (f"; the answer is the lowest of the {len(bracketed)} that did" if bracketed else "")
                 )
+        for x in coarse:
+            notes.append(
+                f"search {x.repeat + 1} of {len(searches)} stopped before the precision ({x.answer:.1f}-"
+                f"{x.bracket.unstable_rps:.1f} rps, wider than {params.precision:.0%}; budget or interruption): not "
+                "the answer, which is the lowest of those that reached it"
+            )
         ran = len({s.repeat for s in results.segments})
         if int(f.get("repeats", 1)) > ran:
             notes.append(f"only {ran} of the {f.get('repeats')} searches asked for ran (budget or interruption)")
