@@ -48,24 +48,40 @@ def diff(base: StageRows, new: StageRows, tol: float = 0.05, tail: float = 0.20)
                     [], "0", tail)  # fmt: skip
 
 
+def first_lag_below(x: F64, cut_at: float = 0.1, max_lag: int = 5000) -> int:
+    """The first lag at which the autocorrelation of ``x`` drops below ``cut_at`` (plain numpy, not the
+    module's own estimator)."""
+    e = x - x.mean()
+    f = np.fft.rfft(e, 2 * len(x))
+    acf = np.fft.irfft(f * np.conj(f))[: max_lag + 1]
+    below = np.flatnonzero(acf / acf[0] < cut_at)
+    return int(below[0]) if len(below) else max_lag
+
+
 def test_interval_coverage_on_an_mm1_at_rho_09() -> None:
-    """A/A pairs of an M/M/1 at rho = 0.9 (60 000 customers a side, correlated over hundreds of them): the
-    95 % interval of the change of p50, p90 and p99 holds "no change" in at least 90 % of the pairs.
-    (Blocks of about one second, as before, cover p99 in about 80 % here.)"""
+    """A/A pairs of an M/M/1 at rho = 0.9 with a 10 ms service time (90 rps; 60 000 customers a side,
+    correlated over hundreds of them): the 95 % interval of the change of p50, p90 and p99 holds "no change"
+    in at least 90 % of the pairs, each.  The blocks are longer than twice the lag where the rows'
+    autocorrelation drops below 0.1; blocks of one second (90 rows, the rule before issue 33) are shorter
+    than that and cover p99 in about 66 % of such pairs (benchmarks/RESULTS.md)."""
     rng = np.random.default_rng(2026)
     qs = (0.5, 0.9, 0.99)
+    rate = 90.0  # rows per second: one second is 90 rows
     covered: dict[float, list[bool]] = {q: [] for q in qs}
     for trial in range(60):
-        sides = [cut([mm1(60_000, 0.9, rng)], tails=qs) for _ in range(2)]
+        rows = [mm1(60_000, 0.9, rng) for _ in range(2)]
+        sides = [cut([r], tails=qs) for r in rows]
         assert all(b.count >= MIN_BLOCKS for b in sides)
+        if trial < 4:  # the block follows the correlation, which outlasts a second here
+            lag = first_lag_below(rows[0])
+            assert lag > rate and sides[0].lengths[0] >= 2 * lag, (lag, sides[0].lengths)
         for q in qs:
             b, n = (quantile_estimate(s, q, N_BOOT, 2 * trial + i) for i, s in enumerate(sides))
             c = change_of(b, n, absolute=False)
             covered[q].append(c.low <= 0 <= c.high)
     share = {q: float(np.mean(v)) for q, v in covered.items()}
     print("coverage", share)
-    assert np.mean([share[q] for q in qs]) >= 0.90, share
-    assert min(share.values()) >= 0.85, share
+    assert min(share.values()) >= 0.90, share
 
 
 def test_a_change_of_one_and_a_half_tolerances_is_found() -> None:

@@ -1,18 +1,25 @@
 """``satpoint diff``: did capacity or latency change between two results folders, beyond the noise?
 
 Pure functions of loaded results data (``summary.json`` recomputed from its rows, or ``sweep.json``).
-Every metric gets one verdict, ``regression``, ``improvement``, ``no_change`` or ``inconclusive``, from
-two *ranges* (one per side) and a *tolerance* (the change that matters), by the rule in
-``diff_verdict.judge``.  The ranges:
+Every metric gets one verdict, ``regression``, ``improvement``, ``no_change`` or ``inconclusive``, against
+a *tolerance* (the change that matters), by the rules in ``diff_verdict``:
 
-- **saturation point**: each search's bracket, from its answer (the highest stable rate) up to the next
-  rate it found unstable (the search's own resolution, as the sweep's tie rule counts it), over all
-  ``--repeats`` searches or a sweep point's measurements; a lower bound (the capacity was never reached)
-  is open upwards.
-- **at equal offered load** (latency, service time, error rate, throughput of the stages both sides ran
-  at the same rate; time to first chunk and gaps between chunks when both sides streamed): a block
-  bootstrap over one-second blocks (``diff_rows``).
+- **saturation point** (``diff_saturation``): for two finds, the figure ``find`` publishes (the lowest
+  search), its range from that answer up to the lowest rate any search found unstable, judged as search
+  brackets; a side that held no rate by the server's doing against one with an answer is a regression, a
+  target lost under load closes the range where it was lost, and a new side with fewer searches than the
+  base cannot clear it.  A sweep point: its measurements' brackets; a lower bound is open upwards.
+- **at equal offered load** (latency, service time, error rate, throughput of the search, profile and run
+  stages both sides ran within 0.1 % of the same rate; time to first chunk and gaps between chunks when both
+  sides streamed): the interval of the change new/base from a block bootstrap of both sides, blocks sized from
+  each stage's own autocorrelation (``diff_rows``, ``diff_bootstrap``), Holm-adjusted across the diff;
+  ``no_change`` only when the whole interval lies within the tolerance.
+- **what was not judged** (``diff_lost``): a new target lost under a load the base survived is a regression;
+  a rate a base run held stably that the new run never judged is inconclusive.
 - **a sweep's latency at ``--at-rps``**: the range of its measurements' figures.
+
+Two folders that measured different loads or judged their stages by different rules (``diff_config``) are
+refused before anything is judged.
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ data's own correlation.
 - **The change.** Both sides are resampled, independently; the change is judged on log(new/base) (on
   new − base for an absolute metric, the error rate) with the bootstrap's standard error of each side,
   widened for the number of blocks (their variance is estimated from few of them: Student's t with
-  the smaller side's blocks − 1 degrees of freedom, as for batch means).  It gives an interval at any level and a
-  p-value for "no change", which ``diff_verdict.holm`` adjusts across the metrics of one diff.
+  the smaller side's blocks − 1 degrees of freedom, as for batch means; for a quantile, fewer when its
+  block means are heavy-tailed, ``effective_df``: the rows beyond p99 come in a few busy periods a block).  It
+  gives an interval at any level and a p-value for "no change", which ``diff_verdict.holm`` adjusts across the
+  metrics of one diff.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ MIN_TAIL_ROWS = 10
 METHOD = (
     f"change new/base from a block bootstrap of both sides ({N_BOOT} resamples each; blocks sized from each "
     f"stage's own autocorrelation in arrival order, at least {MIN_BLOCKS}; quantiles by Woodruff's method; "
-    f"Student-t interval on the log ratio, {LEVEL:.0%}; Holm-adjusted across the diff's metrics)"
+    f"Student-t interval on the log ratio, {LEVEL:.0%}, its degrees of freedom from the blocks and, for a "
+    "quantile, their kurtosis; Holm-adjusted across the diff's metrics)"
 )
 
 
@@ -239,10 +242,32 @@ class Estimate:
     low: float
     high: float
     why_not: str = ""  # why there is no interval (too few rows or blocks), "" when there is one
+    kurtosis: float = 0.0  # the excess kurtosis of the block means behind ``se`` (``block_kurtosis``)
 
     @property
     def df(self) -> float:
-        return float(max(self.blocks, 2) - 1)
+        return effective_df(self.blocks, self.kurtosis)
+
+
+def block_kurtosis(blocks: Blocks) -> float:
+    """The excess kurtosis of ``blocks``' block means (at least 0; 0 with fewer than 4 blocks or no spread)."""
+    means = np.asarray([float(np.mean(v[b[k] : b[k + 1]])) for v, b in zip(blocks.stages, blocks.bounds, strict=True)
+                        for k in range(len(b) - 1) if b[k + 1] > b[k]])  # fmt: skip
+    if len(means) < 4:
+        return 0.0
+    m = means - means.mean()
+    m2 = float(np.mean(m**2))
+    return 0.0 if m2 <= 0 else max(0.0, float(np.mean(m**4)) / m2**2 - 3.0)
+
+
+def effective_df(blocks: int, kurtosis: float = 0.0) -> float:
+    """The degrees of freedom of a variance estimated from ``blocks`` block means whose excess kurtosis is
+    ``kurtosis``: the chi-square with the same relative variance, Var(s²)/σ⁴ = 2/(k − 1) + κ/k, so
+    2 / (2/(k − 1) + κ/k); k − 1 for normal block means.  A tail quantile's block means are heavy-tailed (the
+    rows beyond p99 come in a few busy periods a block), and k − 1 credited its interval with more stability
+    than it has (p99 coverage 0.87-0.89 for a nominal 0.95 on an M/M/1 at ρ = 0.9; 0.94 with this)."""
+    k = max(blocks, 2)
+    return max(1.0, min(k - 1.0, 2.0 / (2.0 / (k - 1) + max(kurtosis, 0.0) / k)))
 
 
 def _widen(draws: F64, blocks: int) -> float:
@@ -267,7 +292,8 @@ def quantile_estimate(blocks: Blocks, q: float, n_boot: int, seed: int, why_not:
         return Estimate(value, 0.0, 0, 0, longest, math.nan, math.nan, why_not or "no rows")
     below = Blocks([(v <= value).astype(np.float64) for v in blocks.stages], blocks.bounds, blocks.lengths)
     s = _widen(mean_draws(below, n_boot, seed), blocks.count)
-    t = _tq(max(blocks.count - 1, 1))
+    kurtosis = block_kurtosis(below)
+    t = _tq(effective_df(blocks.count, kurtosis))
     lo, hi = np.quantile(pooled, [max(q - s, 0.0), min(q + s, 1.0)])
     wlo, whi = np.quantile(pooled, [max(q - t * s, 0.0), min(q + t * s, 1.0)])
     if value > 0 and lo > 0:
@@ -276,7 +302,7 @@ def quantile_estimate(blocks: Blocks, q: float, n_boot: int, seed: int, why_not:
         se = math.log(hi / value)
     else:
         se = 0.0
-    return Estimate(value, se, blocks.count, blocks.rows, longest, float(wlo), float(whi), why_not)
+    return Estimate(value, se, blocks.count, blocks.rows, longest, float(wlo), float(whi), why_not, kurtosis)
 
 
 def mean_estimate(blocks: Blocks, n_boot: int, seed: int, log: bool, value: float | None = None,
