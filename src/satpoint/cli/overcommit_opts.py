@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from satpoint.cli.common import err_console, fail, guarded, interruptible
+from satpoint.cli.common import EXIT_FAILED, EXIT_OK, err_console, fail, guarded, interruptible
 from satpoint.endpoints.overcommit import LoadedSet, record_loaded
 from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
@@ -67,13 +67,22 @@ _STACKS: list[contextlib.ExitStack] = []
 
 
 def guarded_keeping(body: Callable[[], int], secrets: Sequence[str] = ()) -> None:
-    """``guarded(body)``, with the loaded sets ``keep_loaded`` records in it put back however it ends."""
-    with contextlib.ExitStack() as stack:
-        _STACKS.append(stack)
-        try:
-            guarded(body, secrets)
-        finally:
-            _STACKS.remove(stack)
+    """``guarded(body)``, with the loaded sets ``keep_loaded`` records in it put back however it ends; a
+    model that could not be put back fails a command that would have passed (exit 1): the job left the
+    server with fewer models loaded than it found."""
+    try:
+        with contextlib.ExitStack() as stack:
+            _STACKS.append(stack)
+            try:
+                guarded(body, secrets)
+            finally:
+                _STACKS.remove(stack)
+    except typer.Exit as done:
+        if done.exit_code == EXIT_OK and _NOT_BACK:
+            raise typer.Exit(EXIT_FAILED) from None
+        raise
+    finally:
+        _NOT_BACK.clear()
 
 
 def keep_loaded(target: Target, stack: contextlib.ExitStack | None = None) -> LoadedSet | None:
@@ -87,11 +96,24 @@ def keep_loaded(target: Target, stack: contextlib.ExitStack | None = None) -> Lo
     return kept
 
 
+#: the models ``_restore`` could not put back (the command then fails)
+_NOT_BACK: list[str] = []
+
+
 def _restore(kept: LoadedSet) -> None:
-    """Put the models back, a first Ctrl-C or SIGTERM meanwhile only noted (a second one aborts)."""
-    with interruptible():
-        done = kept.restore()
+    """Put the models back, a first Ctrl-C or SIGTERM meanwhile only noted (a second one aborts, and what
+    was not put back yet is named)."""
+    try:
+        with interruptible():
+            done = kept.restore()
+    except KeyboardInterrupt:
+        err_console.print(
+            "[bold red]--resident: stopped while putting the server's models back;[/] these were loaded "
+            f"before the run and may not be now: {', '.join(kept.loaded)}"
+        )
+        raise
     if done:
-        err_console.print(f"--resident: the server's models put back as they were ({', '.join(done)})")
+        err_console.print(f"--resident: the server's models put back ({', '.join(done)})")
     for error in kept.errors:
+        _NOT_BACK.append(error)
         err_console.print(f"[bold red]--resident: could not load a model back:[/] {error}")

@@ -9,6 +9,7 @@ from one segment to the next (a search's stages see the residency the previous o
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -22,6 +23,8 @@ from satpoint.transports.repository import RepositoryControl, loaded_models
 
 #: a load or unload may take this long (a large model, a slow disk)
 CONTROL_TIMEOUT_S = 300.0
+#: a model loaded back at the end must answer ready within this long after its load answered
+READY_WAIT_S = 10.0
 
 
 def _client(spec: Target) -> RepositoryControl:
@@ -108,10 +111,20 @@ class LoadedSet:
             try:
                 if not self.client.ready(name):
                     self.client.load(name)
+                    if not self._ready_within(name, READY_WAIT_S):  # the load answered; the model must serve
+                        raise RuntimeError(f"the load answered, but the model is not ready after {READY_WAIT_S:g} s")
                     done.append(f"load {name}")
             except Exception as e:
                 self.errors.append(f"load {name}: {e}")
         return done
+
+    def _ready_within(self, name: str, wait_s: float) -> bool:
+        end = time.monotonic() + wait_s
+        while not self.client.ready(name):
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.05)
+        return True
 
 
 def record_loaded(spec: Target) -> LoadedSet:
