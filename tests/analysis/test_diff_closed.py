@@ -148,3 +148,23 @@ def test_sweeps_judged_at_another_rate_are_refused_and_a_point_whose_server_died
     assert m.verdict == "regression" and "OOM killer" in m.text and out.verdict == "regression"
     # no measurement failed (none ran): nothing said about the server
     assert saturation(diff_folders(sweep(100.0, 300.0), sweep(100.0, None))).verdict == "inconclusive"
+
+
+def test_a_run_lost_far_below_where_the_base_lost_its_own_is_a_regression() -> None:
+    """The base crashed in its third stage (300 rps) after holding 100 and 200; the new version crashed in its
+    first (100 rps).  Both lost their target, so nothing judged it: the rates the base held were 'not judged'
+    (inconclusive) and the diff exited 0."""
+    lost3 = {"segment": 2, "stage": 3, "at_s": 3.0, "message": "the target stopped answering during stage 3"}
+    base_doc = {"kind": "run", "stages": [stage(0, 100.0), stage(1, 200.0), stage(2, 300.0, "incomplete")],
+                "target_lost": lost3}  # fmt: skip
+    base = Folder("b", "run", base_doc, {i: rows(r, i) for i, r in enumerate(RATES)}, dict.fromkeys(range(3), "run"))
+    lost1 = {"segment": 0, "stage": 1, "at_s": 3.0, "message": "the target stopped answering during stage 1"}
+    new_doc = {"kind": "run", "stages": [stage(0, 100.0, "incomplete")], "target_lost": lost1}
+    out = diff_folders(base, Folder("n", "run", new_doc, {0: rows(100.0, 10)}, {0: "run"}))
+    (alive,) = by_metric(out, "target_answering")
+    assert alive.verdict == "regression" and out.verdict == "regression" and out.regressed
+    # lost at the rate the base was lost at (or within the tolerance of it): nothing to say
+    same = {"kind": "run", "stages": [stage(0, 100.0), stage(1, 200.0), stage(2, 300.0, "incomplete")],
+            "target_lost": lost3}  # fmt: skip
+    new = Folder("n", "run", same, {i: rows(r, 20 + i) for i, r in enumerate(RATES)}, dict.fromkeys(range(3), "run"))
+    assert by_metric(diff_folders(base, new), "target_answering") == []

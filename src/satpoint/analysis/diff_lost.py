@@ -6,7 +6,8 @@ new version that crashed at its second stage (``target_lost``) is compared at it
 ``find`` that lost its target after its answer (in its latency profile) keeps a closed bracket.  So:
 
 - **target lost** (``lost_target_diff``): the new side lost its target (a crash, an OOM kill under load) and
-  the base did not.  A ``regression`` when the base ran a stage at that rate or above without losing its
+  the base did not, or did at a rate higher by more than the tolerance (then only the stages it ran before
+  its own loss count as survived).  A ``regression`` when the base ran a stage at that rate or above without losing its
   own (the new version dies where the old one lived), else ``inconclusive`` (the base never ran so high).
 - **a rate not judged** (``missing_rate_diffs``, run against run): a rate the base held stably at which
   the new run has no judged stage (interrupted, lost, or planned differently) is ``inconclusive``, never a
@@ -43,9 +44,18 @@ def lost_target_diff(
     ``base_stages``: the base's judged stages of every purpose (a stage survived is survived whatever it was
     for)."""
     lost = new.get("target_lost")
-    if not isinstance(lost, Mapping) or base.get("target_lost") is not None:
+    if not isinstance(lost, Mapping):
         return None
     rate = lost_at_rps(new)
+    base_lost = base.get("target_lost")
+    if base_lost is not None:
+        # the base lost its own too: judged only when the new side was lost at a lower rate than the base
+        # (beyond the tolerance), against the stages the base ran before it was lost
+        base_rate = lost_at_rps(base)
+        if rate is None or base_rate is None or rate >= base_rate * (1 - tolerance):
+            return None
+        k = int(base_lost.get("stage") or 0) - 1 if isinstance(base_lost, Mapping) else -1
+        base_stages = [s for i, s in enumerate(base_stages) if k < 0 or i < k]
     ran = [float(s["target_rps"]) for s in base_stages if s.get("verdict") not in (None, "", "incomplete")]
     message = str(lost.get("message") or "the target stopped answering")
     if rate is None:  # before the first stage, or between stages with none judged: any load the base ran
