@@ -168,3 +168,17 @@ def test_a_run_lost_far_below_where_the_base_lost_its_own_is_a_regression() -> N
             "target_lost": lost3}  # fmt: skip
     new = Folder("n", "run", same, {i: rows(r, 20 + i) for i, r in enumerate(RATES)}, dict.fromkeys(range(3), "run"))
     assert by_metric(diff_folders(base, new), "target_answering") == []
+
+
+def test_searches_find_did_not_count_do_not_make_the_lowest_of_one_clear_the_base() -> None:
+    """The new find ran three searches; the budget cut two of them coarse (200-400 rps, not counted: find
+    publishes the one precise search's 300).  Its figure is the lowest of one search, not of three: against
+    the base's lowest of three (280) it is no improvement, nor no_change."""
+    base = find_doc([(280, 294), (300, 315), (300, 315)])
+    new = find_doc([(300, 315), (200, 400), (200, 400)], saturation_rps=300, unstable_rps=315)
+    m = saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", new, {})))
+    assert m.verdict == "inconclusive" and "ran 1 search, the base 3" in m.text
+    # three searches counted on both sides: judged as before
+    same = find_doc([(300, 315), (300, 315), (290, 304.5)])
+    m = saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", same, {})))
+    assert m.verdict != "inconclusive"

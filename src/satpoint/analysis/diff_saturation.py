@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.diff_verdict import MetricDiff, Side, metric_diff
+from satpoint.analysis.search import Bracket, counted
 from satpoint.analysis.search_summary import SEARCH_PURPOSES
 from satpoint.analysis.sweep import LOWER_BOUND_TEXT, lower_bound_reasons
 
@@ -197,8 +198,19 @@ def failed_side_diff(m: MetricDiff, base_cause: str, new_cause: str) -> MetricDi
 
 
 def searches(summary: Mapping[str, Any]) -> int:
-    """How many searches a ``find`` ran (``--repeats``; 1 without)."""
-    return max(1, len((summary.get("search") or {}).get("repeats") or []))
+    """How many searches a ``find``'s published figure is the lowest of (1 without ``--repeats``): those that
+    bracketed the capacity and that ``find`` counted (``search.counted``: a bracket the budget left coarse
+    is not, unless it contradicts the precise ones).  Searches that ran but were not counted do not make the
+    lowest of the others any less lucky."""
+    reps = (summary.get("search") or {}).get("repeats") or []
+    brackets = {
+        i: Bracket(float(r["saturation_rps"]), float(r["unstable_rps"]))
+        for i, r in enumerate(reps)
+        if r.get("saturation_rps") is not None and r.get("unstable_rps") is not None and r.get("brackets", True)
+    }
+    if not reps or not brackets:
+        return max(1, len(reps))
+    return max(1, len(counted(brackets, float(summary.get("precision") or 0.05))))
 
 
 def fewer_searches_diff(m: MetricDiff, base: Mapping[str, Any], new: Mapping[str, Any]) -> MetricDiff:
