@@ -225,7 +225,9 @@ def find_headroom(
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "headroom.json").write_text(json.dumps(block, indent=2) + "\n")
     files: tuple[Path, ...] = ()
-    if emit_k8s is not None and x is not None and not outcome.lower_bound:
+    if block["sizing_withheld"]:
+        say(on_event, f"no replica count, per-replica target or manifests: {block['sizing_withheld']}", "warning")
+    if emit_k8s is not None and x is not None and block["replicas_for_peak"] is not None:
         rec_k8s = recommend(x * peak_min, margin, peak_rps=peak_min)
         files = tuple(write_k8s(Path(emit_k8s), target.model, rec_k8s))
         say(on_event, max_replicas_choice(rec_k8s)[1] + " (the trace's busiest minute)")

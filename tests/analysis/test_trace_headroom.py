@@ -179,3 +179,28 @@ def test_the_headroom_block_and_its_terminal_lines() -> None:
     assert f"headroom: X = {block['speed']:.3f}" in text and "confirmed" in text
     assert "100.0 rps in its busiest minute, 180 in its busiest second" in text
     assert "needs 1 replica(s)" in text and "12.00" in text
+
+
+def test_a_profile_replay_failing_below_the_per_replica_target_sizes_nothing() -> None:
+    """X = 4 was bracketed and confirmed, but the replay at 80 % of it (below the 85 % a replica is given)
+    saturated: the block still gave a capacity, a per-replica target and a replica count (and --emit-k8s
+    wrote manifests) for traffic a replica did not sustain."""
+    params = search_params(precision=0.05)
+    _, measure = server(4.0)
+    out = search_speed(measure, params)  # type: ignore[arg-type]
+    x = out.speed or 0
+    lat = [
+        latency_at(0.5, x * 0.5, [_stage(0, "stable", 5.0)]),
+        latency_at(0.8, x * 0.8, [_stage(0, "saturated", 90.0)]),
+        latency_at(1.0, x, [_stage(0, "stable", 12.0)]),
+    ]
+    block = headroom_block(out, params, 100.0, 180.0, 0.15, [], lat)
+    assert block["speed"] == pytest.approx(x, abs=1e-4) and not block["lower_bound"]
+    assert block["capacity_rps"] is None and block["target_rps_per_replica"] is None
+    assert block["replicas_for_peak"] is None and "80% of X" in block["sizing_withheld"]
+    buf = io.StringIO()
+    print_headroom(Console(file=buf, width=200), block)
+    assert "no replica count or per-replica target" in buf.getvalue()
+    # failing above the per-replica target (margin 0.15: the replay at 80 % is below it; margin 0.25 is not)
+    assert headroom_block(out, params, 100.0, 180.0, 0.25, [], lat)["replicas_for_peak"] == 1
+    assert headroom_block(out, params, 100.0, 180.0, 0.15, [], [lat[0], lat[2]])["sizing_withheld"] is None

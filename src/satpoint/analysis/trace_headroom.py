@@ -194,6 +194,21 @@ def latency_at(fraction: float, speed: float, stages: Sequence[dict[str, Any]]) 
     }
 
 
+def profile_failure(latency: Sequence[dict[str, Any]], margin: float) -> str | None:
+    """Why no replica may be sized from X: a profile replay at or below the per-replica target (a fraction of
+    X at most ``1 - margin``) that was not stable (an interrupted one, ``incomplete``, says nothing); None:
+    none failed."""
+    for row in latency:
+        frac, verdict = row.get("fraction"), row.get("verdict")
+        if frac is None or frac > 1 - margin + 1e-9 or verdict in (Verdict.STABLE, Verdict.INCOMPLETE):
+            continue
+        return (
+            f"the replay at {frac:.0%} of X (speed {row.get('speed')}, at or below the per-replica target) was "
+            f"{verdict}: a replica was not shown to sustain the traffic it would be given"
+        )
+    return None
+
+
 def headroom_block(
     outcome: SearchOutcome,
     params: SearchParams,
@@ -203,10 +218,14 @@ def headroom_block(
     replays: list[dict[str, Any]],
     latency: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """``summary.json``'s ``trace_headroom`` block."""
+    """``summary.json``'s ``trace_headroom`` block.  Nothing is sized (no capacity, per-replica target or
+    replica count: ``sizing_withheld`` says why) from a lower bound, nor when a profile replay at or below
+    the per-replica target (``1 - margin`` of X) was not sustained: the trace played slower than a replica
+    is to be given failed there."""
     x = outcome.speed
     lo, hi = outcome.bracket
-    sized = None if outcome.lower_bound else x  # a lower bound sizes nothing
+    withheld = profile_failure(latency, margin)
+    sized = None if outcome.lower_bound or withheld else x  # a lower bound sizes nothing
     return {
         "speed": None if x is None else round(x, 4),
         "bracket": [None if lo is None else round(lo, 4), None if hi is None else round(hi, 4)],
@@ -220,6 +239,7 @@ def headroom_block(
         "margin": margin,
         "target_rps_per_replica": None if sized is None else round(sized * peak_min * (1 - margin), 3),
         "replicas_for_peak": None if sized is None else replicas_for_peak(sized, margin),
+        "sizing_withheld": withheld if x is not None and not outcome.lower_bound else None,
         "replays": replays,
         "latency_at": latency,
     }

@@ -59,6 +59,8 @@ def print_headroom(console: Console, h: dict[str, Any]) -> None:
     )
     if h.get("source_note"):
         console.print(f"[yellow]{h['source_note']}[/]")
+    if h.get("sizing_withheld"):
+        console.print(f"[bold yellow]no replica count or per-replica target[/]: {h['sizing_withheld']}")
     if h.get("capacity_rps") is None:
         return
     console.print(
