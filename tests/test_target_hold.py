@@ -25,6 +25,7 @@ class StubSession:
         self.said: list[str] = []
         self.on_event = lambda e: self.said.append(getattr(e, "text", str(e)))
         self.results = SimpleNamespace(header={}, segments=[])
+        self.out_dir = "out"
         self.measured: list[dict[str, Any]] = []
         self.fail = fail
 
@@ -38,6 +39,7 @@ class StubSession:
 @pytest.fixture
 def idle(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float | None]]:
     waits: list[tuple[float, float | None]] = []
+    monkeypatch.setattr(target_hold, "write_header", lambda _out, _results: None, raising=False)
 
     def wait(_target: object, min_s: float, svc: float | None, **_: object) -> float:
         waits.append((min_s, svc))
@@ -70,6 +72,9 @@ def test_not_held_when_the_search_was_stopped_or_the_target_went_away(idle: list
     gone = StubSession(fail=TargetUnreachable("refused"))
     assert target_hold.hold_from_idle(gone, FindOptions(), 100.0) is None  # type: ignore[arg-type]
     assert any("stopped answering" in s for s in gone.said)
+    # recorded as a target lost (summary.json's target_lost): the folder no longer reads as a search that
+    # answered and recommended, with no hold to judge (diff's no_change, exit 0)
+    assert gone.results.header[HEADER_KEY]["error"] == "refused"
 
 
 def test_not_held_when_the_target_died_under_the_last_stage(

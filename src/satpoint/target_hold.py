@@ -17,7 +17,7 @@ from satpoint.analysis.holds import cooldown_max_s, stage_hold
 from satpoint.analysis.target_lost import HEADER_KEY, stopped_answering_at
 from satpoint.config import FindOptions
 from satpoint.endpoints.prepare import wait_until_idle
-from satpoint.metrics.results import Segment
+from satpoint.metrics.results import Segment, write_header
 from satpoint.plan import Stage
 from satpoint.progress import say
 from satpoint.session import LOST_ERRORS, Session
@@ -63,5 +63,12 @@ def hold_from_idle(session: Session, opts: FindOptions, rate_rps: float, stage: 
             return None
         return session.measure([stage], purpose=TARGET_HOLD_PURPOSE, start_rps=0.0, title="baseline target")
     except LOST_ERRORS as e:
+        # recorded as the search records a target lost between stages: nothing in the rows may show it, and a
+        # server that died here has no target to recommend, nor a pass to give
+        session.results.header[HEADER_KEY] = {
+            "when": "before the baseline's target",
+            "error": str(e) or type(e).__name__,
+        }
+        write_header(session.out_dir, session.results)
         say(session.on_event, f"the baseline's target was not held: the target stopped answering ({e})")
         return None
