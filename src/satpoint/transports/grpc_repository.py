@@ -39,25 +39,23 @@ from typing import Any
 
 import grpc
 
-from satpoint.errors import ModelNotFound, SatpointError, TargetUnreachable
+from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.redact import redact_url
 from satpoint.transports import grpc_control
 from satpoint.transports.grpc_control import GrpcTarget
 from satpoint.transports.grpc_proto import message
 from satpoint.transports.repository import (
+    NOT_IN_REPOSITORY,
     ModelState,
     RepositoryError,
     RepositoryRefused,
-    RepositoryTimeout,
     parse_index,
+    repository_error,
+    timed_out,
     wait_absent,
 )
 from satpoint.transports.tls import TlsOptions
 
-#: Triton outside explicit mode (none or poll): the core's words (gRPC UNAVAILABLE)
-_NOT_EXPLICIT = "explicit model load / unload is not allowed"
-#: Triton (explicit mode) asked to load a model its repository does not hold
-_NOT_IN_REPOSITORY = "failed to poll from model repository"
 #: Triton's restricted gRPC protocols (UNAVAILABLE), and the REST words a proxy may pass on
 _RESTRICTED = ("is restricted, expecting header", "this api is restricted")
 #: the prefix Triton expects on a restricted protocol's header over gRPC
@@ -72,26 +70,25 @@ def classify_grpc(op: str, model: str | None, url: str, code: str, details: str)
     client's (it knows the timeout)."""
     if code == "OK":
         return None
-    where = redact_url(url)
     low = details.lower()
-    what = f"{op} of {model!r}" if model else op
-    if _NOT_EXPLICIT in low:
-        return RepositoryRefused(
-            f"{where} refuses the {what}: Triton's model control mode is not explicit ({details}); start it with "
-            "--model-control-mode=explicit"
-        )
-    if code in ("PERMISSION_DENIED", "UNAUTHENTICATED") or any(r in low for r in _RESTRICTED):
-        return RepositoryRefused(
-            f"{where} restricts the repository API (gRPC {code}: {details}); give its access header with --header "
-            f"(PyTriton over gRPC: {GRPC_HEADER_PREFIX}triton-access-token: TOKEN)"
-        )
+    other: SatpointError | None = None
     if code == "UNIMPLEMENTED":
-        return RepositoryRefused(f"{where} has no repository API ({_METHODS.get(op, op)}: gRPC UNIMPLEMENTED)")
-    if code == "UNAVAILABLE":
-        return TargetUnreachable(f"gRPC {_METHODS.get(op, op)} at {where} failed: UNAVAILABLE: {details}")
-    if model is not None and (code == "NOT_FOUND" or _NOT_IN_REPOSITORY in low):
-        return ModelNotFound(f"{where}: the {what} failed: model not found in its repository (gRPC {code}: {details})")
-    return RepositoryError(f"{where}: the {what} failed: gRPC {code}: {details}")
+        other = RepositoryRefused(
+            f"{redact_url(url)} has no repository API ({_METHODS.get(op, op)}: gRPC UNIMPLEMENTED)"
+        )
+    elif code == "UNAVAILABLE":
+        other = TargetUnreachable(f"gRPC {_METHODS.get(op, op)} at {redact_url(url)} failed: UNAVAILABLE: {details}")
+    return repository_error(
+        op,
+        model,
+        url,
+        details,
+        f"gRPC {code}: {details}",
+        restricted=code in ("PERMISSION_DENIED", "UNAUTHENTICATED") or any(r in low for r in _RESTRICTED),
+        missing=model is not None and (code == "NOT_FOUND" or NOT_IN_REPOSITORY in low),
+        hint=f"PyTriton over gRPC: {GRPC_HEADER_PREFIX}triton-access-token: TOKEN",
+        other=other,
+    )
 
 
 def load_parameters(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -145,10 +142,7 @@ class GrpcRepositoryClient:
             code = e.code().name if hasattr(e, "code") and e.code() is not None else "UNKNOWN"
             details = (e.details() if hasattr(e, "details") else None) or str(e)
             if code == "DEADLINE_EXCEEDED":
-                what = f"{op} of {model!r}" if model else op
-                raise RepositoryTimeout(
-                    f"{redact_url(self.base_url)}: the {what} got no answer within {self.timeout_s:g} s"
-                ) from None
+                raise timed_out(self.base_url, op, model, self.timeout_s) from None
             error = classify_grpc(op, model, self.base_url, code, details)
             raise (error or RepositoryError(details)) from None
 

@@ -46,10 +46,10 @@ class RepositoryTimeout(RepositoryError):
     """A repository call got no answer within its timeout."""
 
 
-#: Triton outside explicit mode (none or poll): the core's words (HTTP 503)
-_NOT_EXPLICIT = "explicit model load / unload is not allowed"
+#: Triton outside explicit mode (none or poll): the core's words (HTTP 503, gRPC UNAVAILABLE)
+NOT_EXPLICIT = "explicit model load / unload is not allowed"
 #: Triton (explicit mode) asked to load a model its repository does not hold
-_NOT_IN_REPOSITORY = "failed to poll from model repository"
+NOT_IN_REPOSITORY = "failed to poll from model repository"
 #: PyTriton's access restriction (HTTP 403)
 _RESTRICTED = "this api is restricted"
 
@@ -94,29 +94,70 @@ def _error_text(doc: Any) -> str:
     return "" if doc is None else str(doc)[:300]
 
 
+def call_name(op: str, model: str | None) -> str:
+    """How an error names the call: ``load of 'm'``, ``repository index``."""
+    return f"{op} of {model!r}" if model else op
+
+
+def repository_error(
+    op: str,
+    model: str | None,
+    url: str,
+    text: str,
+    said: str,
+    *,
+    restricted: bool,
+    missing: bool,
+    hint: str,
+    other: SatpointError | None = None,
+) -> SatpointError:
+    """The error of a failed repository call, over either protocol: ``text`` is the server's words,
+    ``said`` its answer as the protocol gives it (``HTTP 404: ...``, ``gRPC NOT_FOUND: ...``);
+    ``restricted`` and ``missing`` what the protocol's status says (an access restriction, a model the
+    repository lacks), ``hint`` how to give the access header, ``other`` the protocol's own verdict
+    before a missing model (no repository API ...)."""
+    where = redact_url(url)
+    what = call_name(op, model)
+    if NOT_EXPLICIT in text.lower():
+        return RepositoryRefused(
+            f"{where} refuses the {what}: Triton's model control mode is not explicit ({text}); start it with "
+            "--model-control-mode=explicit"
+        )
+    if restricted:
+        return RepositoryRefused(
+            f"{where} restricts the repository API ({said}); give its access header with --header ({hint})"
+        )
+    if other is not None:
+        return other
+    if missing:
+        return ModelNotFound(f"{where}: the {what} failed: model not found in its repository ({said})")
+    return RepositoryError(f"{where}: the {what} failed: {said}")
+
+
+def timed_out(url: str, op: str, model: str | None, timeout_s: float) -> RepositoryTimeout:
+    return RepositoryTimeout(f"{redact_url(url)}: the {call_name(op, model)} got no answer within {timeout_s:g} s")
+
+
 def classify(op: str, model: str | None, url: str, status: int, doc: Any) -> SatpointError | None:
     """The error for a repository call's answer (None: success).  Pure: the tests feed it answers."""
     if 200 <= status < 300:
         return None
     text = _error_text(doc)
-    where = redact_url(url)
     low = text.lower()
-    what = f"{op} of {model!r}" if model else op
-    if _NOT_EXPLICIT in low:
-        return RepositoryRefused(
-            f"{where} refuses the {what}: Triton's model control mode is not explicit ({text}); start it with "
-            "--model-control-mode=explicit"
-        )
-    if status == 403 or _RESTRICTED in low:
-        return RepositoryRefused(
-            f"{where} restricts the repository API (HTTP {status}: {text}); give its access header with --header "
-            "(PyTriton: triton-access-token: TOKEN)"
-        )
-    if model is None and status in (404, 405):
-        return RepositoryRefused(f"{where} has no repository API (POST /v2/repository/index: HTTP {status})")
-    if status == 404 or _NOT_IN_REPOSITORY in low:
-        return ModelNotFound(f"{where}: the {what} failed: model not found in its repository (HTTP {status}: {text})")
-    return RepositoryError(f"{where}: the {what} failed: HTTP {status}: {text}")
+    no_api = model is None and status in (404, 405)
+    return repository_error(
+        op,
+        model,
+        url,
+        text,
+        f"HTTP {status}: {text}",
+        restricted=status == 403 or _RESTRICTED in low,
+        missing=status == 404 or NOT_IN_REPOSITORY in low,
+        hint="PyTriton: triton-access-token: TOKEN",
+        other=RepositoryRefused(f"{redact_url(url)} has no repository API (POST /v2/repository/index: HTTP {status})")
+        if no_api
+        else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -140,10 +181,7 @@ class RepositoryClient:
             )
         except TargetUnreachable as e:
             if "timed out" in str(e).lower():
-                what = f"{op} of {model!r}" if model else op
-                raise RepositoryTimeout(
-                    f"{redact_url(url)}: the {what} got no answer within {self.timeout_s:g} s"
-                ) from None
+                raise timed_out(url, op, model, self.timeout_s) from None
             raise
         error = classify(op, model, url, status, answer)
         if error is not None:
