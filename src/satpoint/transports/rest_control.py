@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from satpoint.errors import ModelNotFound, TargetUnreachable
 from satpoint.redact import redact_url
+from satpoint.transports.control_call import Inference
 from satpoint.transports.tls import TlsOptions, explain_tls_error
 
 
@@ -92,6 +94,11 @@ def _request(
         raise TargetUnreachable(f"cannot reach {redact_url(url)}: {reason}") from None
     except http.client.HTTPException as e:  # a response cut short (IncompleteRead) or not HTTP (BadStatusLine)
         raise TargetUnreachable(f"{redact_url(url)} answered with a broken response: {e!r}") from None
+
+
+def server_live(base_url: str, headers: Sequence[tuple[str, str]] = (), *, tls: TlsOptions | None = None) -> bool:
+    status, _ = _request(endpoint_url(base_url, "/v2/health/live"), headers=headers, tls=tls)
+    return status == 200
 
 
 def server_ready(base_url: str, headers: Sequence[tuple[str, str]] = (), *, tls: TlsOptions | None = None) -> bool:
@@ -192,3 +199,56 @@ def call_json(
     except ValueError:
         parsed = None
     return status, parsed
+
+
+def timed_infers(
+    base_url: str,
+    call: Inference,
+    count: int,
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    tls: TlsOptions | None = None,
+    give_up_after_s: float | None = None,
+) -> list[float]:
+    """Seconds each of ``count`` sequential successful inferences took over one kept-alive connection,
+    after one that opens it and is not counted: the answers on a connection already open (what the load
+    sees), or, when the server closes every connection, the answers that opened theirs.  Requests slower
+    than ``call.timeout_s`` count as failed; after ``give_up_after_s``, three answers are enough.  Empty when
+    the connection cannot be set up."""
+    parts = urlsplit(endpoint_url(base_url, model_path(call.model, call.version) + "/infer"))
+    timeout_s = call.timeout_s
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    sent = dict(headers)
+    sent["Content-Type"] = "application/json"
+    conn: http.client.HTTPConnection
+    try:
+        if parts.scheme == "https":
+            context = (tls or TlsOptions()).context()
+            conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout_s, context=context)
+        else:
+            conn = http.client.HTTPConnection(parts.netloc, timeout=timeout_s)
+    except (OSError, ssl.SSLError):
+        return []
+    warm: list[float] = []  # answers on a connection already open: what the load sees
+    cold: list[float] = []  # answers that opened their connection (only these when the server closes each one)
+    t0 = time.perf_counter()
+    try:
+        for _ in range(count + 1):
+            t = time.perf_counter()
+            if give_up_after_s is not None and len(warm) + len(cold) > 3 and t - t0 > give_up_after_s:
+                break
+            reused = conn.sock is not None
+            try:
+                conn.request("POST", path, call.body, sent)
+                resp = conn.getresponse()
+                resp.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()  # reopened by the next request; this one is not counted
+                continue
+            if resp.status == 200:
+                (warm if reused else cold).append(time.perf_counter() - t)
+            if resp.will_close:
+                conn.close()
+    finally:
+        conn.close()
+    return warm or cold
