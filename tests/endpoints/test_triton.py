@@ -13,6 +13,7 @@ import pytest
 from satpoint.endpoints import triton
 from satpoint.errors import ConfigError
 from satpoint.payloads.binary import encode_binary_body
+from satpoint.transports import rest_control
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "triton"
 
@@ -115,7 +116,7 @@ def test_knobs_are_not_tried_on_a_triton_without_the_repository_api(monkeypatch:
         calls.append(path)
         return (200, v2) if path == "/v2" else (200, recorded("model_config.json"))
 
-    monkeypatch.setattr(triton.rest_control, "call_json", call_json)
+    monkeypatch.setattr(rest_control, "call_json", call_json)
     with pytest.raises(ConfigError, match="does not offer the model repository API"):
         triton.apply_knobs("http://triton:8000", "iris", {"max_batch_size": 4})
     assert not any("repository" in c for c in calls)  # nothing was loaded

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Self
 
@@ -11,10 +10,11 @@ from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
-from satpoint.transports import grpc_control
 from satpoint.transports.base import TransportFactory
+from satpoint.transports.control_call import Inference
+from satpoint.transports.control_grpc import GrpcControl
 from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
-from satpoint.transports.grpc_control import GrpcTarget
+from satpoint.transports.grpc_control import GrpcTarget, parse_target
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class GrpcFactoryBuilder:
     #: streamed answers (``ModelStreamInfer``, ``transports.grpc_stream``) and how its messages decode
     stream: bool = False
     decoder: str = "mlserver"
+    #: the target's control client, the pre-flight's (its probes); None: one built from ``target``
+    control: GrpcControl | None = field(default=None, repr=False, compare=False)
 
     def with_max_inflight(self, max_inflight: int) -> Self:
         """The same recipe with another in-flight cap (each generator process gets its share)."""
@@ -67,40 +69,39 @@ class GrpcFactoryBuilder:
         """Median of ``count`` sequential ModelInfer calls over one channel, after one that opens it (streams:
         of ``count`` whole ``ModelStreamInfer`` streams, each on a connection of its own: a decoupled Triton
         model refuses ModelInfer)."""
+        control = self.control if self.control is not None else GrpcControl.of(self.target, self.metadata)
         if self.stream:
-            times = sorted(t for t in (self._stream_s() for _ in range(count)) if t is not None)
+            times = sorted(t for t in (self._stream_s(control) for _ in range(count)) if t is not None)
             return times[len(times) // 2] if times else None
-        times = sorted(grpc_control.timed_infers(self.target, self.messages[0], count, self.metadata))
+        times = sorted(control.timed_infers(Inference(self.messages[0], ""), count))
         return times[len(times) // 2] if times else None
 
-    def _stream_s(self) -> float | None:
+    def _stream_s(self, control: GrpcControl) -> float | None:
         from satpoint.metrics.records import Outcome
-        from satpoint.transports.grpc_stream import stream_once
 
-        answer = stream_once(
-            self.target.host,
-            self.target.port,
-            self.messages[0],
-            decoder="triton" if self.decoder == "triton" else "mlserver",
-            metadata=self.metadata,
-            ssl=self.target.ssl_context(),
-            server_hostname=self.target.server_name,
-        )
+        answer = control.stream_one(self.messages[0], "triton" if self.decoder == "triton" else "mlserver")
         return answer.done_s if answer.outcome == Outcome.OK else None
 
 
 def prepare_grpc(
-    spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0, connections: int | None = None
+    spec: Target,
+    max_inflight: int,
+    payload_count: int = 8,
+    seed: int = 0,
+    connections: int | None = None,
+    control: GrpcControl | None = None,
 ) -> PreparedTarget:
     """Check a gRPC target, build and serialize the requests once, and try one before the test;
-    ``connections`` fixes the number of HTTP/2 connections (None: automatic)."""
-    target = grpc_control.parse_target(spec.url, options=spec.tls_options())
+    ``connections`` fixes the number of HTTP/2 connections (None: automatic).  Every control call through
+    ``control`` (the target's client, kept in the prepared target and its recipe for the probes)."""
+    target = parse_target(spec.url, options=spec.tls_options())
     headers = spec.wire_headers
-    if not grpc_control.server_ready(target, headers):
+    client = control if control is not None else GrpcControl(spec.url, headers, spec.tls_options())
+    if not client.ready():
         raise TargetUnreachable(
             f"{redact_url(spec.url)} does not answer or is not ready (ServerReady failed or is false)"
         )
-    meta = grpc_control.model_metadata(target, spec.model, spec.version, headers)
+    meta = client.metadata(spec.model, spec.version)
     docs = (
         from_file(spec.payload_file)
         if spec.payload_file is not None
@@ -108,12 +109,12 @@ def prepare_grpc(
     )
     messages = tuple(encode_infer_request(d, spec.model, spec.version, raw=spec.grpc_raw) for d in docs)
     stream = bool(getattr(spec, "stream", False))
-    decoder = stream_decoder(target, headers) if stream else "mlserver"
+    decoder = stream_decoder(client) if stream else "mlserver"
     if stream:
-        took_s = _test_stream(spec, target, messages[0], decoder, headers)
+        took_s = _test_stream(spec, client, messages[0], decoder)
     else:
         t0 = time.perf_counter()
-        code, status, _ = grpc_control.infer_once(target, messages[0], headers)
+        code, status, _ = client.infer_one(Inference(messages[0], spec.model, spec.version))
         took_s = time.perf_counter() - t0
         if code != 0:
             raise PayloadError(f"a test request to {spec.model} failed before the run: gRPC {status}")
@@ -129,35 +130,25 @@ def prepare_grpc(
             connections=connections,
             stream=stream,
             decoder=decoder,
+            control=client,
         ),
         payload_bytes=len(messages[0]),
         latency_hint_s=took_s,
+        control=client,
     )
 
 
-def stream_decoder(target: GrpcTarget, headers: Sequence[tuple[str, str]] = ()) -> str:
+def stream_decoder(client: GrpcControl) -> str:
     """How the server's ``ModelStreamInfer`` messages decode: ``triton`` (``ModelStreamInferResponse``) when
     its ServerMetadata names Triton, else ``mlserver`` (a bare ``ModelInferResponse``: MLServer, Seldon Core 2)."""
-    name = str(grpc_control.server_metadata(target, headers).get("name", ""))
+    name = str((client.server_metadata() or {}).get("name", ""))
     return "triton" if "triton" in name.lower() else "mlserver"
 
 
-def _test_stream(
-    spec: Target, target: GrpcTarget, message: bytes, decoder: str, headers: Sequence[tuple[str, str]]
-) -> float:
+def _test_stream(spec: Target, client: GrpcControl, message: bytes, decoder: str) -> float:
     """One ``ModelStreamInfer`` before the run, on the hot path's own client: it must end OK with at least one
     chunk; returns how long it took (seconds)."""
-    from satpoint.transports.grpc_stream import stream_once
-
-    answer = stream_once(
-        target.host,
-        target.port,
-        message,
-        decoder="triton" if decoder == "triton" else "mlserver",
-        metadata=tuple(normalize_metadata(headers)),
-        ssl=target.ssl_context(),
-        server_hostname=target.server_name,
-    )
+    answer = client.stream_one(message, "triton" if decoder == "triton" else "mlserver")
     if answer.outcome != 0 or answer.chunks < 1:
         what = f"{answer.outcome.name.lower()} (status {answer.status})" if answer.outcome != 0 else "no chunk"
         raise PayloadError(

@@ -19,23 +19,24 @@ from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError, ModelNotFound, PayloadError, SatpointError, TargetUnreachable
 from satpoint.payloads.mix import ModelMix, ResolvedMix, mix_weights, natural_order
 from satpoint.redact import redact_url
-from satpoint.transports import rest_control
+from satpoint.transports.control import control_for
+from satpoint.transports.control_grpc import GrpcControl
+from satpoint.transports.control_rest import RestControl
 
 #: prepares one model (``prepare``'s single-model path)
 PrepareOne = Callable[[Target], PreparedTarget]
 
 
-def ready_models(spec: Target) -> list[str]:
-    """Every READY model of the server's repository index (natural name order); a clear error when the
-    server has no index, or no model in it is ready."""
-    if spec.protocol != "rest":
+def ready_models(spec: Target, control: RestControl | GrpcControl | None = None) -> list[str]:
+    """Every READY model of the server's repository index (natural name order), asked through ``control``
+    (the target's client); a clear error when the server has no index, or no model in it is ready."""
+    client = control if control is not None else control_for(spec)
+    if not isinstance(client, RestControl):
         raise ConfigError(
             "--models-from-server reads the REST repository index; over gRPC, name the models (--model, repeated)"
         )
-    base = spec.url.rstrip("/")
-    status, doc = rest_control.call_json(
-        base, "/v2/repository/index", {}, spec.wire_headers, timeout_s=30.0, tls=spec.tls_options()
-    )
+    base = client.base_url
+    status, doc = client.call_json("/v2/repository/index", {}, timeout_s=30.0)
     if status != 200 or not isinstance(doc, list):
         raise TargetUnreachable(
             f"{redact_url(base)} has no repository index (POST /v2/repository/index answered HTTP {status}): "
@@ -52,14 +53,18 @@ def ready_models(spec: Target) -> list[str]:
     return natural_order(ready)
 
 
-def prepare_mix(spec: Target, prepare_one: PrepareOne) -> PreparedTarget:
-    """Prepare every model of ``spec.mix`` and join them into one target (``PreparedTarget.mix`` set)."""
+def prepare_mix(
+    spec: Target, prepare_one: PrepareOne, control: RestControl | GrpcControl | None = None
+) -> PreparedTarget:
+    """Prepare every model of ``spec.mix`` and join them into one target (``PreparedTarget.mix`` set); the
+    control calls (the index, ``--resident``'s loads) through ``control``, the target's client."""
     assert spec.mix is not None
     mix: ModelMix = spec.mix.validate()
-    names = ready_models(spec) if mix.from_server else list(mix.models)
+    client = control if control is not None else control_for(spec)
+    names = ready_models(spec, client) if mix.from_server else list(mix.models)
     weights = mix_weights(mix.weights, names)
     if mix.resident is not None:  # models a previous run left unloaded are loaded to be prepared
-        prepare_one = loading(spec, prepare_one, names, weights, mix.resident)
+        prepare_one = loading(client, prepare_one, names, weights, mix.resident)
     parts: list[PreparedTarget] = []
     for name in names:
         try:
@@ -83,6 +88,7 @@ def prepare_mix(spec: Target, prepare_one: PrepareOne) -> PreparedTarget:
         latency_hint_s=max((p.latency_hint_s for p in parts if p.latency_hint_s is not None), default=None),
         triton=first.triton,
         mix=ResolvedMix(tuple(names), weights, mix.weights, per_model, mix.from_server),
+        control=client,
     )
     return joined if mix.resident is None else with_resident(joined, mix.resident)
 

@@ -18,11 +18,12 @@ import numpy as np
 from satpoint.endpoints.repository import repository_client
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
+from satpoint.transports.control import REPOSITORY_TIMEOUT_S
 from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
 from satpoint.transports.repository import RepositoryControl, loaded_models
 
 #: a load or unload may take this long (a large model, a slow disk)
-CONTROL_TIMEOUT_S = 300.0
+CONTROL_TIMEOUT_S = REPOSITORY_TIMEOUT_S
 #: a model loaded back at the end must answer ready within this long after its load answered
 READY_WAIT_S = 10.0
 
@@ -38,7 +39,7 @@ def _first_k(weights: Sequence[float], k: int) -> tuple[int, ...]:
 
 
 def loading(
-    spec: Target,
+    client: RepositoryControl,
     prepare_one: Callable[[Target], PreparedTarget],
     names: Sequence[str],
     weights: Sequence[float],
@@ -46,8 +47,8 @@ def loading(
 ) -> Callable[[Target], PreparedTarget]:
     """``prepare_one`` for a mix with at most ``resident`` models loaded: a model that is not loaded (a
     previous run evicted it) is loaded to be prepared (its metadata, a test request), then unloaded again
-    unless it is one of the ``resident`` most popular; so no more than ``resident`` + 1 are ever loaded."""
-    client = _client(spec)
+    unless it is one of the ``resident`` most popular; so no more than ``resident`` + 1 are ever loaded.
+    ``client``: the target's control client (``transports.control``)."""
     keep = {names[i] for i in _first_k(weights, min(resident, len(names)))}
 
     def prepare_loaded(one: Target) -> PreparedTarget:
@@ -73,7 +74,7 @@ def with_resident(prepared: PreparedTarget, resident: int) -> PreparedTarget:
     names = mix.names
     k = min(resident, len(names))
     initial = _first_k(mix.weights, k)
-    client = _client(spec)
+    client = prepared.control if prepared.control is not None else _client(spec)
     settle(client, names, initial)
     payload_model = tuple(i // mix.per_model for i in range(len(prepared.payload_docs)))
     cap = getattr(prepared.builder, "max_inflight", None)

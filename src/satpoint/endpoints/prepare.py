@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import http.client
-import ssl
 import threading
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from satpoint.endpoints.grpc import prepare_grpc
 from satpoint.endpoints.mix import prepare_mix
@@ -16,9 +13,11 @@ from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.redact import redact_text
-from satpoint.transports import rest_control
+from satpoint.transports.control import control_for
+from satpoint.transports.control_call import Inference
+from satpoint.transports.control_grpc import GrpcControl
+from satpoint.transports.control_rest import RestControl
 from satpoint.transports.rest import encode_json_body
-from satpoint.transports.tls import TlsOptions
 
 
 def prepare(
@@ -28,8 +27,11 @@ def prepare(
     seed: int = 0,
     *,
     grpc_connections: int | None = None,
+    control: RestControl | GrpcControl | None = None,
 ) -> PreparedTarget:
-    """Check the target, build and encode the requests once, and try one before the test.
+    """Check the target, build and encode the requests once, and try one before the test; every control
+    call through one client (``control``, else one built for the target: ``transports.control``), kept in
+    the prepared target for the probes and cool-downs.
 
     ``max_inflight`` is the builder's cap until a segment sets its own (``session.run_segment`` always
     does: the user's cap or one derived from the plan).  ``grpc_connections`` fixes gRPC's HTTP/2
@@ -37,16 +39,31 @@ def prepare(
     token back in its error body)."""
     max_inflight = max_inflight or DEFAULT_INFLIGHT
     spec.validate()
+    if spec.protocol not in ("rest", "grpc"):
+        raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
+    if control is None:
+        control = control_for(spec)  # the one control client of this target: every model, probe and cool-down
     if spec.mix is not None:  # each model prepared on its own, their requests joined (endpoints.mix)
         return prepare_mix(
-            spec, lambda one: prepare(one, max_inflight, payload_count, seed, grpc_connections=grpc_connections)
+            spec,
+            lambda one: _prepare_one(one, max_inflight, payload_count, seed, grpc_connections, control),
+            control,
         )
+    return _prepare_one(spec, max_inflight, payload_count, seed, grpc_connections, control)
+
+
+def _prepare_one(
+    spec: Target,
+    max_inflight: int,
+    payload_count: int,
+    seed: int,
+    grpc_connections: int | None,
+    control: RestControl | GrpcControl,
+) -> PreparedTarget:
     try:
-        if spec.protocol == "grpc":
-            return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections)
-        if spec.protocol != "rest":
-            raise TargetUnreachable(f"unknown protocol {spec.protocol!r} (rest or grpc)")
-        return prepare_rest(spec, max_inflight, payload_count, seed)
+        if isinstance(control, GrpcControl):
+            return prepare_grpc(spec, max_inflight, payload_count, seed, connections=grpc_connections, control=control)
+        return prepare_rest(spec, max_inflight, payload_count, seed, control=control)
     except SatpointError as e:
         raise type(e)(redact_text(str(e), spec.secret_values())) from None
 
@@ -77,47 +94,14 @@ def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 
     if callable(pick) and target.mix is not None:  # --resident K: a model loaded now (the first may be evicted)
         m = pick()
         model, doc = target.mix.names[m], target.payload_docs[m * target.mix.per_model]
-    url = rest_control.endpoint_url(spec.url, rest_control.model_path(model, spec.version) + "/infer")
-    parts = urlsplit(url)
-    path = parts.path + (f"?{parts.query}" if parts.query else "")
-    headers = {k: v for k, v in spec.wire_headers}
-    headers["Content-Type"] = "application/json"
+    extra: tuple[tuple[str, str], ...] = ()
     body = encode_json_body(doc)
     if spec.binary_data:  # the load's encoding (Triton's binary tensors): the same work for the server
         body, json_len = encode_binary_body(doc)
-        headers[BINARY_HEADER] = str(json_len)
-    conn: http.client.HTTPConnection
-    try:
-        if parts.scheme == "https":
-            context = (spec.tls_options() or TlsOptions()).context()
-            conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout_s, context=context)
-        else:
-            conn = http.client.HTTPConnection(parts.netloc, timeout=timeout_s)
-    except (OSError, ssl.SSLError):
-        return None
-    warm: list[float] = []  # answers on a connection already open: what the load sees
-    cold: list[float] = []  # answers that opened their connection (only these when the server closes each one)
-    t0 = time.perf_counter()
-    try:
-        for _ in range(count + 1):
-            t = time.perf_counter()
-            if len(warm) + len(cold) > 3 and t - t0 > PROBE_TIME_S:
-                break
-            reused = conn.sock is not None
-            try:
-                conn.request("POST", path, body, headers)
-                resp = conn.getresponse()
-                resp.read()
-            except (OSError, http.client.HTTPException):
-                conn.close()  # reopened by the next request; this one is not counted
-                continue
-            if resp.status == 200:
-                (warm if reused else cold).append(time.perf_counter() - t)
-            if resp.will_close:
-                conn.close()
-    finally:
-        conn.close()
-    times = sorted(warm or cold)
+        extra = ((BINARY_HEADER, str(json_len)),)
+    control = target.control if target.control is not None else control_for(spec)
+    call = Inference(body, model, spec.version, extra, timeout_s)
+    times = sorted(control.timed_infers(call, count, give_up_after_s=PROBE_TIME_S))
     return times[len(times) // 2] if times else None
 
 

@@ -1,13 +1,14 @@
-"""A target's model-repository client, over the protocol the target speaks: ``RepositoryClient`` (REST) or
-``GrpcRepositoryClient`` (gRPC), the same calls, answers and errors (``transports.repository``)."""
+"""A target's model-repository client, over the protocol the target speaks: its control client
+(``transports.control``: ``RestControl`` or ``GrpcControl``), the same calls, answers and errors."""
 
 from __future__ import annotations
 
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.redact import redact_url
-from satpoint.transports.grpc_repository import GrpcRepositoryClient
-from satpoint.transports.repository import RepositoryClient, RepositoryControl
+from satpoint.transports.control import control_for
+from satpoint.transports.control_grpc import GrpcControl
+from satpoint.transports.control_rest import RestControl
 
 PROTOCOLS = ("rest", "grpc")
 
@@ -29,7 +30,7 @@ def resolve_protocol(url: str | None, protocol: str | None) -> str:
     return protocol
 
 
-def repository_client(target: Target, timeout_s: float) -> RepositoryControl:
-    """The repository client for ``target``'s protocol, with its headers and TLS; ``timeout_s`` bounds each call."""
-    cls = GrpcRepositoryClient if target.protocol == "grpc" else RepositoryClient
-    return cls(target.url, target.wire_headers, target.tls_options(), timeout_s=timeout_s)
+def repository_client(target: Target, timeout_s: float) -> RestControl | GrpcControl:
+    """The control client for ``target``'s protocol, with its headers and TLS; ``timeout_s`` bounds each
+    repository call."""
+    return control_for(target, timeout_s)

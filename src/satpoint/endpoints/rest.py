@@ -14,8 +14,9 @@ from satpoint.errors import PayloadError, TargetUnreachable
 from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
-from satpoint.transports import rest_control
 from satpoint.transports.base import TransportFactory
+from satpoint.transports.control_call import Inference
+from satpoint.transports.control_rest import RestControl
 from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
 from satpoint.transports.rest_stream import (
     ACCEPT_EVENT_STREAM,
@@ -58,8 +59,11 @@ class RestFactoryBuilder:
         )
 
 
-def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0) -> PreparedTarget:
-    """Check a REST target, build and encode the requests once, and try one before the test.
+def prepare_rest(
+    spec: Target, max_inflight: int, payload_count: int = 8, seed: int = 0, control: RestControl | None = None
+) -> PreparedTarget:
+    """Check a REST target, build and encode the requests once, and try one before the test; every control
+    call through ``control`` (the target's client, kept in the prepared target for the probes).
 
     A path in the URL (``http://gateway/seldon/ns/model``: an API gateway's prefix) goes in front of
     every request's path, the control calls' and the load's alike."""
@@ -69,10 +73,11 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     except ValueError as e:
         raise TargetUnreachable(str(e)) from None
     tls, headers = spec.tls_options(), spec.wire_headers
-    if not rest_control.server_ready(base, headers, tls=tls):
+    client = control if control is not None else RestControl(base, headers, tls)
+    if not client.ready():
         raise TargetUnreachable(f"{redact_url(base)} answered but is not ready (GET /v2/health/ready != 200)")
-    meta = rest_control.model_metadata(base, spec.model, spec.version, headers, tls=tls)
-    found = triton.probe(base, spec.model, headers, tls=tls)
+    meta = client.metadata(spec.model, spec.version)
+    found = triton.probe_with(client, spec.model)
     if found is not None and found.config is not None:
         problem = triton.batch_problem(found.config, spec.batch_size)
         if problem is not None and spec.payload_file is None:
@@ -88,11 +93,8 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
     encoded = [encode_binary_body(d) if spec.binary_data else (encode_json_body(d), None) for d in docs]
     bodies = [b for b, _ in encoded]
     extra = [(() if n is None else ((BINARY_HEADER, str(n)),)) for _, n in encoded]
-    route = "infer_stream" if spec.stream else "infer"
     t0 = time.perf_counter()
-    status, body = rest_control.infer_once(
-        base, spec.model, bodies[0], spec.version, (*headers, *extra[0]), tls=tls, route=route
-    )
+    status, _, body = client.infer_one(Inference(bodies[0], spec.model, spec.version, extra[0]), spec.stream)
     took_s = time.perf_counter() - t0
     if status != 200:
         raise PayloadError(
@@ -120,6 +122,7 @@ def prepare_rest(spec: Target, max_inflight: int, payload_count: int = 8, seed: 
         payload_bytes=len(bodies[0]),
         latency_hint_s=took_s,
         triton=found.describe() if found is not None else None,
+        control=client,
     )
 
 

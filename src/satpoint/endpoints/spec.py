@@ -11,13 +11,16 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from satpoint.errors import ConfigError
 from satpoint.payloads.mix import ModelMix, ResolvedMix
 from satpoint.redact import redact_header_line, redact_headers, redact_url, secret_values
 from satpoint.transports.tls import TlsOptions
+
+if TYPE_CHECKING:
+    from satpoint.transports.control import ControlClient
 
 TLS_SCHEMES = ("https", "grpcs")
 
@@ -135,3 +138,6 @@ class PreparedTarget:
     triton: dict[str, Any] | None = None
     #: a model mix: its models and weights; ``payload_docs`` then hold ``mix.per_model`` requests per model
     mix: ResolvedMix | None = None
+    #: the target's control-plane client (``transports.control``), the pre-flight's: the probes and the
+    #: cool-downs use it too (None: one is built from ``spec``)
+    control: ControlClient | None = field(default=None, repr=False, compare=False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.errors import ConfigError, TargetUnreachable
-from satpoint.transports import rest_control
+from satpoint.transports.control_rest import RestControl
 from satpoint.transports.tls import TlsOptions
 
 #: the knobs of a Triton model configuration a sweep can set
@@ -178,14 +178,19 @@ def probe(
 ) -> TritonProbe | None:
     """``GET /v2``; for a Triton also ``GET /v2/models/M/config``.  None when the server is not a Triton
     or does not answer ``/v2`` with JSON."""
+    return probe_with(RestControl(base_url, tuple(headers), tls), model)
+
+
+def probe_with(client: RestControl, model: str) -> TritonProbe | None:
+    """``probe`` through the target's control client."""
     try:
-        status, doc = rest_control.call_json(base_url, "/v2", headers=headers, tls=tls)
+        status, doc = client.call_json("/v2")
     except TargetUnreachable:
         return None
     server = detect(doc) if status == 200 else None
     if server is None:
         return None
-    status, cfg = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
+    status, cfg = client.call_json(f"/v2/models/{model}/config")
     if status == 200 and isinstance(cfg, dict):
         return TritonProbe(server, cfg)
     why = cfg.get("error") if isinstance(cfg, dict) else None
@@ -194,7 +199,7 @@ def probe(
 
 def stats_url(base_url: str, model: str) -> str:
     """Where Triton's statistics of ``model`` are (for the observer's scrapes)."""
-    return rest_control.endpoint_url(base_url, f"/v2/models/{model}/stats")
+    return RestControl(base_url).statistics_url(model)
 
 
 def apply_knobs(
@@ -212,14 +217,15 @@ def apply_knobs(
     knobs' values before, ``before``).  ``original`` receives the whole configuration found, for
     :func:`restore_config`."""
     wanted = {k: v for k, v in knobs.items() if k in TRITON_KNOBS}
-    status, doc = rest_control.call_json(base_url, "/v2", headers=headers, tls=tls)
+    client = RestControl(base_url, tuple(headers), tls)
+    status, doc = client.call_json("/v2")
     server = detect(doc) if status == 200 else None
     if server is not None and not server.has_repository:
         raise ConfigError(
             f"this Triton does not offer the model repository API (its extensions: {', '.join(server.extensions)}): "
             f"{_show(wanted)} cannot be applied by reloading {model}"
         )
-    status, cfg = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
+    status, cfg = client.call_json(f"/v2/models/{model}/config")
     if status != 200 or not isinstance(cfg, dict):
         raise TargetUnreachable(f"cannot read {model}'s Triton configuration (HTTP {status}): {cfg}")
     if original is not None:
@@ -227,16 +233,14 @@ def apply_knobs(
         original.update(copy.deepcopy(cfg))
     override = config_with_knobs(cfg, wanted)
     load = {"parameters": {"config": json.dumps(override)}}
-    status, answer = rest_control.call_json(
-        base_url, f"/v2/repository/models/{model}/load", load, headers, timeout_s, tls=tls
-    )
+    status, answer = client.call_json(f"/v2/repository/models/{model}/load", load, timeout_s)
     if status != 200:
         why = answer.get("error") if isinstance(answer, dict) else answer
         raise ConfigError(
             f"Triton refused to load {model} with {_show(wanted)} (HTTP {status}: {why}); the repository API needs "
             "tritonserver --model-control-mode explicit"
         )
-    status, back = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
+    status, back = client.call_json(f"/v2/models/{model}/config")
     if status != 200 or not isinstance(back, dict):
         raise TargetUnreachable(f"cannot read {model}'s Triton configuration back after loading (HTTP {status})")
     missing = config_differences(back, wanted)
@@ -256,14 +260,13 @@ def restore_config(
 ) -> dict[str, Any]:
     """Load ``model`` back with the configuration ``original`` (what :func:`apply_knobs` found) and check
     that its knobs hold again; the knobs' values read back."""
+    client = RestControl(base_url, tuple(headers), tls)
     load = {"parameters": {"config": json.dumps(dict(original))}}
-    status, answer = rest_control.call_json(
-        base_url, f"/v2/repository/models/{model}/load", load, headers, timeout_s, tls=tls
-    )
+    status, answer = client.call_json(f"/v2/repository/models/{model}/load", load, timeout_s)
     if status != 200:
         why = answer.get("error") if isinstance(answer, dict) else answer
         raise ConfigError(f"Triton refused to load {model} back with its original configuration (HTTP {status}: {why})")
-    status, back = rest_control.call_json(base_url, f"/v2/models/{model}/config", headers=headers, tls=tls)
+    status, back = client.call_json(f"/v2/models/{model}/config")
     was = {k: v for k, v in knob_values(original).items() if v is not None}
     missing = config_differences(back, was) if status == 200 and isinstance(back, dict) else ["not readable"]
     if missing:

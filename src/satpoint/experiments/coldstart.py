@@ -63,10 +63,12 @@ from satpoint.progress import OnEvent, say
 from satpoint.redact import redact_doc, redact_text, redact_url
 from satpoint.reports.coldstart import write_html
 from satpoint.session import announce_target
-from satpoint.transports import grpc_control, rest_control
+from satpoint.transports.control_call import Inference
+from satpoint.transports.control_grpc import GrpcControl
+from satpoint.transports.control_rest import RestControl
 from satpoint.transports.grpc_repository import GRPC_HEADER_PREFIX
 from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
-from satpoint.transports.repository import RepositoryControl, RepositoryError, loaded_models
+from satpoint.transports.repository import RepositoryError, loaded_models
 from satpoint.transports.rest import encode_json_body
 
 SUMMARY_FILE = "summary.json"
@@ -163,7 +165,7 @@ class _Served:
 
     url: str
     models: tuple[str, ...]
-    client: RepositoryControl  # RepositoryClient (REST) or GrpcRepositoryClient, as spec.protocol
+    client: RestControl | GrpcControl  # the target's control client (``transports.control``), as spec.protocol
     spec: Target
     info: dict[str, Any]
 
@@ -178,16 +180,8 @@ class _Served:
 def _infer_s(served: _Served, model: str, body: bytes, timeout_s: float) -> tuple[float, int]:
     """One inference's time and status (HTTP status; over gRPC the gRPC code, 0 for OK).  ``body``: the
     JSON body, or over gRPC the serialized ``ModelInferRequest``."""
-    spec = served.spec
-    if spec.protocol == "grpc":
-        target = grpc_control.parse_target(spec.url, options=spec.tls_options())
-        t0 = perf()
-        code, _, _ = grpc_control.infer_once(target, body, spec.wire_headers, timeout_s)
-        return perf() - t0, code
     t0 = perf()
-    status, _ = rest_control.infer_once(
-        served.url, model, body, headers=spec.wire_headers, timeout_s=timeout_s, tls=spec.tls_options()
-    )
+    status, _, _ = served.client.infer_one(Inference(body, model, timeout_s=timeout_s))
     return perf() - t0, status
 
 
@@ -312,7 +306,7 @@ def _builders(served: _Served) -> tuple[dict[str, Builder], dict[str, bytes], Bu
     per: dict[str, Builder] = {}
     bodies: dict[str, bytes] = {}
     for m in served.models:
-        prepared = prepare(replace(served.spec, model=m), max_inflight=256, payload_count=1)
+        prepared = prepare(replace(served.spec, model=m), max_inflight=256, payload_count=1, control=served.client)
         builder = prepared.builder
         if isinstance(builder, GrpcFactoryBuilder) and not builder.stream:
             bodies[m] = builder.messages[0]
