@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
@@ -36,6 +37,7 @@ def _serving_tls(pki: Pki, seen: list[str]) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow
 def test_coldstart_over_https_with_a_private_ca_and_a_client_certificate(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")
     seen: list[str] = []

@@ -58,6 +58,7 @@ def first_lag_below(x: F64, cut_at: float = 0.1, max_lag: int = 5000) -> int:
     return int(below[0]) if len(below) else max_lag
 
 
+@pytest.mark.slow
 def test_interval_coverage_on_an_mm1_at_rho_09() -> None:
     """A/A pairs of an M/M/1 at rho = 0.9 with a 10 ms service time (90 rps; 60 000 customers a side,
     correlated over hundreds of them): the 95 % interval of the change of p50, p90 and p99 holds "no change"
@@ -84,6 +85,7 @@ def test_interval_coverage_on_an_mm1_at_rho_09() -> None:
     assert min(share.values()) >= 0.90, share
 
 
+@pytest.mark.slow
 def test_a_change_of_one_and_a_half_tolerances_is_found() -> None:
     """Every request 1.5 x the tolerance slower, on an M/M/1 at rho = 0.5 (40 000 rows a side at 500 rps,
     80 s), through the whole diff (Holm-adjusted over its metrics): +7.5 % is a p50 regression at the 5 %

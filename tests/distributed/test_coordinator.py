@@ -27,6 +27,8 @@ from satpoint.plan import Stage, spans
 from tests.distributed.fakes import FakeHost
 from tests.engine.test_dispatcher import answer_after, fake_factory
 
+pytestmark = pytest.mark.slow
+
 OPTS = DispatchOptions(timeout_s=2.0, drain_s=0.5, warm_connections=1)
 
 

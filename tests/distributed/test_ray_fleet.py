@@ -29,7 +29,7 @@ from satpoint.progress import SegmentFinished, Snapshot
 from satpoint.servers.sim_process import SimServer
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 PLAN = [Stage(300, 0.5, 2.5)]
 

@@ -21,6 +21,7 @@ from tests.engine.test_dispatcher import answer_after, fake_factory
 perf = time.perf_counter
 
 
+@pytest.mark.slow
 def test_a_shard_checkpoints_while_it_runs_and_its_final_frame_is_its_rows(tmp_path: Path) -> None:
     due = np.arange(500, dtype=np.float64) / 200.0  # 200 rps for 2.5 s
     factory, _ = fake_factory(answer_after(0.003))

@@ -29,6 +29,8 @@ from satpoint.reports.html_plots import PLOTS
 from satpoint.servers.sim_model import SimConfig
 from tests.reports.test_html import add_server_side, make_find, make_run
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 90.0
 FLAGS = [
     "--headless",

@@ -46,6 +46,7 @@ def fitted() -> dict[str, Any]:
 # -- the models --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_demo_models_with_their_feature_counts(fitted: dict[str, Any]) -> None:
     assert CLASSIFIERS == ["iris", "digits-mlp", "digits-forest", "digits-mlp-pca16"]
     assert [name for name, m in DEMO_MODELS.items() if m.streaming] == ["textgen"]  # tests/servers/test_textgen.py

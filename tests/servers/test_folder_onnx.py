@@ -190,6 +190,7 @@ def test_openvino_serves_the_probabilities_cut(tmp_path: Path, onnx_models: dict
 
 
 @pytest.mark.mlserver_in_process
+@pytest.mark.slow
 def test_eval_data_judges_each_runtime_of_a_folder(tmp_path: Path, onnx_models: dict[str, bytes]) -> None:
     from satpoint.experiments.sweep_quality import sweep_quality
     from satpoint.experiments.sweep_servers import BaseServer

@@ -21,7 +21,7 @@ from satpoint.servers.demo_model import to_onnx_bytes
 from satpoint.servers.folder_quality import folder_quality, read_eval_data
 
 # the folder's runtime is loaded in process (MLServer's modules): apart from tritonclient (tests/conftest.py)
-pytestmark = pytest.mark.mlserver_in_process
+pytestmark = [pytest.mark.mlserver_in_process, pytest.mark.slow]
 
 
 _SKLEARN = "mlserver_sklearn.SKLearnModel"

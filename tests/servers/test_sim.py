@@ -401,6 +401,7 @@ def test_capacity_is_slots_over_service_time() -> None:
         assert completions[k - 1] == pytest.approx(math.ceil(k / slots) * service_s, abs=0.03)
 
 
+@pytest.mark.slow
 def test_a_request_sent_during_a_pause_waits_for_its_end() -> None:
     # Pauses are [t0 + 0.6, t0 + 1.0), [t0 + 1.6, t0 + 2.0), ... with t0 the server's start. Rather than
     # trust when we read the listening line, find the end of the first pause from the server itself.

@@ -95,6 +95,7 @@ def _ports() -> Ports:
 
 
 @pytest.mark.mlserver_in_process
+@pytest.mark.slow
 def test_the_runtime_streams_the_answer_it_gives_in_one_piece(tiny: TextGen, tmp_path: Path) -> None:
     from mlserver.settings import ModelParameters, ModelSettings
     from mlserver.types import InferenceRequest, RequestInput

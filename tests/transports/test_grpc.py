@@ -184,6 +184,7 @@ def test_pool_batch_ok(sim: int) -> None:
     assert stats["hpack_cache_hits"] > 0  # steady-state response blocks hit the decode cache
 
 
+@pytest.mark.slow
 def test_sim_capacity_over_grpc() -> None:
     """Overloaded at 1.5x capacity, the gRPC sim completes slots / service_s calls per second."""
     with _grpc_sim(4, 10) as server:

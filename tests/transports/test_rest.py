@@ -824,6 +824,7 @@ def test_a_stray_response_on_an_idle_connection_does_not_duplicate_it() -> None:
     assert sends == [True, False]  # one connection, max_inflight=1: the second must wait
 
 
+@pytest.mark.slow
 def test_request_timed_out_while_connecting_is_never_sent_and_the_cap_holds() -> None:
     # a listener whose accept queue is full drops SYNs: the client's connect waits for its SYN retransmit
     listener = socket.create_server((HOST, 0), backlog=0)

@@ -152,6 +152,7 @@ def _errors(rec: Records) -> dict[str, int]:
 KEEP_ALIVE_S, STALL_S, PERIOD_S = 1.0, 0.2, 1.1
 
 
+@pytest.mark.slow
 def test_server_closing_idle_connections_during_pauses_costs_no_request() -> None:
     """Fails before the fix: dozens of ``conn_reset`` per pause (a few percent of the stage)."""
     with StallingUvicorn(KEEP_ALIVE_S, STALL_S, PERIOD_S) as server:
@@ -160,6 +161,7 @@ def test_server_closing_idle_connections_during_pauses_costs_no_request() -> Non
     assert (rec.outcome == Outcome.OK).all()
 
 
+@pytest.mark.slow
 def test_idle_connections_are_closed_before_the_server_does() -> None:
     """With an idle limit under the server's keep-alive, reused connections never cross its timer."""
     with StallingUvicorn(KEEP_ALIVE_S, STALL_S, PERIOD_S) as server:
@@ -169,6 +171,7 @@ def test_idle_connections_are_closed_before_the_server_does() -> None:
     assert stats["retries"] <= 2
 
 
+@pytest.mark.slow
 def test_without_an_early_close_the_resend_keeps_every_request() -> None:
     """An idle limit beyond the server's keep-alive (the server did not say): the races happen, and each
     lost request is sent once more on a fresh connection, marked, its latency from its intended time."""
