@@ -183,7 +183,7 @@ def test_a_budget_too_small_for_the_first_stage_says_what_it_needs(tmp_path: Pat
     with satpoint.SimServer(slots=4, service_ms=10) as sim:
         found = satpoint.find(
             sim.target(),
-            options=satpoint.FindOptions(budget_s=5, min_hold_s=6, max_hold_s=15, min_requests=2000),
+            options=satpoint.FindOptions(budget_s=5, budget_given=True, min_hold_s=6, max_hold_s=15, min_requests=2000),
             out=tmp_path / "f",
             html=False,
             on_event=lambda e: messages.append(e.text) if isinstance(e, satpoint.Message) else None,
