@@ -6,7 +6,7 @@ set -euo pipefail
 out=${1:?OUT_DIR}
 pairs=${2:-3}
 mkdir -p "$out"
-SHORT=(--no-profile --ramp 1 --min-hold 3 --max-hold 5 --min-requests 600 --start-rps 100 --budget-s 150 --no-html)
+SHORT=(--no-profile --ramp 1 --min-hold 3 --max-hold 5 --min-requests 600 --start-rps 100 --budget-s 260 --no-html)
 for ((k = 1; k <= pairs; k++)); do
   a="$out/aa$((2 * k - 1))" b="$out/aa$((2 * k))"
   timeout 400 satpoint find "${SHORT[@]}" --out "$a" > "$a.log" 2>&1 || echo "find $a: exit $?"
