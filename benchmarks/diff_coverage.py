@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analysis"))
-from test_diff_stats import diff, mm1, stage
+from test_diff_stats import mm1, power_by_metric
 
 from satpoint.analysis import diff_bootstrap as db
 
@@ -43,17 +43,7 @@ def coverage(pairs: int, rows: int, seed: int) -> tuple[dict[float, float], floa
 
 
 def power(pairs: int, seed: int) -> dict[str, float]:
-    rng = np.random.default_rng(seed)
-    found: dict[str, list[bool]] = {"latency_p50_ms": [], "latency_p90_ms": [], "latency_p99_ms": []}
-    for i in range(pairs):
-        central = i % 2 == 0
-        base = stage(mm1(40_000, 0.5, rng) / 1000, 500.0)
-        new = stage(mm1(40_000, 0.5, rng) * (1.075 if central else 1.30) / 1000, 500.0)
-        by = {m.metric: m.verdict for m in diff(base, new).metrics}
-        for metric, hits in found.items():
-            if central == ("p50" in metric):
-                hits.append(by[metric] == "regression")
-    return {m: round(float(np.mean(v)), 3) for m, v in found.items()}
+    return {m: round(p, 3) for m, p in power_by_metric(pairs, np.random.default_rng(seed)).items()}
 
 
 def main() -> None:
