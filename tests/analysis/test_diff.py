@@ -16,13 +16,13 @@ from satpoint.analysis.diff import (
     saturation_side,
     sweep_points_diff,
 )
+from satpoint.analysis.diff_calibration import calibrated
 from satpoint.analysis.diff_rows import StageRows, load_diffs, stage_rows
 from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, baseline_target
 from satpoint.analysis.diff_verdict import (
     DEFAULT_TAIL_TOLERANCE,
     TAIL_METRICS,
     Side,
-    calibrated,
     judge,
     make_doc,
 )

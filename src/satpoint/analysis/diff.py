@@ -30,21 +30,26 @@ from typing import Any
 
 from satpoint.analysis.diff_config import refusal, sweep_refusal
 from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
-from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, stage_rows
+from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, queueing_factor, stage_rows
 from satpoint.analysis.diff_saturation import SERVER_LIMITS as SERVER_LIMITS
 from satpoint.analysis.diff_saturation import Answer as Answer
 from satpoint.analysis.diff_saturation import (
+    answers_spread,
+    counted_answers,
     failed_side_diff,
     fewer_searches_diff,
     no_answer_cause,
     published_side,
+    saturation_allowance,
     saturation_diff,
+    searches,
 )
 from satpoint.analysis.diff_saturation import find_answers as find_answers
 from satpoint.analysis.diff_saturation import saturation_side as saturation_side
 from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, judge_target_hold
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
+    DEFAULT_RUN_SPREAD,
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TOLERANCE,
     DiffDoc,
@@ -143,11 +148,18 @@ def match_stages(
     return out, notes
 
 
-def _find_saturation(base: Folder, new: Folder, tolerance: float) -> MetricDiff:
-    """The saturation point of two finds: the figure ``find`` publishes (``published_side``), and a side that
-    held no rate by the server's doing against one with an answer (``failed_side_diff``)."""
+def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: float) -> MetricDiff:
+    """The saturation point of two finds: the figure ``find`` publishes (``published_side``), a change within
+    the noise between runs left undecided (``saturation_allowance``: ``run_spread`` when a side counted one
+    search), and a side that held no rate by the server's doing against one with an answer
+    (``failed_side_diff``)."""
     reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
-    m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True)
+    if min(searches(base.doc), searches(new.doc)) <= 1:
+        allowance = run_spread
+    else:
+        allowance = saturation_allowance(counted_answers(base.doc), counted_answers(new.doc), run_spread)
+    m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True,
+                        allowance=allowance)  # fmt: skip
     m = failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
     return fewer_searches_diff(m, base.doc, new.doc)
 
@@ -159,8 +171,11 @@ def diff_folders(
     error_tolerance: float = DEFAULT_ERROR_TOLERANCE,
     tool_version: str = "",
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+    run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> DiffDoc:
-    """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99.
+    """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99;
+    ``run_spread``: how far one run's figures move between runs of an unchanged server (``DEFAULT_RUN_SPREAD``),
+    which a figure resting on one run a side must exceed to be called a change.
 
     A ``run`` is also compared with a ``find`` baseline (``run --baseline FIND_DIR``, the cheap check against
     the last search: its per-replica target held, and latency at the rates both held stably).  Two folders
@@ -180,15 +195,18 @@ def diff_folders(
             "search), latency only at the rates both held stably"
         )
     if base.kind == "sweep":
-        metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance)
+        metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance, run_spread)
     else:
         if base.kind == new.kind == "find":
-            metrics.append(_find_saturation(base, new, tolerance))
-        new_stages = new.stages()
-        matched, rate_notes = match_stages(base.stages(), new_stages, stable_only="find" in (base.kind, new.kind))
+            metrics.append(_find_saturation(base, new, tolerance, run_spread))
+        base_stages, new_stages = base.stages(), new.stages()
+        matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
+        low_b, low_n = _lowest(base_stages), _lowest(new_stages)
         for rate, b, n in matched:
-            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance))
+            k = max(queueing_factor(b, low_b), queueing_factor(n, low_n))
+            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance,
+                                      run_spread, k))  # fmt: skip
         metrics.extend(_unjudged(base, new, new_stages, tolerance))
         if not matched:
             notes.append(
@@ -205,12 +223,18 @@ def diff_folders(
         stream, stream_note = streams_compared(base, new)
         notes.extend([stream_note] if stream_note else [])
     doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
-                   tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance)  # fmt: skip
+                   tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance, run_spread)  # fmt: skip
     if new.kind == "sweep":
         return doc
     if stream is not None:
         doc = doc.model_copy(update={"stream": stream})
     return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
+
+
+def _lowest(stages: Sequence[StageRows]) -> StageRows | None:
+    """The side's stage at its lowest rate held stably (the latency without queueing, ``queueing_factor``)."""
+    stable = [s for s in stages if s.verdict == "stable"]
+    return min(stable, key=lambda s: s.target_rps) if stable else None
 
 
 def _unjudged(base: Folder, new: Folder, new_stages: Sequence[StageRows], tolerance: float) -> list[MetricDiff]:
@@ -292,11 +316,16 @@ def point_diffs(
     point: str,
     tolerance: float,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+    run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> list[MetricDiff]:
     """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (the same offered load) when both have it
-    (p99 judged with ``tail_tolerance``); with ``--stream``, time to first chunk and gaps there too."""
+    (p99 judged with ``tail_tolerance``); with ``--stream``, time to first chunk and gaps there too.  One
+    measurement on either side: a change must also exceed ``run_spread``; several on both: the base's own
+    spread (``saturation_allowance``)."""
     reasons = sorted(set(base.get("lower_bound_reasons") or []) | set(new.get("lower_bound_reasons") or []))
-    out = [saturation_diff(sweep_point_side(base), sweep_point_side(new), point, tolerance, reasons)]
+    bs_, ns_ = sweep_point_side(base), sweep_point_side(new)
+    allow = run_spread if min(bs_.n, ns_.n) <= 1 else _point_spread(base)
+    out = [saturation_diff(bs_, ns_, point, tolerance, reasons, allowance=allow)]
     ba, na = base.get("at_rps") or {}, new.get("at_rps") or {}
     for key in ("p50_ms", "p99_ms", *STREAM_FIELDS):
         b, n = ba.get(key), na.get(key)
@@ -309,8 +338,15 @@ def point_diffs(
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
         metric = key if key in STREAM_FIELDS else f"latency_{key}"
         tol = tolerance_for(metric, tolerance, tail_tolerance)
-        out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method))
+        spread = run_spread if min(bs.n, ns.n) <= 1 else 0.0  # several: their range is the spread
+        out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method, allowance=spread))
     return out
+
+
+def _point_spread(row: Mapping[str, Any]) -> float:
+    answers = [Answer(float(r["saturation_rps"]), None) for r in row.get("repeats") or []
+               if r.get("saturation_rps") is not None]  # fmt: skip
+    return answers_spread(answers)
 
 
 def failed_cause(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
@@ -324,7 +360,7 @@ def failed_cause(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
 
 
 def _sweep_diffs(
-    base: Mapping[str, Any], new: Mapping[str, Any], tolerance: float, tail_tolerance: float
+    base: Mapping[str, Any], new: Mapping[str, Any], tolerance: float, tail_tolerance: float, run_spread: float
 ) -> tuple[list[MetricDiff], list[str]]:
     notes: list[str] = []
     out: list[MetricDiff] = []
@@ -334,7 +370,7 @@ def _sweep_diffs(
         if match is None:
             notes.append(f"{row.get('label')}: only in the base sweep")
             continue
-        got = point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance)
+        got = point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance, run_spread)
         got[0] = failed_side_diff(got[0], "", failed_cause(new, match))  # the saturation point
         out.extend(got)
     base_knobs = [r.get("knobs") for r in base.get("points") or []]
@@ -350,6 +386,7 @@ def sweep_points_diff(
     tolerance: float,
     tool_version: str = "",
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+    run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> DiffDoc:
     """Two points of one sweep (``diff --sweep DIR A B``), A the base: named by id (``p01``) or label."""
     rows = list(doc.get("points") or [])
@@ -366,7 +403,7 @@ def sweep_points_diff(
     notes = []
     if (doc.get("config") or {}).get("repeats", 1) > 1:
         notes.append("the two points' measurements were interleaved, so drift spreads evenly over both")
-    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance, tail_tolerance)
+    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance, tail_tolerance, run_spread)
     return make_doc(
         "sweep",
         {"dir": dir_, "kind": "sweep", "point": a.get("id"), "label": a.get("label")},
@@ -377,4 +414,5 @@ def sweep_points_diff(
         notes,
         tool_version,
         tail_tolerance,
+        run_spread,
     )

@@ -175,6 +175,7 @@ def _quantile_diffs(
     point: str,
     tols: Sequence[float],
     caveat: str,
+    allowance: float = 0.0,
 ) -> list[MetricDiff]:
     rows_word = "gaps" if field == "gap_s" else "requests"
     qs = [q for _, q in metrics]
@@ -188,7 +189,8 @@ def _quantile_diffs(
         ]
         details = [_detail(st, e, rows_word) for st, e in zip((base, new), ests, strict=True)]
         out.append(sampled_diff(metric, point, "ms", "lower", ests[0], ests[1], details, 1000.0, tols[j],
-                                BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat))  # fmt: skip
+                                BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat,
+                                allowance=allowance))  # fmt: skip
     return out
 
 
@@ -199,11 +201,20 @@ def load_diffs(
     tolerance: float,
     error_tolerance: float,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
+    run_spread: float = 0.0,
+    queueing: float = 1.0,
 ) -> list[MetricDiff]:
     """Latency, service time, error rate and throughput of two sets of stages at the same offered rate
     (p90 and p99 judged with ``tail_tolerance``), and time to first chunk and gaps between chunks when every
     stage of both sides streamed (their p99 judged with ``tail_tolerance`` too); each from the interval of
-    its change (``diff_bootstrap``), Holm-adjusted later across the whole diff (``diff_verdict.make_doc``)."""
+    its change (``diff_bootstrap``), Holm-adjusted later across the whole diff (``diff_verdict.make_doc``).
+
+    One stage on either side: its interval is the noise within one run, so a change must also exceed
+    ``run_spread`` (the throughput) or ``run_spread`` × ``queueing`` (latency and service time: a capacity
+    that moves by s between runs moves the latency at a loaded rate by about s × its queueing factor,
+    ``queueing_factor``)."""
+    single = min(len(base), len(new)) <= 1
+    lat_allow, tp_allow = (run_spread * max(1.0, queueing), run_spread) if single else (0.0, 0.0)
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
     caveat = ""
     if unstable:
@@ -217,10 +228,10 @@ def load_diffs(
         groups += list(_STREAM_QUANTILES)
     for i, (field, metrics) in enumerate(groups):
         tols = [tolerance_for(m, tolerance, tail_tolerance) for m, _ in metrics]
-        out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat))
+        out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat, lat_allow))
         if field == "service_s":  # the error rate and the throughput after latency and service time
             out.append(_error_diff(base, new, point, error_tolerance, caveat))
-            out.append(_throughput_diff(base, new, point, tolerance, caveat))
+            out.append(_throughput_diff(base, new, point, tolerance, caveat, tp_allow))
     return out
 
 
@@ -238,8 +249,9 @@ def _error_diff(
 
 
 def _throughput_diff(
-    base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, caveat: str
-) -> MetricDiff:
+    base: Sequence[StageRows], new: Sequence[StageRows], point: str, tolerance: float, caveat: str,
+    allowance: float = 0.0,
+) -> MetricDiff:  # fmt: skip
     """The throughput: the stages' own figure (completions in the window), with the relative spread of the OK
     rows due per bin of about ``THROUGHPUT_BIN_S``."""
     ests, details = [], []
@@ -251,7 +263,18 @@ def _throughput_diff(
         )
         details.append(f"{_plural(len(stages), 'stage')}, {b.rows} bins, {_plural(b.count, 'block')}")
     return sampled_diff("throughput_rps", point, "rps", "higher", ests[0], ests[1], details, 1.0, tolerance,
-                        BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat)  # fmt: skip
+                        BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat, allowance=allowance)  # fmt: skip
+
+
+def queueing_factor(at_rate: Sequence[StageRows], lowest: StageRows | None) -> float:
+    """How much queueing the latency at a rate holds: its median over the median at the lowest rate the side
+    measured (at least 1; 1 without a lowest rate).  For an M/M/1 it is 1 / (1 − ρ), which is also how much a
+    relative change of the capacity moves the latency at that rate."""
+    if lowest is None or not len(lowest.latency_s) or not at_rate:
+        return 1.0
+    ref = float(np.median(lowest.latency_s))
+    here = float(np.median(np.concatenate([s.latency_s for s in at_rate])))
+    return max(1.0, here / ref) if ref > 0 and math.isfinite(here) else 1.0
 
 
 def streamed(stages: Sequence[StageRows]) -> bool:

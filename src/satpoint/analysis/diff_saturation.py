@@ -119,10 +119,7 @@ def published_side(summary: Mapping[str, Any]) -> Side:
 
     A search below the published figure does not count (``find`` did not count it: a lower bound never is the
     answer of several)."""
-    answers = find_answers(summary)
-    published = summary.get("saturation_rps")
-    if published is not None:
-        answers = [a for a in answers if a.saturation_rps >= float(published) - 1e-6] or answers
+    answers = counted_answers(summary)
     if not answers:
         return Side(value=None, low=None, high=None, n=0, detail="no search found a saturation point")
     low = min(a.saturation_rps for a in answers)
@@ -159,9 +156,16 @@ def no_answer_cause(summary: Mapping[str, Any], purposes: Mapping[int, str] | No
 
 
 def saturation_diff(
-    base: Side, new: Side, point: str, tolerance: float, reasons: Sequence[str] = (), lowest: bool = False
+    base: Side,
+    new: Side,
+    point: str,
+    tolerance: float,
+    reasons: Sequence[str] = (),
+    lowest: bool = False,
+    allowance: float = 0.0,
 ) -> MetricDiff:
-    """The saturation point's verdict (search brackets); ``lowest``: the sides are ``published_side``s."""
+    """The saturation point's verdict (search brackets); ``lowest``: the sides are ``published_side``s;
+    ``allowance``: the between-run spread a change must exceed besides the tolerance (``saturation_allowance``)."""
     caveat = ""
     why = "; ".join(LOWER_BOUND_TEXT.get(r, r) for r in reasons)
     if reasons and (base.high is None or new.high is None):
@@ -177,7 +181,34 @@ def saturation_diff(
         else "search brackets: from each answer up to the next rate found unstable"
     )
     return metric_diff("saturation_rps", point, "rps", "higher", base, new, tolerance, method, caveat=caveat,
-                       strict=False)  # fmt: skip
+                       strict=False, allowance=allowance)  # fmt: skip
+
+
+def answers_spread(answers: Sequence[Answer]) -> float:
+    """How far a side's searches (or a sweep point's measurements) landed apart: (highest − lowest) / lowest
+    of their answers (0 for one)."""
+    sats = [a.saturation_rps for a in answers]
+    return (max(sats) - min(sats)) / min(sats) if len(sats) > 1 and min(sats) > 0 else 0.0
+
+
+def saturation_allowance(base: Sequence[Answer], new: Sequence[Answer], run_spread: float) -> float:
+    """The change of the saturation point that two sides' searches cannot tell from the noise between runs:
+    with one search (or measurement) on either side, ``run_spread`` (a search's bracket is its resolution,
+    not the 5-10 % its capacity moves between two runs of an unchanged server: benchmarks/RESULTS.md); with
+    several on both, the base's own spread (``answers_spread``), which measured that noise on the unchanged
+    side (the new side's spread may be the change itself: one search of three that found 250 rps, not 300)."""
+    if min(len(base), len(new)) <= 1:
+        return run_spread
+    return answers_spread(base)
+
+
+def counted_answers(summary: Mapping[str, Any]) -> list[Answer]:
+    """The answers ``published_side`` judges: every search's, those below the published figure left out."""
+    answers = find_answers(summary)
+    published = summary.get("saturation_rps")
+    if published is not None:
+        answers = [a for a in answers if a.saturation_rps >= float(published) - 1e-6] or answers
+    return answers
 
 
 def failed_side_diff(m: MetricDiff, base_cause: str, new_cause: str) -> MetricDiff:

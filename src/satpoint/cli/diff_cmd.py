@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from satpoint._version import __version__
+from satpoint.analysis.diff import parse_fraction
 from satpoint.cli.common import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
 from satpoint.reports.diff_files import HELP, baseline_diff, compare, gate, html_path, parse_tolerances
 
@@ -42,6 +43,7 @@ def diff(
     tolerance: Annotated[str, Opt(help=HELP["tolerance"])] = "5%",
     tail_tolerance: Annotated[str, Opt(help=HELP["tail_tolerance"])] = "20%",
     error_tolerance: Annotated[str, Opt(help="the error-rate change that matters, absolute (default 0.5%)")] = "0.5%",
+    run_spread: Annotated[str, Opt(help=HELP["run_spread"])] = "10%",
     fail_on_inconclusive: FailInconclusiveOpt = False,
     calibrate: Annotated[bool, Opt(help="BASE and NEW are an A/A pair: the false-alarm rate, exit 0")] = False,
     json_out: Annotated[Path | None, Opt("--json", help="diff.json path (default: in the new or sweep folder)")] = None,
@@ -54,7 +56,8 @@ def diff(
 
     def body() -> int:
         tol, err_tol, tail_tol = parse_tolerances(tolerance, error_tolerance, tail_tolerance)
-        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate)
+        spread = parse_fraction(run_spread, "--run-spread")
+        doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate, spread)
         out = json_out or default_json
         failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_path(out, html, no_html))
         return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK

@@ -13,14 +13,15 @@ from rich.markup import escape
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, parse_fraction, sweep_points_diff
+from satpoint.analysis.diff_calibration import calibrated
 from satpoint.analysis.diff_target import baseline_target
 from satpoint.analysis.diff_verdict import (
     DEFAULT_ERROR_TOLERANCE,
+    DEFAULT_RUN_SPREAD,
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TOLERANCE,
     DIFF_FILE,
     DiffDoc,
-    calibrated,
 )
 from satpoint.analysis.summary import build_summary
 from satpoint.analysis.summary_model import parse_summary
@@ -116,6 +117,7 @@ def compare(
     version: str = __version__,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
     calibrate: bool = False,
+    run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> tuple[DiffDoc, Path]:
     """``diff BASE NEW`` (two folders) or ``diff --sweep DIR A B`` (two points of one sweep); the diff and
     where its ``diff.json`` goes by default (the new folder, or the sweep's)."""
@@ -125,12 +127,12 @@ def compare(
         if not (base / SWEEP_FILE).is_file():
             raise FileNotFoundError(f"{base} is not a sweep folder (no {SWEEP_FILE})")
         doc = json.loads((base / SWEEP_FILE).read_text())
-        out = sweep_points_diff(doc, str(base), new, point_b, tolerance, version, tail_tolerance)
+        out = sweep_points_diff(doc, str(base), new, point_b, tolerance, version, tail_tolerance, run_spread)
         return calibrated(out) if calibrate else out, base / DIFF_FILE
     if point_b is not None:
         raise ValueError("two folders are compared (diff BASE NEW); three arguments need --sweep")
     b, n = load_folder(base), load_folder(Path(new))
-    out = diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance)
+    out = diff_folders(b, n, tolerance, error_tolerance, version, tail_tolerance, run_spread)
     return calibrated(out) if calibrate else out, Path(new) / DIFF_FILE
 
 
@@ -146,6 +148,10 @@ HELP = {
     "5% or 0.05 (default 5%)",
     "tail_tolerance": "the same for p90 and p99 of latency and service time (default 20%: in A/A pairs on a shared "
     "machine the tails of two runs of one server differed by 15-22 %, p50 by under 1 %)",
+    "run_spread": "how far one run's figures move between runs of an unchanged server (default 10%: one search's "
+    "saturation point moved 8-9 % between A/A runs of the embedded MLServer): a figure resting on one run a side "
+    "must change by more to be called (latency at a loaded rate: times its queueing); with find --repeats on both "
+    "sides, the searches' own spread is used; 0 trusts one run",
     "sweep": "two points of one sweep: diff --sweep DIR A B (ids or labels)",
     "html": "the overlay page: verdicts, the two folders' figures (default: diff.html beside diff.json)",
     "fail_on_inconclusive": "exit 3 on an inconclusive verdict too (with --baseline: of the diff against it)",
