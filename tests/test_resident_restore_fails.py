@@ -9,6 +9,7 @@ import typer
 from satpoint.cli.overcommit_opts import guarded_keeping, keep_loaded
 from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
+from satpoint.transports.repository import ModelState
 from tests.test_resident_allow_unload import FakeServer
 
 
@@ -50,3 +51,42 @@ def test_a_model_not_put_back_fails_the_command(
     assert code == (1 if body_code == 0 else body_code)  # a failed threshold keeps its 3
     assert server.ready_set == {"m0", "m1", "m2"}
     assert "could not load a model back" in capsys.readouterr().err.replace("\n", " ")
+
+
+class VersionedServer(FakeServer):
+    """Each model READY at version 2; loading by name brings back the repository's newest, version 3, for m3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version = dict.fromkeys(self.models, "2")
+
+    def index(self) -> list[ModelState]:
+        return [ModelState(m, self.version[m], "READY" if m in self.ready_set else "UNAVAILABLE") for m in self.models]
+
+    def load(self, model: str) -> float:
+        if model == "m3":
+            self.version[model] = "3"
+        return super().load(model)
+
+
+def test_a_model_put_back_at_another_version_fails_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server served m3 version 2; a load by name gave it version 3: READY by name, but not what the
+    server had, so the command fails (exit 1) naming both."""
+    server = VersionedServer()
+    monkeypatch.setattr("satpoint.endpoints.overcommit._client", lambda spec: server)
+    target = Target("http://fake", "m0", mix=ModelMix(from_server=True, resident=2))
+
+    def body() -> int:
+        keep_loaded(target)
+        server.unload("m2")
+        server.unload("m3")
+        return 0
+
+    with pytest.raises((typer.Exit, SystemExit)) as exc:
+        guarded_keeping(body)
+    assert getattr(exc.value, "exit_code", getattr(exc.value, "code", None)) == 1
+    assert server.ready_set == {"m0", "m1", "m2", "m3"} and server.version["m2"] == "2"
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "load m3: version 2 was ready before, now ready: 3" in " ".join(err.split())

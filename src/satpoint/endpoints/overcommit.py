@@ -20,7 +20,7 @@ from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
 from satpoint.transports.control import REPOSITORY_TIMEOUT_S
 from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
-from satpoint.transports.repository import RepositoryControl, loaded_models
+from satpoint.transports.repository import ModelState, RepositoryControl, loaded_models
 
 #: a load or unload may take this long (a large model, a slow disk)
 CONTROL_TIMEOUT_S = REPOSITORY_TIMEOUT_S
@@ -97,6 +97,8 @@ class LoadedSet:
     loaded: tuple[str, ...]
     unloaded: tuple[str, ...] = ()
     errors: list[str] = field(default_factory=list)
+    #: the versions the index listed READY per loaded model before (empty: no index, or no versions in it)
+    versions: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def restore(self) -> list[str]:
         """Load every model that was loaded and is not now, unload those of the mix that were not loaded
@@ -117,7 +119,23 @@ class LoadedSet:
                     done.append(f"load {name}")
             except Exception as e:
                 self.errors.append(f"load {name}: {e}")
+        self._check_versions()
         return done
+
+    def _check_versions(self) -> None:
+        """Every version the index listed READY before is READY again (a load by name may bring another
+        version back: the repository's newest, not the one the server served)."""
+        if not any(self.versions.values()):
+            return
+        try:
+            now = ready_versions(self.client.index())
+        except Exception as e:
+            self.errors.append(f"the repository index after the restore: {e}")
+            return
+        for name, before in self.versions.items():
+            if missing := sorted(before - now.get(name, frozenset())):
+                has = ", ".join(sorted(now.get(name, frozenset()))) or "none"
+                self.errors.append(f"load {name}: version {', '.join(missing)} was ready before, now ready: {has}")
 
     def _ready_within(self, name: str, wait_s: float) -> bool:
         end = time.monotonic() + wait_s
@@ -134,10 +152,22 @@ def record_loaded(spec: Target) -> LoadedSet:
     client = _client(spec)
     mix = spec.mix
     named = tuple(mix.models) if mix is not None and not mix.from_server else ()
+    versions: dict[str, frozenset[str]] = {}
     try:
-        ready = loaded_models(client.index())
+        index = client.index()
+        ready = loaded_models(index)
+        versions = {m: v for m, v in ready_versions(index).items() if m in ready and v}
     except Exception:  # no index (a server with the load/unload calls only): ask each named model
         if not named:
             raise
         ready = [m for m in named if client.ready(m)]
-    return LoadedSet(client, tuple(ready), tuple(m for m in named if m not in ready))
+    return LoadedSet(client, tuple(ready), tuple(m for m in named if m not in ready), versions=versions)
+
+
+def ready_versions(index: Sequence[ModelState]) -> dict[str, frozenset[str]]:
+    """The versions the index lists READY, per model name (a row without a version adds none)."""
+    out: dict[str, set[str]] = {}
+    for row in index:
+        if row.ready:
+            out.setdefault(row.name, set()).update([row.version] if row.version else [])
+    return {m: frozenset(v) for m, v in out.items()}
