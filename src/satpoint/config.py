@@ -197,6 +197,10 @@ class VerdictRules:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+#: ``FindOptions.budget_s``'s default: planned from (``analysis.budget_plan``) unless given
+DEFAULT_FIND_BUDGET_S = 270.0
+
+
 @dataclass(frozen=True)
 class FindOptions:
     """How the saturation search runs (``satpoint find``)."""
@@ -208,9 +212,11 @@ class FindOptions:
     #: the whole find's time cap; unless ``budget_given``, what one search and its profile get: every
     #: further search (``repeats``) and every extra (flame graph, hysteresis, a baseline's hold) grows it
     #: (``analysis.budget_plan``)
-    budget_s: float = 270.0
-    #: ``budget_s`` was given (``--budget-s``): a budget that cannot hold the work asked for is refused
-    budget_given: bool = False
+    budget_s: float = DEFAULT_FIND_BUDGET_S
+    #: ``budget_s`` was given (``--budget-s``): a budget that cannot hold the work asked for is refused, and
+    #: none is planned; None (the default): given when ``budget_s`` is not the default (``budget_fixed``), so
+    #: ``FindOptions(budget_s=120)`` from the Python API is the cap it says
+    budget_given: bool | None = None
     ramp_s: float = 2.0
     min_hold_s: float = 6.0
     max_hold_s: float = 15.0
@@ -233,6 +239,12 @@ class FindOptions:
     #: the load down in one segment to see where it recovers (``satpoint find --hysteresis``)
     hysteresis: bool = False
 
+    @property
+    def budget_fixed(self) -> bool:
+        """``budget_s`` is the cap asked for (``budget_given``, or a ``budget_s`` other than the default),
+        not a figure ``analysis.budget_plan`` plans from."""
+        return self.budget_given if self.budget_given is not None else self.budget_s != DEFAULT_FIND_BUDGET_S
+
     def validate(self) -> FindOptions:
         if not 0 < self.precision < 1 or not 0 <= self.margin < 1 or self.growth <= 1 or self.budget_s <= 0:
             raise ValueError("precision in (0,1), margin in [0,1), growth > 1 and budget > 0 are required")
@@ -251,7 +263,7 @@ class FindOptions:
             "start_rps": start_rps,
             "max_rps": self.max_rps,
             "budget_s": self.budget_s,
-            "budget_given": self.budget_given,
+            "budget_given": self.budget_fixed,
             "ramp_s": self.ramp_s,
             "hold_s": [self.min_hold_s, self.max_hold_s],
             "min_requests": self.min_requests,

@@ -423,7 +423,7 @@ def search_target(
     refused = plan.refusal()
     if refused:
         raise ConfigError(refused)
-    fopts = replace(fopts, budget_s=plan.budget_s)
+    fopts = replace(fopts, budget_s=plan.budget_s, budget_given=fopts.budget_fixed)
     say(on_event, plan.line())
     budget = Budget(fopts.budget_s, time.monotonic(), overhead_s=overhead)
     slow = slow_budget_line(fopts, budget, first, svc)

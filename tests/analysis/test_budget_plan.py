@@ -128,3 +128,17 @@ def test_a_confirmation_that_failed_once_then_held_says_so() -> None:
     h += [Measured(255.0, "stable", "retest"), Measured(255.0, "stable", "retest")]
     assert confirmation_holds(h) == (1, 3, 1)  # one target, three holds, one of them failed
     assert confirmation_holds(h[:2]) == (1, 1, 1)
+
+
+def test_a_budget_given_through_the_python_api_is_the_cap_it_says() -> None:
+    """``FindOptions(budget_s=120)`` from the API is a cap, as ``--budget-s 120`` is: never raised by the
+    planner, and refused when it cannot hold the work asked for; the default (270 s) is planned from."""
+    api = plan_budget(FindOptions(budget_s=120.0, repeats=3), BUDGET, 25.0, 0.01)
+    assert api.budget_s == 120.0 and api.given and FindOptions(budget_s=120.0).budget_fixed
+    assert "(--budget-s)" in api.line()
+    assert plan_budget(FindOptions(budget_s=120.0, hysteresis=True), BUDGET, 25.0, 0.01).refusal() is not None
+    planned = plan_budget(FindOptions(repeats=3), BUDGET, 25.0, 0.01)
+    assert planned.budget_s > 270.0 and not FindOptions().budget_fixed
+    # the CLI and the sweep say which it is
+    assert not FindOptions(budget_s=240.0, budget_given=False).budget_fixed
+    assert FindOptions(budget_s=270.0, budget_given=True).budget_fixed

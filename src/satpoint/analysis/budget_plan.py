@@ -158,8 +158,8 @@ def plan_budget(
         hold = stage_hold(opts, hold_rps, latency_s)
         hold_stage = Stage(hold_rps, opts.ramp_s, max(hold, min(2 * hold, 2 * opts.max_hold_s)))
         hold_s = _cost(budget, [hold_stage], max(opts.cooldown_s, HOLD_COOLDOWN_S))
-    plan = BudgetPlan(opts.budget_s, opts.budget_given, opts.repeats, search_s, profile_s, flame_s, hyst_s, hold_s)
-    if opts.budget_given:
+    plan = BudgetPlan(opts.budget_s, opts.budget_fixed, opts.repeats, search_s, profile_s, flame_s, hyst_s, hold_s)
+    if opts.budget_fixed:
         return plan
     # planned: budget_s holds one search and its profile (or what a typical one and its profile take, when that
     # is more: a planned budget never holds less than it was planned for, else the first search is cut before

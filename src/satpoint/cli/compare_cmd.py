@@ -98,6 +98,7 @@ def compare(
             find=FindOptions(
                 precision=precision,
                 budget_s=budget_s,
+                budget_given=False,
                 ramp_s=ramp,
                 min_hold_s=min_hold,
                 max_hold_s=max_hold,

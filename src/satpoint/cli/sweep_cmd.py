@@ -198,7 +198,7 @@ def sweep(
                 eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
                 server_memory_mb=server_memory_mb,
                 find=FindOptions(
-                    precision=precision, budget_s=find_budget_s, ramp_s=ramp, min_hold_s=min_hold,
+                    precision=precision, budget_s=find_budget_s, budget_given=False, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(

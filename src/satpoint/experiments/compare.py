@@ -49,7 +49,7 @@ class CompareConfig:
     model_dir: Path | None = None
     server_cpus: tuple[int, ...] | None = None
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
-    find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, profile=False))
+    find: FindOptions = field(default_factory=lambda: FindOptions(budget_s=240.0, budget_given=False, profile=False))
     ca_cert: Path | None = None  # TLS settings for the https:// / grpcs:// URLs among url and grpc_url
     insecure: bool = False
     client_cert: Path | None = None

@@ -41,7 +41,9 @@ class SweepConfig:
     max_error_rate: float = 0.01
     budget_s: float | None = None
     #: each measurement searches with ``find``'s precision and rules (only without its latency profile)
-    find: FindOptions = field(default_factory=lambda: FindOptions(precision=0.05, profile=False, budget_s=240.0))
+    find: FindOptions = field(
+        default_factory=lambda: FindOptions(precision=0.05, profile=False, budget_s=240.0, budget_given=False)
+    )
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     #: the accuracy (percentage points, held-out split) an artefact may lose and still be recommended
     max_quality_loss_pp: float = DEFAULT_MAX_QUALITY_LOSS_PP
@@ -188,6 +190,7 @@ class SweepConfig:
     def from_dict(cls, d: Mapping[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> SweepConfig:
         """The configuration ``sweep.json`` recorded (header values are not recorded: pass them again)."""
         fkw = {k: v for k, v in (d.get("find") or {}).items() if k in FindOptions.__dataclass_fields__}
+        fkw.setdefault("budget_given", False)  # a sweep's finds plan from their budget unless it says otherwise
         return cls(
             sets=tuple(d["sets"]),
             server=BaseServer.from_dict(d.get("server") or {}, headers),
