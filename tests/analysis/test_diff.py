@@ -275,7 +275,7 @@ def test_diff_json_records_both_tolerances_and_calibration_reports_each_group() 
 
 def test_a_sweeps_p99_at_rps_uses_the_tail_tolerance() -> None:
     doc_in = sweep_doc([("p01", {"v": 1}, [(100, 105)] * 3), ("p02", {"v": 2}, [(100, 105)] * 3)])
-    for row, (p50, p99) in zip(doc_in["points"], ((10.0, 20.0), (11.0, 22.0)), strict=True):
+    for row, (p50, p99) in zip(doc_in["points"], ((10.0, 20.0), (12.0, 23.0)), strict=True):
         row["at_rps"] = {k: {"median": v, "min": v * 0.99, "max": v * 1.01, "n": 3}
                          for k, v in (("p50_ms", p50), ("p99_ms", p99))}  # fmt: skip
     verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}

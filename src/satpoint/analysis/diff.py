@@ -35,7 +35,7 @@ from satpoint.analysis.diff_saturation import SERVER_LIMITS as SERVER_LIMITS
 from satpoint.analysis.diff_saturation import Answer as Answer
 from satpoint.analysis.diff_saturation import (
     answers_spread,
-    counted_answers,
+    counted_spread,
     failed_side_diff,
     fewer_searches_diff,
     no_answer_cause,
@@ -55,6 +55,7 @@ from satpoint.analysis.diff_verdict import (
     DiffDoc,
     MetricDiff,
     Side,
+    latency_allowance,
     make_doc,
     metric_diff,
     tolerance_for,
@@ -154,10 +155,7 @@ def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: fl
     search), and a side that held no rate by the server's doing against one with an answer
     (``failed_side_diff``)."""
     reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
-    if min(searches(base.doc), searches(new.doc)) <= 1:
-        allowance = run_spread
-    else:
-        allowance = saturation_allowance(counted_answers(base.doc), counted_answers(new.doc), run_spread)
+    allowance = saturation_allowance(searches(base.doc), searches(new.doc), counted_spread(base.doc), run_spread)
     m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True,
                         allowance=allowance)  # fmt: skip
     m = failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
@@ -202,9 +200,9 @@ def diff_folders(
         base_stages, new_stages = base.stages(), new.stages()
         matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
-        low_b, low_n = _lowest(base_stages), _lowest(new_stages)
+        low = _lowest(base_stages)  # the base's queueing: a slower new side must not widen its own allowance
         for rate, b, n in matched:
-            k = max(queueing_factor(b, low_b), queueing_factor(n, low_n))
+            k = queueing_factor(b, low)
             metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance,
                                       run_spread, k))  # fmt: skip
         metrics.extend(_unjudged(base, new, new_stages, tolerance))
@@ -231,10 +229,14 @@ def diff_folders(
     return doc.with_target_hold(judge_target_hold(new.doc, new.purposes, base.doc, base.purposes))
 
 
-def _lowest(stages: Sequence[StageRows]) -> StageRows | None:
-    """The side's stage at its lowest rate held stably (the latency without queueing, ``queueing_factor``)."""
-    stable = [s for s in stages if s.verdict == "stable"]
-    return min(stable, key=lambda s: s.target_rps) if stable else None
+def _lowest(stages: Sequence[StageRows]) -> list[StageRows]:
+    """The side's stable stages at its two lowest rates, lowest first (``queueing_factor``)."""
+    stable = sorted((s for s in stages if s.verdict == "stable"), key=lambda s: s.target_rps)
+    out: list[StageRows] = []
+    for s in stable:
+        if not out or not _same(s.target_rps, out[-1].target_rps):
+            out.append(s)
+    return out[:2]
 
 
 def _unjudged(base: Folder, new: Folder, new_stages: Sequence[StageRows], tolerance: float) -> list[MetricDiff]:
@@ -317,14 +319,15 @@ def point_diffs(
     tolerance: float,
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
     run_spread: float = DEFAULT_RUN_SPREAD,
+    at_rate: float | None = None,
 ) -> list[MetricDiff]:
-    """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (the same offered load) when both have it
-    (p99 judged with ``tail_tolerance``); with ``--stream``, time to first chunk and gaps there too.  One
-    measurement on either side: a change must also exceed ``run_spread``; several on both: the base's own
-    spread (``saturation_allowance``)."""
+    """Two sweep points: saturation, and p50/p99 at ``--at-rps`` (``at_rate``, the same offered load) when
+    both have it (p99 judged with ``tail_tolerance``); with ``--stream``, time to first chunk and gaps there
+    too.  A change must also exceed the noise between runs: ``saturation_allowance`` for the saturation point,
+    ``latency_allowance`` at ``--at-rps`` with the queueing of an M/M/1 at that share of the base's capacity."""
     reasons = sorted(set(base.get("lower_bound_reasons") or []) | set(new.get("lower_bound_reasons") or []))
     bs_, ns_ = sweep_point_side(base), sweep_point_side(new)
-    allow = run_spread if min(bs_.n, ns_.n) <= 1 else _point_spread(base)
+    allow = saturation_allowance(bs_.n, ns_.n, _point_spread(base), run_spread)
     out = [saturation_diff(bs_, ns_, point, tolerance, reasons, allowance=allow)]
     ba, na = base.get("at_rps") or {}, new.get("at_rps") or {}
     for key in ("p50_ms", "p99_ms", *STREAM_FIELDS):
@@ -338,15 +341,35 @@ def point_diffs(
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
         metric = key if key in STREAM_FIELDS else f"latency_{key}"
         tol = tolerance_for(metric, tolerance, tail_tolerance)
-        spread = run_spread if min(bs.n, ns.n) <= 1 else 0.0  # several: their range is the spread
-        out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method, allowance=spread))
+        allow_ms = latency_allowance(run_spread, _mm1_queueing(at_rate, bs_.value))
+        out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method,
+                               allowance=allow_ms))  # fmt: skip
     return out
 
 
+def _mm1_queueing(rate: float | None, capacity: float | None) -> float:
+    """1 / (1 - rate / capacity), the latency's queueing factor at ``rate`` (inf at or past the capacity;
+    1 when either is unknown)."""
+    if not rate or not capacity:
+        return 1.0
+    return 1.0 / (1.0 - rate / capacity) if rate < capacity else float("inf")
+
+
 def _point_spread(row: Mapping[str, Any]) -> float:
-    answers = [Answer(float(r["saturation_rps"]), None) for r in row.get("repeats") or []
-               if r.get("saturation_rps") is not None]  # fmt: skip
-    return answers_spread(answers)
+    """How far a sweep point's measurements spread: their closed brackets' answers, or (a sweep.json written
+    before it recorded each) its min and max."""
+    reps = row.get("repeats")
+    if reps:
+        closed = [r for r in reps if r.get("saturation_rps") is not None and r.get("unstable_rps") is not None]
+        return answers_spread([Answer(float(r["saturation_rps"]), float(r["unstable_rps"])) for r in closed])
+    sat = row.get("saturation_rps") or {}
+    lo, hi = sat.get("min"), sat.get("max")
+    return (float(hi) - float(lo)) / float(lo) if lo and hi else 0.0
+
+
+def _at_rps(doc: Mapping[str, Any]) -> float | None:
+    v = (doc.get("config") or {}).get("at_rps")
+    return float(v) if v else None
 
 
 def failed_cause(doc: Mapping[str, Any], row: Mapping[str, Any]) -> str:
@@ -370,7 +393,7 @@ def _sweep_diffs(
         if match is None:
             notes.append(f"{row.get('label')}: only in the base sweep")
             continue
-        got = point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance, run_spread)
+        got = point_diffs(row, match, str(row.get("label")), tolerance, tail_tolerance, run_spread, _at_rps(base))
         got[0] = failed_side_diff(got[0], "", failed_cause(new, match))  # the saturation point
         out.extend(got)
     base_knobs = [r.get("knobs") for r in base.get("points") or []]
@@ -403,7 +426,8 @@ def sweep_points_diff(
     notes = []
     if (doc.get("config") or {}).get("repeats", 1) > 1:
         notes.append("the two points' measurements were interleaved, so drift spreads evenly over both")
-    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance, tail_tolerance, run_spread)
+    metrics = point_diffs(a, b, f"{a.get('label')} vs {b.get('label')}", tolerance, tail_tolerance, run_spread,
+                          _at_rps(doc))  # fmt: skip
     return make_doc(
         "sweep",
         {"dir": dir_, "kind": "sweep", "point": a.get("id"), "label": a.get("label")},

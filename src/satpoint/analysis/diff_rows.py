@@ -38,7 +38,13 @@ from satpoint.analysis.diff_bootstrap import (
     mean_estimate,
     quantile_estimate,
 )
-from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE, MetricDiff, sampled_diff, tolerance_for
+from satpoint.analysis.diff_verdict import (
+    DEFAULT_TAIL_TOLERANCE,
+    MetricDiff,
+    latency_allowance,
+    sampled_diff,
+    tolerance_for,
+)
 from satpoint.metrics.records import Records
 from satpoint.metrics.stream_stats import ttfc_s
 
@@ -209,13 +215,12 @@ def load_diffs(
     stage of both sides streamed (their p99 judged with ``tail_tolerance`` too); each from the interval of
     its change (``diff_bootstrap``), Holm-adjusted later across the whole diff (``diff_verdict.make_doc``).
 
-    One stage on either side: its interval is the noise within one run, so a change must also exceed
-    ``run_spread`` (the throughput) or ``run_spread`` × ``queueing`` (latency and service time: a capacity
-    that moves by s between runs moves the latency at a loaded rate by about s × its queueing factor,
-    ``queueing_factor``)."""
-    single = min(len(base), len(new)) <= 1
-    lat_allow, tp_allow = (run_spread * max(1.0, queueing), run_spread) if single else (0.0, 0.0)
+    A change must also exceed what an unchanged server moves between runs, which no interval within a run
+    (nor stages pooled from one find's searches) sees: ``run_spread`` for the throughput, ``latency_allowance``
+    for latency and service time (``queueing``: the base's ``queueing_factor`` at this rate).  Only between
+    stable stages: a rate the base held and the new side did not is no drift."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
+    lat_allow, tp_allow = (0.0, 0.0) if unstable else (latency_allowance(run_spread, queueing), run_spread)
     caveat = ""
     if unstable:
         caveat = (
@@ -266,15 +271,22 @@ def _throughput_diff(
                         BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat, allowance=allowance)  # fmt: skip
 
 
-def queueing_factor(at_rate: Sequence[StageRows], lowest: StageRows | None) -> float:
-    """How much queueing the latency at a rate holds: its median over the median at the lowest rate the side
-    measured (at least 1; 1 without a lowest rate).  For an M/M/1 it is 1 / (1 − ρ), which is also how much a
-    relative change of the capacity moves the latency at that rate."""
-    if lowest is None or not len(lowest.latency_s) or not at_rate:
+def queueing_factor(at_rate: Sequence[StageRows], lowest: Sequence[StageRows]) -> float:
+    """How much queueing the latency at a rate holds (at least 1): its median over the median at the lowest
+    rate measured (``lowest``: the side's stable stages at its two lowest rates, lowest first), and, when the
+    lowest rate is itself loaded, what an M/M/1 through the two lowest (latency W = W0 / (1 − λ/μ)) says:
+    μ = (W2·λ2 − W1·λ1) / (W2 − W1), the factor 1 / (1 − λ/μ) (inf at or past μ).  For an M/M/1 it is also
+    how much a relative change of the capacity moves the latency at that rate (``latency_allowance``)."""
+    if not lowest or not at_rate:
         return 1.0
-    ref = float(np.median(lowest.latency_s))
     here = float(np.median(np.concatenate([s.latency_s for s in at_rate])))
-    return max(1.0, here / ref) if ref > 0 and math.isfinite(here) else 1.0
+    w = [float(np.median(s.latency_s)) if len(s.latency_s) else math.nan for s in lowest[:2]]
+    k = here / w[0] if w[0] > 0 and math.isfinite(here) else 1.0
+    if len(w) == 2 and w[1] > w[0] > 0 and lowest[1].target_rps > lowest[0].target_rps:
+        mu = (w[1] * lowest[1].target_rps - w[0] * lowest[0].target_rps) / (w[1] - w[0])
+        rate = at_rate[0].target_rps
+        k = max(k, 1.0 / (1.0 - rate / mu) if rate < mu else math.inf)
+    return max(1.0, k)
 
 
 def streamed(stages: Sequence[StageRows]) -> bool:

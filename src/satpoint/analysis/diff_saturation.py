@@ -191,15 +191,21 @@ def answers_spread(answers: Sequence[Answer]) -> float:
     return (max(sats) - min(sats)) / min(sats) if len(sats) > 1 and min(sats) > 0 else 0.0
 
 
-def saturation_allowance(base: Sequence[Answer], new: Sequence[Answer], run_spread: float) -> float:
-    """The change of the saturation point that two sides' searches cannot tell from the noise between runs:
-    with one search (or measurement) on either side, ``run_spread`` (a search's bracket is its resolution,
-    not the 5-10 % its capacity moves between two runs of an unchanged server: benchmarks/RESULTS.md); with
-    several on both, the base's own spread (``answers_spread``), which measured that noise on the unchanged
-    side (the new side's spread may be the change itself: one search of three that found 250 rps, not 300)."""
-    if min(len(base), len(new)) <= 1:
+def saturation_allowance(base_n: int, new_n: int, base_spread: float, run_spread: float) -> float:
+    """The change of the saturation point that two sides cannot tell from the noise between runs.
+
+    ``run_spread`` (0 turns the rule off): a search's bracket is its resolution, not the 5-10 % an unchanged
+    server's capacity moves between two runs (benchmarks/RESULTS.md), and searches repeated within one run
+    (``find --repeats``) do not see that drift either: three searches landing on one rate say nothing of the
+    next run.  With several searches on both sides, a base whose own searches spread further
+    (``base_spread``: ``answers_spread`` of the searches ``find`` counted) raises it, up to twice
+    ``run_spread`` (a spread beyond that is the base's problem, not a licence to pass any drop); the new
+    side's spread is not used (one search of three at 250 rps, not 300, is the change itself)."""
+    if run_spread <= 0:
+        return 0.0
+    if min(base_n, new_n) <= 1:
         return run_spread
-    return answers_spread(base)
+    return min(2 * run_spread, max(run_spread, base_spread))
 
 
 def counted_answers(summary: Mapping[str, Any]) -> list[Answer]:
@@ -226,6 +232,19 @@ def failed_side_diff(m: MetricDiff, base_cause: str, new_cause: str) -> MetricDi
     said = "inconclusive: a side has no figure"
     body = m.text.replace(said, f"{verdict}: {text}") if said in m.text else f"{m.text}; {verdict}: {text}"
     return m.model_copy(update={"verdict": verdict, "text": body})
+
+
+def counted_spread(summary: Mapping[str, Any]) -> float:
+    """``answers_spread`` of the closed brackets ``find`` counted (``search.counted``): a search the budget
+    left coarse, or an open lower bound, is not the base's noise."""
+    reps = (summary.get("search") or {}).get("repeats") or []
+    brackets = {
+        i: Bracket(float(r["saturation_rps"]), float(r["unstable_rps"]))
+        for i, r in enumerate(reps)
+        if r.get("saturation_rps") is not None and r.get("unstable_rps") is not None and r.get("brackets", True)
+    }
+    keys = counted(brackets, float(summary.get("precision") or 0.05)) if brackets else []
+    return answers_spread([Answer(brackets[k].stable_rps or 0.0, brackets[k].unstable_rps) for k in keys])
 
 
 def searches(summary: Mapping[str, Any]) -> int:

@@ -219,12 +219,21 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
+def latency_allowance(run_spread: float, queueing: float) -> float:
+    """How far latency at a rate moves when the capacity moves by ``run_spread`` between runs: for an M/M/1
+    whose latency there is ``queueing`` times its idle latency (1 / (1 − ρ)), s·k / (1 − s·k) (the worse
+    direction); at most 1 (a doubling is always judged: the saturation point and the idle rates judge a
+    server that slow) and 1 when s·k ≥ 0.5."""
+    x = run_spread * max(1.0, queueing)
+    return 0.0 if x <= 0 else 1.0 if x >= 0.5 else x / (1 - x)
+
+
 def within_run_spread(change: float, gap: float | None, allowance: float) -> Judgement:
-    """A change beyond the tolerance but within the between-run spread of one run a side: not a verdict."""
+    """A change beyond the tolerance but within what an unchanged server moves between runs: not a verdict."""
     return Judgement("inconclusive", change, gap, (
-        f"the change is larger than the tolerance, but within the {allowance * 100:.3g} % that one run a side moves "
-        "between runs of an unchanged server (--run-spread; at a loaded rate scaled by its queueing): repeat "
-        "(find --repeats 3 on both sides) to decide"))  # fmt: skip
+        f"the change is larger than the tolerance, but within the {allowance * 100:.0f} % an unchanged server "
+        "moves between runs here (--run-spread, at a loaded rate with its queueing): measure your setup's with "
+        "A/A pairs (diff --calibrate) and give --run-spread, or repeat both runs"))  # fmt: skip
 
 
 def _pct(x: float) -> str:

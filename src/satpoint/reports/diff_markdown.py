@@ -28,7 +28,8 @@ def _change(m: MetricDiff) -> str:
 
 
 def _tail(doc: DiffDoc) -> str:
-    return "" if doc.tail_tolerance is None else f", p90/p99 {doc.tail_tolerance * 100:.3g} %"
+    tail = "" if doc.tail_tolerance is None else f", p90/p99 {doc.tail_tolerance * 100:.3g} %"
+    return tail + ("" if doc.run_spread is None else f", run spread {doc.run_spread * 100:.3g} %")
 
 
 def _cell(text: str) -> str:

@@ -18,6 +18,7 @@ def print_diff(console: Console, doc: DiffDoc) -> None:
         + (escape(f" [{doc.new['point']}]") if doc.new.get("point") else "")
         + f", tolerance {doc.tolerance * 100:.3g} %"
         + ("" if doc.tail_tolerance is None else f" (p90/p99 {doc.tail_tolerance * 100:.3g} %)")
+        + ("" if doc.run_spread is None else f", run spread {doc.run_spread * 100:.3g} %")
     )
     for m in doc.metrics:
         console.print(f"[{_STYLE[m.verdict]}]{m.verdict:>12}[/]  {escape(m.text)}")
