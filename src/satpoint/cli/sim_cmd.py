@@ -69,10 +69,22 @@ def sim(
     stream_first_ms: StreamFirstMsOpt = 20.0,
     stream_gap_ms: StreamGapMsOpt = 5.0,
     stream_chunks: StreamChunksOpt = 10,
+    pipeline: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SPEC",
+            help="serve a pipeline: a Seldon Core 2 Pipeline or Triton ensemble file, or a chain A,B,C named --model; "
+            "each step's model its own slots, the pipeline as NAME and NAME.pipeline (REST)",
+        ),
+    ] = None,
+    step_service: Annotated[
+        list[str] | None,
+        typer.Option(metavar="MODEL=SLOTSxMS", help="--pipeline: a step model's slots and service time (repeat)"),
+    ] = None,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
-    from satpoint.servers.sim import SimConfig
+    from satpoint.servers.sim import SimConfig, pipeline_from_options
     from satpoint.servers.sim import run as run_rest
     from satpoint.servers.sim_grpc import run as run_grpc
     from satpoint.servers.sim_model import model_names
@@ -84,6 +96,8 @@ def sim(
         raise fail("--dist must be const, exp or lognormal")
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
         raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
+    if pipeline is not None and protocol != "rest":
+        raise fail("--pipeline is served by the REST sim only (--protocol rest)")
     if fault is not None and protocol != "rest":
         raise fail("--fault is simulated by the REST sim only (--protocol rest)")
     try:
@@ -96,10 +110,16 @@ def sim(
             error_framing=error_framing,  # type: ignore[arg-type]
             **metastable_fields(metastable), **sim_stream_fields(stream, stream_first_ms, stream_gap_ms, stream_chunks),
         )  # fmt: skip
+        served = pipeline_from_options(pipeline, step_service or [], config)
+        if served is not None:
+            config = served.configure(config)
     except ConfigError as e:
         raise fail(str(e).removeprefix("sim: ")) from None
     try:
         tls = SimTls.from_paths(tls_cert, tls_key, tls_client_ca)
     except (ValueError, OSError) as e:
         raise fail(str(e)) from None
-    (run_rest if protocol == "rest" else run_grpc)(config, tls=tls)
+    if served is not None:
+        run_rest(config, tls=tls, pipeline=served)
+    else:
+        (run_rest if protocol == "rest" else run_grpc)(config, tls=tls)

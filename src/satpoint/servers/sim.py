@@ -12,6 +12,15 @@ Run it with ``python -m satpoint.servers.sim --port 0 --slots 2 --service-ms 20`
 signed by that CA; in metastable mode a line of known rates comes just before it, see below) and it
 serves until SIGTERM or SIGINT, then exits with code 0.
 
+Pipeline
+--------
+``--pipeline SPEC`` (a Seldon Core 2 ``Pipeline`` or Triton ensemble file, or a chain ``A,B,C`` named ``--model``)
+serves each step's model with its own slots and service time (``--step-service MODEL=SLOTSxMS``, repeated; the
+others ``--slots`` x ``--service-ms``) and the pipeline as ``NAME`` and ``NAME.pipeline``, whose requests run
+the DAG on the steps' queues (``satpoint.servers.sim_pipeline``): its capacity is the slowest model's C/S.  A
+line before the listening line names each step's capacity and the bottleneck; the listening line's capacity is
+the pipeline's.
+
 Endpoints
 ---------
 ``GET /v2/health/live``, ``GET /v2/health/ready``, ``GET /v2/models/{m}/ready``: 200, empty body.
@@ -123,6 +132,7 @@ from collections.abc import Sequence
 
 from satpoint.servers.sim_http import serve
 from satpoint.servers.sim_model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig, metastable_line
+from satpoint.servers.sim_pipeline import SimPipeline
 from satpoint.servers.sim_tls import SimTls
 
 __all__ = ["SimConfig", "listening_line", "main", "run", "serve"]
@@ -132,9 +142,12 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def listening_line(host: str, port: int, config: SimConfig, *, tls: bool = False) -> str:
+def listening_line(
+    host: str, port: int, config: SimConfig, *, tls: bool = False, pipeline: SimPipeline | None = None
+) -> str:
     scheme = "https" if tls else "http"
-    line = f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {config.capacity_rps:.10g} rps)"
+    capacity_rps = pipeline.capacity_rps if pipeline is not None else config.capacity_rps
+    line = f"satpoint sim listening on {scheme}://{_url_host(host)}:{port} (capacity {capacity_rps:.10g} rps)"
     return line + (f" ({stream_line(config)})" if config.stream else "")
 
 
@@ -146,8 +159,9 @@ def stream_line(config: SimConfig) -> str:
     )
 
 
-def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
-    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout.
+def run(config: SimConfig, *, tls: SimTls | None = None, pipeline: SimPipeline | None = None) -> None:
+    """Run the server on uvloop until SIGTERM/SIGINT, printing the listening line to stdout (``pipeline``:
+    serve it, ``config`` from its ``configure``).
 
     Raises ``SatpointError`` if it cannot listen (e.g. the port is taken).
     """
@@ -157,14 +171,30 @@ def run(config: SimConfig, *, tls: SimTls | None = None) -> None:
         figures = metastable_line(config)
         if figures is not None:
             print(figures, flush=True)
-        print(listening_line(host, port, config, tls=tls is not None), flush=True)
+        if pipeline is not None:
+            print(pipeline.line(), flush=True)
+        print(listening_line(host, port, config, tls=tls is not None, pipeline=pipeline), flush=True)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         try:
-            answered = runner.run(serve(config, on_listening=announce, tls=tls))
+            answered = runner.run(serve(config, on_listening=announce, tls=tls, pipeline=pipeline))
         except KeyboardInterrupt:  # a SIGINT that arrived before the handlers were installed
             return
     print(f"satpoint sim stopped after {answered} responses", file=sys.stderr, flush=True)
+
+
+def pipeline_from_options(spec: str | None, step_services: Sequence[str], config: SimConfig) -> SimPipeline | None:
+    """``--pipeline SPEC`` with its ``--step-service`` options (None without ``--pipeline``; ``ConfigError``
+    for a bad spec, a step service without ``--pipeline``)."""
+    from satpoint.errors import ConfigError
+
+    if spec is None:
+        if step_services:
+            raise ConfigError("sim: --step-service needs --pipeline")
+        return None
+    return SimPipeline.from_options(
+        spec, step_services, slots=config.slots, service_ms=config.service_ms, name=config.model
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -204,6 +234,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-first-ms", type=float, default=d.stream_first_ms, help="streams: first chunk after (ms)")
     p.add_argument("--stream-gap-ms", type=float, default=d.stream_gap_ms, help="streams: then one every (ms)")
     p.add_argument("--stream-chunks", type=int, default=d.stream_chunks, help="streams: chunks per answer")
+    p.add_argument("--pipeline", default=None, metavar="SPEC", help="serve a pipeline (see the module's doc)")
+    p.add_argument(
+        "--step-service", action="append", default=[], metavar="MODEL=SLOTSxMS", help="--pipeline: a step's service"
+    )
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")
@@ -221,11 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = SimConfig.from_args(args)
+        pipeline = pipeline_from_options(args.pipeline, args.step_service, config)
+        if pipeline is not None:
+            config = pipeline.configure(config)
         tls = SimTls.from_paths(args.tls_cert, args.tls_key, args.tls_client_ca)
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))
     try:
-        run(config, tls=tls)
+        run(config, tls=tls, pipeline=pipeline)
     except SatpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

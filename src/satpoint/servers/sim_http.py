@@ -32,6 +32,7 @@ import httptools
 from satpoint.errors import SatpointError
 from satpoint.servers.sim_metastable import MetastableScheduler, Ticket
 from satpoint.servers.sim_model import FaultDraws, SimConfig, SlotScheduler
+from satpoint.servers.sim_pipeline import PipelineRunner, SimPipeline
 from satpoint.servers.sim_release import Release as _Release
 from satpoint.servers.sim_release import ResponseEntry as _Entry
 from satpoint.servers.sim_starts import StartTimer
@@ -59,8 +60,13 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 class _SimServer:
     """All state of one running simulated server."""
 
-    def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop, origin_s: float) -> None:
+    def __init__(
+        self, config: SimConfig, loop: asyncio.AbstractEventLoop, origin_s: float, pipeline: SimPipeline | None = None
+    ) -> None:
         self.config = config
+        #: ``--pipeline``: each step's model its own queue, and the pipeline run through them
+        self.pipeline = pipeline
+        self.runner: PipelineRunner | None = None
         self.loop = loop
         self.responses = Responses(config)
         self.release = _Release(loop)
@@ -86,6 +92,8 @@ class _SimServer:
     def reset_scheduler(self, origin_s: float) -> None:
         """A fresh scheduler whose time (pauses, free slots) starts at ``origin_s``."""
         self.scheduler = SlotScheduler.from_config(self.config, origin_s)
+        if self.pipeline is not None:
+            self.runner = PipelineRunner(self.pipeline, self.config, self.loop, origin_s, self._started)
         self.model_schedulers = (  # --model-queues: a queue (and slots, and draws) per model
             {
                 m.encode(): SlotScheduler.from_config(replace(self.config, seed=self.config.seed + k), origin_s)
@@ -110,6 +118,12 @@ class _SimServer:
         """Admit an inference request (for ``model``: its own queue with ``--model-queues``): its finish (None
         while it waits in metastable mode), whether it fails, and its metastable ticket (to hand its answer to
         with ``release_at``)."""
+        if self.runner is not None:  # --pipeline: a step's model alone, or the pipeline through its steps
+            queue = self.runner.queue(model)
+            if queue is not None:
+                return queue.admit(arrival_s).finish_s, False, None
+            if self.runner.is_pipeline(model):
+                return None, False, self.runner.run(arrival_s)
         if self.metastable is None:
             sched = (
                 self.scheduler if self.model_schedulers is None else self.model_schedulers.get(model, self.scheduler)
@@ -482,16 +496,18 @@ async def serve(
     on_listening: Callable[[str, int], None] | None = None,
     handle_signals: bool = True,
     tls: SimTls | None = None,
+    pipeline: SimPipeline | None = None,
 ) -> int:
     """Serve ``config`` until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``).
 
     Calls ``on_listening(host, port)`` once listening (the real port, also when ``config.port`` is 0).
-    ``tls`` serves HTTPS (with ``client_ca_file``: clients must present a certificate).  Returns the
+    ``tls`` serves HTTPS (with ``client_ca_file``: clients must present a certificate); ``pipeline`` serves a
+    pipeline of models (``satpoint.servers.sim_pipeline``; ``config`` from its ``configure``).  Returns the
     number of responses written.
     """
     loop = asyncio.get_running_loop()
     stop_event = stop if stop is not None else asyncio.Event()
-    state = _SimServer(config, loop, time.perf_counter())
+    state = _SimServer(config, loop, time.perf_counter(), pipeline)
     ssl_context = tls.ssl_context() if tls is not None else None
     try:
         server = await loop.create_server(
