@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from satpoint.analysis.diagnosis import diagnose, spikes
 from satpoint.analysis.summary import build_summary
@@ -30,10 +31,16 @@ def cpu_cores_at(t: float) -> float:
 
 
 def write_observations(
-    out: Path, results: Results, *, count_extra: int = 0, times: list[tuple[float, str]] | None = None
+    out: Path,
+    results: Results,
+    *,
+    count_extra: int = 0,
+    times: list[tuple[float, str]] | None = None,
+    others: float | None = None,
 ) -> None:
     """Samples every 0.25 s (0.4 cores in stage 1, 0.9 in stage 2, RSS growing) and MLServer scrapes every
-    second whose success counter follows the simulated answers exactly (plus ``count_extra`` at the end)."""
+    second whose success counter follows the simulated answers exactly (plus ``count_extra`` at the end);
+    ``others``: other work on the machine, in cores, from 5 s on (None: the machine was not sampled)."""
     seg = results.segments[0]
     seg.generator["t0_monotonic"] = T0_MONO
     rec = seg.records
@@ -54,6 +61,11 @@ def write_observations(
                     "ctx_involuntary": 10 * (t + 1),
                     "procs": 2,
                     "cpus_busy_s": 1.05 * cpu,
+                    **(
+                        {}
+                        if others is None
+                        else {"machine_busy_s": 2.0 * cpu + others * max(0.0, t - 5.0), "known_cpu_s": 2.0 * cpu}
+                    ),
                 }
             )
         )
@@ -332,3 +344,28 @@ def test_a_streamed_run_gets_the_same_server_side_its_streams_and_both_report_se
     for section in ('id="stream"', 'id="stream-timeline-0"', 'id="server"', 'id="plot-server"', "Inside the server"):
         assert section in page, section
     assert 'id="plot-server-vs-client"' in page
+
+
+def test_other_work_on_the_machine_is_measured_per_stage_and_a_busy_stage_said(tmp_path: Path) -> None:
+    """Other processes took 0.5 cores from 5 s on: the first stage's window saw some of it, the second all of
+    it; the second is busy (>= 0.25 cores), said in ``machine_busy`` and first among the warnings."""
+    out = tmp_path / "run"
+    results = make_run(out, SimConfig(slots=4, service_ms=10.0), STAGES)
+    results.header["target"]["model"] = "sim"
+    write_observations(out, results, others=0.5)
+    from satpoint.metrics.results import write_header
+
+    write_header(out, results)
+    doc = build_summary(load_results(out))
+    s1, s2 = doc["stages"]
+    assert s2["server"]["machine_other_cores"] == pytest.approx(0.5, abs=0.02)
+    assert 0.0 < s1["server"]["machine_other_cores"] < 0.25
+    busy = doc["machine_busy"]
+    assert busy["threshold_cores"] == 0.25 and busy["max_other_cores"] == pytest.approx(0.5, abs=0.02)
+    assert [b["segment"] for b in busy["stages"]] == [s2["segment"]]
+    assert doc["warnings"][0].startswith("BUSY MACHINE: other work took up to 0.5")
+    _assert_mirrors(parse_summary(doc), doc)
+    # a machine not sampled (a folder from before, or no local server): no figure, no block, no warning
+    quiet = build_summary(folder(tmp_path / "q"))
+    assert quiet["stages"][0]["server"]["machine_other_cores"] is None and quiet["machine_busy"] is None
+    assert not any(w.startswith("BUSY MACHINE") for w in quiet["warnings"])

@@ -131,3 +131,33 @@ def test_the_agent_imports_this_satpoint_without_reordering_the_path(
         env = psutil.Process(pid).environ()
         assert obs.running
     assert "PYTHONPATH" not in env
+
+
+def test_other_work_on_the_machine_is_sampled_apart_from_the_server_and_satpoint(tmp_path: Path) -> None:
+    """The samples carry every CPU's busy time and the CPU time of the server's and satpoint's processes: a
+    process spinning outside both trees (reparented to init) shows as other work, near a core of it."""
+    import subprocess
+    import sys
+
+    from satpoint.metrics.observed import SAMPLES_FILE, read_observations
+
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    spin = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"
+    out = subprocess.run(["sh", "-c", f'{sys.executable} -c "{spin}" >/dev/null 2>&1 & echo $!'],
+                         capture_output=True, text=True, timeout=10)  # fmt: skip
+    spinner = int(out.stdout.strip())
+    try:
+        assert spinner not in [p.pid for p in psutil.Process().children(recursive=True)]
+        with Observer(ObserveOptions(server_pids=(server.pid,)), tmp_path):
+            time.sleep(2.0)
+    finally:
+        os.kill(spinner, signal.SIGKILL)
+        server.kill()
+        server.wait(timeout=10)
+    obs = read_observations(tmp_path)
+    assert obs is not None
+    s = obs.samples
+    assert (tmp_path / SAMPLES_FILE).exists() and len(s["mono_s"]) >= 4
+    dt = s["mono_s"][-1] - s["mono_s"][0]
+    other = (s["machine_busy_s"][-1] - s["machine_busy_s"][0] - (s["known_cpu_s"][-1] - s["known_cpu_s"][0])) / dt
+    assert 0.4 < other < 2.5, other

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satpoint.analysis.diff_busy import busy_at, busy_search, not_from_busy
 from satpoint.analysis.diff_config import refusal, sweep_refusal
 from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, queueing_factor, stage_rows
@@ -60,6 +61,7 @@ from satpoint.analysis.diff_verdict import (
     metric_diff,
     tolerance_for,
 )
+from satpoint.analysis.machine_busy import busy_segments
 from satpoint.analysis.search_summary import SEARCH_PURPOSES
 from satpoint.analysis.sweep import lower_bound_reasons
 from satpoint.analysis.sweep_measurement import STREAM_FIELDS
@@ -159,7 +161,10 @@ def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: fl
     m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True,
                         allowance=allowance)  # fmt: skip
     m = failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
-    return fewer_searches_diff(m, base.doc, new.doc)
+    m = fewer_searches_diff(m, base.doc, new.doc)
+    if m.base.value is None or m.new.value is None:  # a side that held no rate: not the machine's doing
+        return m
+    return not_from_busy(m, busy_search(base.doc, base.purposes), busy_search(new.doc, new.purposes))
 
 
 def diff_folders(
@@ -201,10 +206,11 @@ def diff_folders(
         matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
         low = _lowest(base_stages)  # the base's queueing: a slower new side must not widen its own allowance
+        busy_b, busy_n = busy_segments(base.doc), busy_segments(new.doc)
         for rate, b, n in matched:
             k = queueing_factor(b, low)
-            metrics.extend(load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance,
-                                      run_spread, k))  # fmt: skip
+            at = load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance, run_spread, k)
+            metrics.extend(not_from_busy(x, busy_at(b, busy_b), busy_at(n, busy_n)) for x in at)
         metrics.extend(_unjudged(base, new, new_stages, tolerance))
         if not matched:
             notes.append(

@@ -81,6 +81,7 @@ class StageRows:
     ttfc_block: npt.NDArray[np.int64] | None = None
     gap_s: F64 | None = None
     gap_block: npt.NDArray[np.int64] | None = None
+    segment: int = -1  # the stage's segment in its folder (-1: not known)
 
 
 def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
@@ -122,6 +123,7 @@ def stage_rows(rec: Records, stage: Mapping[str, Any]) -> StageRows:
         ok_per_block=ok_counts,
         ok_per_bin=_ok_bins(part, ok, w0, win),
         **streams,
+        segment=int(stage.get("segment", -1)),
     )
 
 

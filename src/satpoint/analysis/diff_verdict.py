@@ -105,6 +105,9 @@ class MetricDiff(BaseModel):
     #: the change a figure resting on one run a side must exceed besides the tolerance (the between-run spread,
     #: ``DiffDoc.run_spread``, scaled by the queueing at that rate for latency); None or 0: the tolerance alone
     allowance: float | None = None
+    #: why the figure cannot be judged: measured on a busy machine (``diff_busy``); its verdict stays
+    #: inconclusive whatever the evidence (Holm's rejudging included)
+    busy: str | None = None
 
 
 class DiffDoc(BaseModel):
@@ -401,6 +404,8 @@ def rejudge(m: MetricDiff, p_adjusted: float, caveat: str = "") -> MetricDiff:
     """A bootstrap metric judged again with its Holm-adjusted p-value."""
     assert m.change is not None and m.change_low is not None and m.change_high is not None
     j = judge_change(m.change, m.change_low, m.change_high, p_adjusted, m.tolerance, m.better, m.allowance or 0.0)
+    if m.busy:
+        j = Judgement("inconclusive", j.change, j.gap, m.busy)
     return _with_verdict(m.model_copy(update={"p_adjusted": p_adjusted}), j, caveat or _caveat_of(m))
 
 

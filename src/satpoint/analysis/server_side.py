@@ -106,6 +106,7 @@ def stage_resources(
         "cpu_utilisation": round(mean / allowed, 4) if allowed else None,
         "cpus_busy_cores": None,
         "other_cores": None,
+        "machine_other_cores": None,
         "cpu_us_per_request": None,
         "cpu_us_per_inference": None,
         "rss_mb": {"max": round(float(s["rss_bytes"][idx].max()) / 2**20, 2)},
@@ -121,6 +122,13 @@ def stage_resources(
         cores_busy = float(np.diff(busy)[good].sum()) / wall
         out["cpus_busy_cores"] = round(cores_busy, 4)
         out["other_cores"] = round(max(0.0, cores_busy - mean), 4)
+    if (
+        "machine_busy_s" in s
+        and np.isfinite(s["machine_busy_s"][idx]).all()
+        and np.isfinite(s["known_cpu_s"][idx]).all()
+    ):
+        other = np.diff(s["machine_busy_s"][idx])[good].sum() - np.diff(s["known_cpu_s"][idx])[good].sum()
+        out["machine_other_cores"] = round(max(0.0, float(other) / wall), 4)
     out["gpus"] = stage_gpus(seg, m, obs)
     out["cpu_throttling"] = stage_throttling(s, idx, wall)
     peak = s["cg_memory_peak_bytes"][idx] if "cg_memory_peak_bytes" in s else np.array([])

@@ -11,6 +11,7 @@ from typing import Any
 from satpoint.analysis.diagnosis import diagnose
 from satpoint.analysis.flamegraph import flamegraph_block
 from satpoint.analysis.hosts import hosts_summary, judge_hosts
+from satpoint.analysis.machine_busy import busy_warning, machine_busy_block
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.shards import shard_judge
 from satpoint.analysis.target_lost import target_lost
@@ -191,6 +192,9 @@ def build_summary(results: Results) -> dict[str, Any]:
     timed = sum(len(s.records) for s in results.segments if "cpu_s" in s.generator)
     stage_docs = [stage_dict(i, m) for i, m in stages]
     add_server_fields(results, stage_docs, stages)  # what the server did in each stage, if it was watched
+    busy = machine_busy_block(stage_docs)  # other work on the machine while it measured
+    if (said := busy_warning(busy)) is not None:
+        warnings.insert(0, said)
     summary: dict[str, Any] = {
         "schema_version": h.get("schema_version"),
         "tool_version": h.get("tool_version"),
@@ -227,6 +231,7 @@ def build_summary(results: Results) -> dict[str, Any]:
         "target_lost": lost,
         "warnings": warnings,
         "observed": observed_block(results),
+        "machine_busy": busy,
         "flamegraph": flamegraph_block(h, stage_docs),
         "trace": trace_block(results, stage_docs),
     }

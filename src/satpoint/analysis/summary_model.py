@@ -260,6 +260,8 @@ class RunSummary(BaseModel):
     target_lost: TargetLost | None = None
     #: the results could not be written to the folder asked for: where they are (None: where asked)
     relocated: Relocated | None = None
+    #: other work on the machine while it measured (``analysis.machine_busy``); None: not watched
+    machine_busy: dict[str, Any] | None = None
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
     closed_loop: dict[str, Any] | None = None

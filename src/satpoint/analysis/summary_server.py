@@ -71,6 +71,8 @@ class ServerResources(BaseModel):
     cpu_utilisation: float | None = None  # cpu_cores.mean / allowed_cores
     cpus_busy_cores: float | None = None  # busy time of the server's allowed CPUs, by any process
     other_cores: float | None = None  # of which not the server's: its CPUs were shared
+    #: cores the whole machine spent on other work than the server and satpoint (steal included)
+    machine_other_cores: float | None = None
     cpu_us_per_request: float | None = None
     cpu_us_per_inference: float | None = None  # per row of a batch, when a request carries more than one
     rss_mb: RssMb

@@ -8,7 +8,9 @@ Two files in the results folder, appended while the run goes by the observer pro
   all of its CPU, one that exits keeps what it used), RSS and threads are the tree's sums at that moment;
   ``cpus_busy_s``: busy seconds (any process) of the CPUs the server may run on, cumulative, which
   tells a server that had its cores to itself from one that shared them; ``cg_*``: the counters of the
-  server's own cgroup when it runs in one (CFS throttling, memory peak, OOM kills), else empty.
+  server's own cgroup when it runs in one (CFS throttling, memory peak, OOM kills), else empty;
+  ``machine_busy_s`` and ``known_cpu_s``: every CPU's busy seconds and the CPU seconds of the server's and
+  satpoint's own processes, cumulative: the rest is other work on the machine.
 - ``server-metrics.jsonl``: one line per scrape of a Prometheus endpoint: when, why (``start N`` /
   ``end N`` around segment N, ``tick`` in between), and every sample it returned (unknown metrics
   included), or the error.
@@ -62,6 +64,11 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "cg_throttled_s",
     "cg_memory_peak_bytes",
     "cg_oom_kills",
+    # the whole machine: busy seconds of every CPU (by anything, steal included), and CPU seconds of the
+    # processes accounted for (the server's tree and satpoint's own: generator, observer), cumulative; the
+    # difference is what other work took from the machine while it measured (``machine_other_cores``)
+    "machine_busy_s",
+    "known_cpu_s",
 )
 
 #: one Prometheus sample: (name, labels, value)

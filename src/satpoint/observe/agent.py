@@ -54,6 +54,8 @@ class Agent:
         roots = [int(p) for p in cfg.get("server_pids", [])]
         cpus = cfg.get("cpus")
         self.sampler = TreeSampler(roots, cpus=[int(c) for c in cpus] if cpus else None) if roots else None
+        #: the server's and satpoint's processes over the whole machine: the rest is other work
+        self.machine = TreeSampler([*roots, int(cfg["parent_pid"])]) if roots else None
         #: (URL scraped, URL recorded: secrets redacted)
         self.urls: list[tuple[str, str]] = [(u, r) for u, r in cfg.get("metrics_urls", [])]
         self.sample_every = float(cfg.get("sample_interval_s", 0.25))
@@ -85,6 +87,9 @@ class Agent:
         if self.sampler is None or self.samples is None:
             return
         row = self.sampler.sample()
+        if row is not None and self.machine is not None and (every := self.machine.sample()) is not None:
+            row = {**row, "machine_busy_s": every["cpus_busy_s"],
+                   "known_cpu_s": every["cpu_user_s"] + every["cpu_system_s"]}  # fmt: skip
         if row is not None:
             self.samples.write(format_sample_row(row))
             self.samples.flush()

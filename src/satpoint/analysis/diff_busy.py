@@ -1,0 +1,38 @@
+"""``satpoint diff`` calls no change from figures measured while the machine was busy with other work
+(``analysis.machine_busy``): such a figure is the shared machine's, so neither a regression, an improvement
+nor a no_change can be told from it (a busy base makes a broken new version look unchanged)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from satpoint.analysis.diff_verdict import MetricDiff
+from satpoint.analysis.machine_busy import busy_segments
+from satpoint.analysis.search_summary import SEARCH_PURPOSES
+
+
+def busy_search(summary: Mapping[str, Any], purposes: Mapping[int, str]) -> dict[int, float]:
+    """The busy stages of a find's searches (segment -> other work in cores)."""
+    return {k: v for k, v in busy_segments(summary).items() if purposes.get(k, SEARCH_PURPOSES[0]) in SEARCH_PURPOSES}
+
+
+def busy_text(side: str, busy: Mapping[int, float]) -> str:
+    n = len(busy)
+    return f"the {side} side's machine was busy with other work in {n} stage{'s' if n > 1 else ''} (up to " \
+        f"{max(busy.values()):.2f} cores)"  # fmt: skip
+
+
+def not_from_busy(m: MetricDiff, base: Mapping[int, float], new: Mapping[int, float]) -> MetricDiff:
+    """``m`` inconclusive when either side measured it on a busy machine (``base``/``new``: its busy stages);
+    not the error rate (a server's errors are its own, however busy its machine)."""
+    if (not base and not new) or m.metric == "error_rate":
+        return m
+    why = "; ".join(busy_text(side, b) for side, b in (("base", base), ("new", new)) if b)
+    why += ", so no change can be told from it (measure on a quiet machine)"
+    return m.model_copy(update={"verdict": "inconclusive", "text": f"{m.text}; inconclusive: {why}", "busy": why})
+
+
+def busy_at(stages: Sequence[Any], busy: Mapping[int, float]) -> dict[int, float]:
+    """Which of these stages (``diff_rows.StageRows``) were busy, from the folder's busy segments."""
+    return {s.segment: busy[s.segment] for s in stages if s.segment in busy}
