@@ -20,7 +20,6 @@ FACADE = ("satpoint.api", "satpoint.cli", "satpoint.config", "satpoint.errors", 
 #: the commands' entry points outside the façade: (cli module, library module) -> why.  It may only shrink:
 #: an entry that is no longer used fails the test, a new reach into the library fails it too
 ENTRY_POINTS = {
-    ("coldstart_cmd.py", "satpoint.endpoints.repository"): "resolve_protocol: --protocol's default from the URL",
     ("coldstart_cmd.py", "satpoint.experiments.coldstart"): "run_coldstart and its options",
     ("common.py", "satpoint.analysis.summary_model"): "RunSummary, rendered",
     ("common.py", "satpoint.analysis.thresholds"): "format_result, rendered",

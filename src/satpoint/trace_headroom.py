@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from satpoint.analysis.capacity import recommend
 from satpoint.analysis.holds import RECOVERY_S, cooldown_max_s
 from satpoint.analysis.search import Measured, SearchParams, Step
+from satpoint.analysis.thresholds import STREAM_METRICS, parse_slo, parse_thresholds
 from satpoint.analysis.trace_headroom import (
     PROFILE_FRACTIONS,
     headroom_block,
@@ -33,6 +35,7 @@ from satpoint.analysis.verdicts import Verdict
 from satpoint.config import LoadOptions
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
+from satpoint.errors import ConfigError
 from satpoint.progress import OnEvent, say
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.session import announce_target, check_rows_fit, require_generator
@@ -54,6 +57,8 @@ class HeadroomResult:
     block: dict[str, Any]  # summary.json's trace_headroom
     out_dir: Path
     k8s_files: tuple[Path, ...] = ()
+    #: ``thresholds`` judged on the answer's replay (summary.json's ``thresholds``); empty without an answer
+    thresholds: tuple[dict[str, Any], ...] = ()
 
 
 def find_headroom(
@@ -67,14 +72,22 @@ def find_headroom(
     margin: float = 0.15,
     profile: bool = True,
     max_error_rate: float = 0.01,
+    thresholds: Sequence[str] = (),
+    slo: Sequence[str] = (),
     out: Path | str | None = None,
     emit_k8s: Path | str | None = None,
     on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     html: bool = False,
 ) -> HeadroomResult:
-    """Search the speed factor at which ``trace`` is sustained by ``target`` (see the module's doc)."""
+    """Search the speed factor at which ``trace`` is sustained by ``target`` (see the module's doc).
+    ``slo`` (``p99<50ms``) judges every replay's stages as ``find --slo`` judges a search's: X is then the
+    speed that keeps them; ``thresholds`` are gates judged on the answer's replay (``HeadroomResult.thresholds``)."""
     started = time.monotonic()  # reading the trace counts against the budget
+    parse_thresholds(thresholds, "find --trace")  # refused here, before any load
+    slo_ms = parse_slo(list(slo))
+    if not target.stream and any(k in STREAM_METRICS for k in slo_ms):
+        raise ConfigError("--slo on ttfc_*/gap_* (time to first chunk, gaps between chunks) needs --stream")
     trace = trace.validate()
     load = (load or LoadOptions()).validate()
     require_generator(load)  # --realtime refused here, before the first folder is made
@@ -126,7 +139,7 @@ def find_headroom(
         t0 = time.monotonic()
         res = run_trace(
             target, replace(trace, speed=speed), load=load, max_error_rate=max_error_rate, out=folder, html=html,
-            on_event=on_event, stop=stop, recorded=recorded, prepared=prepared,
+            on_event=on_event, stop=stop, recorded=recorded, prepared=prepared, thresholds=thresholds, slo_ms=slo_ms,
         )  # fmt: skip
         stages = [s.model_dump() for s in res.summary.stages]
         verdict = replay_verdict([s["verdict"] for s in stages])
@@ -217,6 +230,8 @@ def find_headroom(
     if trace.format == "prom":
         block["source_note"] = PROM_NOTE
     block["answer_folder"] = public[answer_i]["folder"] if answer_i is not None else None
+    if slo_ms:
+        block["slo_ms"] = slo_ms
     summary: dict[str, Any] = {}
     if answer_i is not None:  # the answer's replay summary, with the headroom beside it
         src = folders[answer_i]
@@ -231,4 +246,4 @@ def find_headroom(
         rec_k8s = recommend(x * peak_min, margin, peak_rps=peak_min)
         files = tuple(write_k8s(Path(emit_k8s), target.model, rec_k8s))
         say(on_event, max_replicas_choice(rec_k8s)[1] + " (the trace's busiest minute)")
-    return HeadroomResult(block, out_dir, files)
+    return HeadroomResult(block, out_dir, files, tuple(summary.get("thresholds") or ()))

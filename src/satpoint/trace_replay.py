@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,7 @@ def run_trace(
     load: LoadOptions | None = None,
     max_error_rate: float = 0.01,
     thresholds: Sequence[str] = (),
+    slo_ms: Mapping[str, float] | None = None,
     out: Path | str | None = None,
     html: bool = True,
     on_event: OnEvent | None = None,
@@ -152,7 +153,8 @@ def run_trace(
     any load is sent.  ``load.arrival`` is not used (the trace is the arrival process); ``load.procs``
     shards the replay over generator processes as any schedule; ``--ray`` is refused.  ``recorded`` (the
     slice as ``build`` made it) and ``prepared`` (the target, checked) spare a search's replays reading the
-    trace and preparing the target again."""
+    trace and preparing the target again.  ``slo_ms`` (``{"p99": 50.0}``) judges every stage against these
+    latency objectives too, as ``find --slo`` does."""
     trace = trace.validate()
     load = (load or LoadOptions()).validate()
     if load.ray is not None:
@@ -172,7 +174,8 @@ def run_trace(
             f"the trace's payload column holds {int(pay.min())}..{int(pay.max())}; the requests given "
             f"(--payload) are numbered 0..{len(prepared.payload_docs) - 1}"
         )
-    config = RunConfig(load=load, rules=VerdictRules(max_error_rate=max_error_rate), thresholds=checks)
+    rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=dict(slo_ms or {}))
+    config = RunConfig(load=load, rules=rules, thresholds=checks)
     out_dir = Path(out) if out is not None else Path("results") / f"trace-{_stamp()}"
     with Observer(observe, out_dir) as observer:
         session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)

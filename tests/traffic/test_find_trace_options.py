@@ -25,9 +25,9 @@ def trace(tmp_path: Path, lines: list[str], header: str = "timestamp") -> Path:
 @pytest.mark.parametrize(
     "extra",
     [
-        ["--threshold", "p99<50ms"],
-        ["--slo", "p99<50ms"],
         ["--repeats", "3"],
+        ["--start-rps", "10"],
+        ["--server-pid", "1"],
         ["--hysteresis"],
         ["--ray", "auto"],
         ["--arrival", "poisson"],
@@ -43,6 +43,24 @@ def test_find_trace_refuses_what_it_does_not_use(tmp_path: Path, extra: list[str
     r = CliRunner().invoke(app, ["find", "--url", URL, "--model", "m", "--trace", str(path), *extra])
     assert r.exit_code == 2, r.output
     assert "find --trace does not use" in r.output and extra[0] in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--threshold", "saturation_rps>10"], "saturation_rps is measured by `satpoint find`, not by `find --trace`"),
+        (["--threshold", "p99<"], "--threshold 'p99<': expected METRIC OP VALUE"),
+        (["--slo", "ttfc_p99<300ms"], "needs --stream"),
+        (["--slo", "throughput_rps>3"], "--slo 'throughput_rps>3'"),
+    ],
+)
+def test_find_trace_takes_thresholds_and_slos_and_refuses_bad_ones_before_any_load(
+    tmp_path: Path, extra: list[str], says: str
+) -> None:
+    path = trace(tmp_path, [f"{T0 + k:.3f}" for k in range(10)])
+    r = CliRunner().invoke(app, ["find", "--url", URL, "--model", "m", "--trace", str(path), *extra])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
+    assert "cannot reach" not in r.output
 
 
 def test_trace_options_without_a_trace_are_refused() -> None:

@@ -11,7 +11,6 @@ from satpoint.api import default_out, split_cpus
 from satpoint.cli.coldstart_opts import (
     CallTimeoutOpt,
     ColdModelOpt,
-    ColdProtocolOpt,
     ColdServerOpt,
     ColdUrlOpt,
     DemoModelOpt,
@@ -22,18 +21,21 @@ from satpoint.cli.coldstart_opts import (
     OcRateOpt,
     RepeatsOpt,
     ResidentOpt,
+    SloOpt,
     SloP99Opt,
     WarmOpt,
 )
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_THRESHOLD,
     CaCertOpt,
     ClientCertOpt,
     ClientKeyOpt,
     HeaderOpt,
     InsecureOpt,
     TimeoutOpt,
+    UrlProtocolOpt,
     console,
     fail,
     guarded,
@@ -42,9 +44,8 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.endpoints.repository import resolve_protocol
-from satpoint.endpoints.spec import Target
-from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, run_coldstart
+from satpoint.endpoints.spec import Target, resolve_protocol
+from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, parse_slo_p99, run_coldstart
 from satpoint.reports.coldstart import print_coldstart
 from satpoint.reports.progress import EventPrinter
 
@@ -65,6 +66,7 @@ def coldstart(
     mix: MixOpt = "uniform",
     rate: OcRateOpt = 20.0,
     duration: OcDurationOpt = 30.0,
+    slo: SloOpt = None,
     slo_p99_ms: SloP99Opt = None,
     seed: Annotated[int, typer.Option(help="seed of the overcommit mix's draw")] = 0,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/coldstart-TIMESTAMP)")] = None,
@@ -72,7 +74,7 @@ def coldstart(
     insecure: InsecureOpt = False,
     client_cert: ClientCertOpt = None,
     client_key: ClientKeyOpt = None,
-    protocol: ColdProtocolOpt = None,
+    protocol: UrlProtocolOpt = None,
 ) -> None:
     """Cold starts through the model-repository API (unload, load, first inference, requests during the
     load), and overcommit runs with at most K models resident (--resident)."""
@@ -90,13 +92,16 @@ def coldstart(
         opts = ColdStartOptions(
             repeats=repeats, during_rps=during_rps, warm_requests=warm, call_timeout_s=call_timeout,
             request_timeout_s=timeout, models=models, demo_models=demo_models, demo_model=demo_model, server=server,
-            resident=parse_resident(resident), mix=mix, rate_rps=rate, duration_s=duration, slo_p99_ms=slo_p99_ms,
+            resident=parse_resident(resident), mix=mix, rate_rps=rate, duration_s=duration,
+            slo_p99_ms=parse_slo_p99(slo or [], slo_p99_ms),
             seed=seed, server_cpus=split_cpus()[0] if url is None else None, protocol=proto,
         )  # fmt: skip
         out_dir = out or default_out("coldstart")
         with interruptible() as stop, EventPrinter(console, secrets) as printer:
             result = run_coldstart(target, opts, out_dir, on_event=printer, stop=stop)
         print_coldstart(console, result.summary, str(result.out_dir))
-        return EXIT_INTERRUPTED if stop.is_set() else EXIT_OK
+        rec = result.summary.get("recommendation") or {}
+        missed = "slo_p99_ms" in rec and rec.get("resident_for_slo") is None  # no K kept p99 within the SLO
+        return EXIT_INTERRUPTED if stop.is_set() else EXIT_THRESHOLD if missed else EXIT_OK
 
     guarded(body, secrets)

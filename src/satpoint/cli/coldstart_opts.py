@@ -19,6 +19,10 @@ ResidentOpt = Annotated[str | None, typer.Option(help="overcommit runs with at m
 MixOpt = Annotated[str, typer.Option(help="overcommit: the mix's weights, uniform or zipf:S")]
 OcRateOpt = Annotated[float, typer.Option("--rate", help="overcommit: constant rate of each run, rps")]
 OcDurationOpt = Annotated[float, typer.Option("--duration", help="overcommit: seconds of each run")]
-SloP99Opt = Annotated[float | None, typer.Option("--slo-p99-ms", help="overcommit: the smallest K meeting this p99")]
-_PROTOCOL_HELP = "rest or grpc, for every call (default: grpc for a grpc:// or grpcs:// URL, else rest)"
-ColdProtocolOpt = Annotated[str | None, typer.Option("--protocol", help=_PROTOCOL_HELP)]
+SloP99Opt = Annotated[float | None, typer.Option("--slo-p99-ms", help="--slo 'p99<N ms', in ms")]
+SloOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--slo", help="overcommit: a p99 objective, e.g. 'p99<100ms': the smallest K meeting it (none: exit 3)"
+    ),
+]

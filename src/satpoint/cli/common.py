@@ -45,6 +45,10 @@ err_console = Console(stderr=True, width=None if Console(stderr=True).is_termina
 HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
 PayloadOpt = Annotated[Path | None, typer.Option(help="OIP request JSON or JSONL file")]
 ProtocolOpt = Annotated[str, typer.Option(help="rest or grpc")]
+#: ``--protocol`` where the URL's scheme picks it (``resolve_protocol``)
+UrlProtocolOpt = Annotated[
+    str | None, typer.Option(help="rest or grpc (default: grpc for a grpc:// or grpcs:// URL, else rest)")
+]
 ArrivalOpt = Annotated[str, typer.Option(help=ARRIVAL_HELP)]
 GrpcRawOpt = Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")]
 HtmlOpt = Annotated[bool, typer.Option(help="write report.html")]
@@ -115,9 +119,9 @@ FlamegraphRateOpt = Annotated[int, typer.Option("--flamegraph-rate", help="--fla
 
 def flamegraph_options(on: bool, native: bool, rate_hz: int, stage: int | None = None) -> FlamegraphOptions | None:
     """The --flamegraph* options as library options (None: no flame graph)."""
-    if not on:
-        if stage is not None:
-            raise fail("--flamegraph-stage needs --flamegraph")
+    if not on:  # each option that tunes the flame graph is refused without it (the default rate is 100)
+        if given := [f for f, v in (("stage", stage is not None), ("native", native), ("rate", rate_hz != 100)) if v]:
+            raise fail(f"{', '.join('--flamegraph-' + f for f in given)}: only with --flamegraph")
         return None
     return FlamegraphOptions(native=native, rate_hz=rate_hz, stage=stage)
 
@@ -250,6 +254,15 @@ def exit_code(summary: RunSummary) -> int:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
+
+
+def gates_exit(results: Sequence[dict[str, Any]], asked: int, code: int) -> int:
+    """Print the gate lines judged (``summary.json``'s ``thresholds``) and turn a success ``code`` into 3
+    when one failed, or when fewer were judged than ``asked`` (nothing to judge them on)."""
+    for t in results:
+        console.print(format_result(t), style="green" if t["passed"] else "bold red")
+    failed = any(not t["passed"] for t in results) or len(results) < asked
+    return EXIT_THRESHOLD if code == EXIT_OK and failed else code
 
 
 def no_answer_exit(summary: FindSummary, code: int) -> int:

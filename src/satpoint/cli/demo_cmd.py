@@ -9,6 +9,7 @@ import typer
 
 from satpoint.api import default_out
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, console, guarded, interruptible
+from satpoint.cli.contract import EXIT_CODES_HELP
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
 from satpoint.reports.co_demo import print_co_demo
 from satpoint.reports.progress import EventPrinter
@@ -16,7 +17,7 @@ from satpoint.reports.progress import EventPrinter
 demo_app = typer.Typer(no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
 
 
-@demo_app.command("co")
+@demo_app.command("co", epilog=EXIT_CODES_HELP)
 def co(
     rate: Annotated[float, typer.Option(help="open-loop rate, rps (well below the server's capacity)")] = 200.0,
     duration: Annotated[float, typer.Option(help="seconds per run")] = 22.0,

@@ -31,18 +31,19 @@ from satpoint.cli.common import (
     ModelDirOpt,
     PayloadOpt,
     PreferredBatchOpt,
-    ProtocolOpt,
     QueueDelayOpt,
     RuntimeOpt,
     ServerOpt,
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
+    UrlProtocolOpt,
     console,
     embedded_model,
     exit_code,
     fail,
     flamegraph_options,
+    gates_exit,
     interruptible,
     no_answer_exit,
     parse_cpus,
@@ -53,6 +54,7 @@ from satpoint.cli.common import (
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
+from satpoint.cli.modes import refuse_for_find
 from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
@@ -68,11 +70,10 @@ from satpoint.cli.trace_opts import (
     TraceTimeUnitOpt,
     TraceWindowOpt,
     headroom_exit,
-    refuse_for_trace,
     trace_search_options,
 )
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
-from satpoint.endpoints.spec import Target
+from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.reports.diff_files import noted_baseline_target
 from satpoint.reports.find_terminal import print_find
 from satpoint.reports.headroom_terminal import print_headroom
@@ -90,7 +91,7 @@ def find(
     server: ServerOpt = "mlserver",
     model_names: ModelsOpt = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
-    protocol: ProtocolOpt = "rest",
+    protocol: UrlProtocolOpt = None,
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
     slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms (repeatable)")] = None,
     budget_s: Annotated[
@@ -212,12 +213,13 @@ def find(
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
         if url is not None and model is None:
             raise fail("--url needs --model")
-        refuse_for_trace(ctx, trace is not None)
+        refuse_for_find(ctx, trace is not None, url is not None)
+        proto = resolve_protocol(url, protocol)  # the URL's scheme picks it: grpc://, grpcs:// speak gRPC
         if trace is not None:  # the speed factor instead of a rate: find --trace (trace_headroom)
             if url is None or model is None:
                 raise fail("find --trace needs --url and --model (a running server)")
             tgt = Target(
-                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
@@ -231,10 +233,11 @@ def find(
                 found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget_s is None else budget_s,
                                       cooldown_s=cooldown,
                                       margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
-                                      emit_k8s=emit_k8s, on_event=printer, stop=stop, html=html)  # fmt: skip
+                                      emit_k8s=emit_k8s, on_event=printer, stop=stop, html=html,
+                                      thresholds=threshold or [], slo=slo or [])  # fmt: skip
             print_headroom(console, found.block)
-            console.print(f"results: {found.out_dir}")
-            return headroom_exit(found.block, stop.is_set())
+            console.print(f"results: {found.out_dir}")  # 3: a --threshold failed on the answer's replay
+            return gates_exit(found.thresholds, len(threshold or ()), headroom_exit(found.block, stop.is_set()))
         served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps,
@@ -255,10 +258,6 @@ def find(
         flame = flamegraph_options(flamegraph, flamegraph_native, flamegraph_rate)
         target: Target | None = None
         embedded = None
-        if not managed and server != "mlserver":
-            raise fail("--server names the embedded server: leave it out with --url")
-        if not managed and (server_cpu_limit or server_memory_limit):
-            raise fail("--server-cpu-limit/--server-memory-limit limit the embedded server: leave them out with --url")
         if managed:
             cpus = parse_cpus(server_cpus) if server_cpus is not None else s_cpus
             embedded = embedded_settings(
@@ -269,7 +268,7 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(
-                url, model, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
@@ -279,7 +278,7 @@ def find(
             result = api.find(
                 target, options=opts, load=load, slo=slo or [], max_error_rate=max_error_rate,
                 thresholds=threshold or [], server=embedded, emit_k8s=emit_k8s, out=out, html=html,
-                on_event=printer, stop=stop, protocol=protocol, hold_rps=hold_rps,
+                on_event=printer, stop=stop, protocol=proto, hold_rps=hold_rps,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
                     "version": version, "headers": parse_headers(header), "payload_file": payload,

@@ -7,19 +7,17 @@ renders what it returns.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from satpoint import api
-from satpoint._version import __version__
 from satpoint.cli import trace_opts as to
 from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
-    EXIT_FAILED,
     EXIT_INTERRUPTED,
-    EXIT_OK,
     ArrivalOpt,
     BatchOpt,
     BinaryDataOpt,
@@ -38,16 +36,15 @@ from satpoint.cli.common import (
     InsecureOpt,
     MetricsUrlOpt,
     PayloadOpt,
-    ProtocolOpt,
     ServerPidOpt,
     ThresholdOpt,
     TimeoutOpt,
+    UrlProtocolOpt,
     console,
     err_console,
     exit_code,
     fail,
     flamegraph_options,
-    guarded,
     interruptible,
     parse_cpus,
     parse_headers,
@@ -55,20 +52,22 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.compare_cmd import compare
+from satpoint.cli.contract import EXIT_CODES_HELP
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
 from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
+from satpoint.cli.modes import refuse_for_run
 from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
+from satpoint.cli.results_cmd import analyze, print_version, report, version_cmd
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
-from satpoint.endpoints.spec import Target
+from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.reports.diff_files import noted_baseline_target
-from satpoint.reports.find_terminal import print_find
 from satpoint.reports.progress import EventPrinter
 from satpoint.reports.terminal import print_summary
 from satpoint.trace_replay import run_trace
@@ -76,12 +75,22 @@ from satpoint.trace_replay import run_trace
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h on every command
     pretty_exceptions_show_locals=False,  # a traceback must not print the --header tokens held in locals
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )
 
 
-@app.command()
+@app.callback()
+def top(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=print_version, help="print satpoint's version")
+    ] = False,
+) -> None:
+    """Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers."""
+
+
+@app.command(epilog=EXIT_CODES_HELP)
 def run(
     ctx: typer.Context,
     url: Annotated[str, typer.Option("--url", "-u", help="server base URL, e.g. http://127.0.0.1:8080")],
@@ -90,7 +99,7 @@ def run(
         list[str] | None, typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")
     ] = None,
     version: Annotated[str | None, typer.Option(help="model version")] = None,
-    protocol: ProtocolOpt = "rest",
+    protocol: UrlProtocolOpt = None,
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed for Poisson arrivals and random payloads")] = 0,
     max_inflight: Annotated[
@@ -158,14 +167,16 @@ def run(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        refuse_for_run(ctx, trace is not None, users is not None)  # an option its mode does not take: exit 2
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
         one, models = model_mix(model, models_from_server, mix)
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
         if one is None:
             raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
+        proto = resolve_protocol(url, protocol)  # the URL's scheme picks it: grpc://, grpcs:// speak gRPC
         target = Target(
-            url, one, version, protocol, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+            url, one, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
         )
         keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
@@ -226,63 +237,12 @@ def run(
     guarded_keeping(body, secrets)
 
 
-app.command("find")(find)
-app.command("compare")(compare)
-app.command("sweep")(sweep)
-app.command("diff")(diff)
-app.command("sim")(sim)
-app.command("coldstart")(coldstart)
+# the exit codes end every --help
+_COMMANDS: dict[str, Callable[..., None]] = {"find": find, "compare": compare, "sweep": sweep, "diff": diff, "sim": sim}
+_COMMANDS |= {"coldstart": coldstart, "report": report, "analyze": analyze, "version": version_cmd}
+for name, command in _COMMANDS.items():
+    app.command(name, epilog=EXIT_CODES_HELP)(command)
 app.add_typer(demo_app, name="demo")
-
-
-@app.command()
-def report(
-    dirs: Annotated[list[Path], typer.Argument(help="results folders")],
-    out: Annotated[Path | None, typer.Option(help="report.html path (default: in the first folder)")] = None,
-) -> None:
-    """Rewrite summary.json, intervals.csv and report.html from results folders, offline."""
-
-    def body() -> int:
-        path = api.report(dirs, out)
-        for d in dirs:
-            summary = api.load(d).summary.model_dump()
-            print_summary(console, summary, str(d))
-            if summary["kind"] == "find":
-                print_find(console, summary)
-        console.print(f"report: {path}")
-        return EXIT_OK
-
-    guarded(body)
-
-
-@app.command()
-def analyze(dirs: Annotated[list[Path], typer.Argument(help="results folders")]) -> None:
-    """Recompute verdicts and replay the saturation search offline from recorded results."""
-
-    def body() -> int:
-        code = EXIT_OK
-        for d in dirs:
-            summary = api.load(d).summary.model_dump()
-            print_summary(console, summary, str(d))
-            if summary["kind"] == "find":
-                print_find(console, summary)
-                search = summary["search"]
-                ok = search["replay_matches"]
-                console.print(
-                    f"replay: {len(search['steps'])} decisions "
-                    + ("reproduced exactly" if ok else "[bold red]DIFFER from the recorded run[/]")
-                )
-                if not ok:
-                    code = EXIT_FAILED
-        return code
-
-    guarded(body)
-
-
-@app.command("version")
-def version_cmd() -> None:
-    """Print the version."""
-    console.print(f"satpoint {__version__}")
 
 
 def entrypoint() -> None:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from satpoint.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_ANSWER, fail
+from satpoint.cli.contract import given, reasons, refuse_unused
 from satpoint.payloads.mix import ModelMix
 from satpoint.traffic.trace_plan import TraceOptions
 
@@ -40,23 +41,26 @@ FIND_TRACE_OPTIONS = frozenset(
         "ca_cert", "insecure", "client_cert", "client_key", "trace", "trace_format", "trace_time_column",
         "trace_time_unit", "trace_window", "trace_peak", "trace_stage_s", "trace_model", "trace_select",
         "start_speed", "stream", "wake_window_ms", "realtime", "models_from_server", "mix", "resident",
-        "allow_unload",
+        "allow_unload", "threshold", "slo",
     )
 )  # fmt: skip
-
-
-def given_options(ctx: typer.Context, allowed: frozenset[str]) -> list[str]:
-    """The options of the command ``ctx`` runs that were given on the command line (or from the
-    environment) and whose parameter is not in ``allowed``, as the user spelled them (``--slo``)."""
-    defaults = {"DEFAULT", "DEFAULT_MAP"}
-    out = []
-    for p in ctx.command.params:
-        if p.name is None or p.name in allowed or not p.opts or not p.opts[0].startswith("-"):
-            continue
-        source = ctx.get_parameter_source(p.name)
-        if source is not None and source.name not in defaults:
-            out.append(max(p.opts, key=len))
-    return out
+#: why ``find --trace`` refuses each option of ``find`` it does not use
+FIND_TRACE_WHY = reasons(
+    (("server", "server_cpus", "server_cpu_limit", "server_memory_limit", "workers", "max_batch_size",
+      "max_queue_delay_us", "instances", "preferred_batch_size", "max_batch_time", "demo_model", "runtime",
+      "model_dir", "demo_models", "model_repo", "mlserver_debug"),
+     "it sets up the embedded server; find --trace replays against a running one, --url"),
+    (("start_rps", "max_rps"), "the search is over the trace's speed factor: --start-speed"),
+    (("peak_rps", "min_rps"), "replicas are sized for the trace's busiest minute"),
+    (("arrival",), "the trace's own arrival times are replayed"),
+    (("ramp", "min_hold", "max_hold", "min_requests"), "a replay's stages are --trace-stage-s seconds of trace"),
+    (("repeats",), "one search of the speed factor per command: run it again for a spread"),
+    (("hysteresis",), "the recovery walk steps a constant rate down; a trace has no one rate"),
+    (("server_pid", "metrics_url"), "replays are not observed: observe the one at the speed found with run --trace"),
+    (("flamegraph", "flamegraph_native", "flamegraph_rate"), "a flame graph records a stage of a --stage plan"),
+    (("ray", "ray_hosts", "procs_per_host"), "a replay runs on this machine's generator processes, --procs"),
+    (("baseline", "fail_on_inconclusive"), "diff judges rate searches and runs, not a headroom search"),
+)  # fmt: skip
 
 
 def model_filter(
@@ -93,19 +97,16 @@ RUN_TRACE_ONLY = ("--trace-", "--speed", "--server-slots")
 
 def refuse_run_trace_only(ctx: typer.Context) -> None:
     """``run`` without ``--trace``: every replay option given is refused (it would change nothing)."""
-    if only := [o for o in given_options(ctx, frozenset()) if o.startswith(RUN_TRACE_ONLY)]:
+    if only := [o for _, o in given(ctx) if o.startswith(RUN_TRACE_ONLY)]:
         raise fail(f"{', '.join(only)}: only with --trace FILE")
 
 
 def refuse_for_trace(ctx: typer.Context, with_trace: bool) -> None:
-    """``find``: with ``--trace``, every option given that a trace search does not use is refused; without
-    it, the trace-only options are."""
-    if with_trace and (unused := given_options(ctx, FIND_TRACE_OPTIONS)):
-        raise fail(
-            f"find --trace does not use {', '.join(unused)}: leave them out (a trace search has no stages of "
-            "its own, thresholds, baseline or embedded server)"
-        )
-    if not with_trace and (only := [o for o in given_options(ctx, frozenset()) if o.startswith(TRACE_ONLY)]):
+    """``find``: with ``--trace``, every option given that a trace search does not use is refused, each
+    with its reason; without it, the trace-only options are."""
+    if with_trace:
+        refuse_unused(ctx, "find --trace", FIND_TRACE_OPTIONS, FIND_TRACE_WHY)
+    if not with_trace and (only := [o for _, o in given(ctx) if o.startswith(TRACE_ONLY)]):
         raise fail(f"{', '.join(only)}: only with --trace FILE")
 
 

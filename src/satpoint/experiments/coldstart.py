@@ -49,6 +49,7 @@ from satpoint.analysis.coldstart import (
     overcommit_summary,
     recommend,
 )
+from satpoint.analysis.thresholds import parse_slo
 from satpoint.endpoints.grpc import GrpcFactoryBuilder
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.repository import PROTOCOLS, repository_client, resolve_protocol
@@ -116,8 +117,18 @@ class ColdStartOptions:
             raise ConfigError(f"--protocol: rest or grpc, got {self.protocol!r}")
         if any(k < 1 for k in self.resident):
             raise ConfigError(f"--resident: each K must be >= 1, got {list(self.resident)}")
+        if self.slo_p99_ms is not None and not self.resident:
+            raise ConfigError("--slo/--slo-p99-ms judge the overcommit runs: give --resident K[,K...]")
         mix_weights(self.mix, 2)  # a ConfigError for a mix it cannot read
         return self
+
+
+def parse_slo_p99(slo: Sequence[str], p99_ms: float | None) -> float | None:
+    """``--slo p99<100ms`` (the threshold grammar; p99 only) or ``--slo-p99-ms 100``, as a p99 limit in ms."""
+    limits = parse_slo(slo)
+    if set(limits) - {"p99"} or (limits and p99_ms is not None):
+        raise ConfigError("coldstart --slo: one p99 objective (p99<100ms), not with --slo-p99-ms")
+    return limits.get("p99", p99_ms)
 
 
 def parse_resident(text: str | None) -> tuple[int, ...]:

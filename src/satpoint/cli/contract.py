@@ -1,0 +1,51 @@
+"""The command line's contract: one set of exit codes for every command, said in every ``--help``, and
+every option given either used or refused (one line, exit 2, before any load) in each mode a command has.
+
+A command with modes (``run``: ``--stage``, ``--users``, ``--trace``; ``find``: a search or ``--trace``)
+names, per mode, the parameters that mode takes (or refuses with a message of its own); ``refuse_unused``
+refuses any other option given, naming it and why.  A new option is thus refused in a mode until that
+mode is taught to use it: never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import typer
+
+from satpoint.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE, fail
+
+#: the exit codes every command keeps, printed at the end of every command's ``--help``
+EXIT_CODES_HELP = (
+    f"Exit codes: {EXIT_OK} done; {EXIT_FAILED} ran, but the results are incomplete or were written elsewhere "
+    f"(the target stopped answering, a rescue folder); {EXIT_USAGE} bad input, before any load; {EXIT_THRESHOLD} a "
+    f"gate failed (--threshold, --slo, a --baseline regression); {EXIT_NO_ANSWER} no answer where an answer was "
+    f"the job; {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM: the results so far are written)."
+)
+
+
+def given(ctx: typer.Context) -> list[tuple[str, str]]:
+    """The options of ``ctx``'s command given on the command line (or from the environment), as
+    ``(parameter name, the option's longest spelling)``, in the command's order."""
+    out = []
+    for p in ctx.command.params:
+        if p.name is None or not p.opts or not p.opts[0].startswith("-"):
+            continue
+        source = ctx.get_parameter_source(p.name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.append((p.name, max(p.opts, key=len)))
+    return out
+
+
+def refuse_unused(ctx: typer.Context, mode: str, used: frozenset[str], why: Mapping[str, str]) -> None:
+    """Refuse, in one line and exit code 2, every option given that ``mode`` does not use (its parameter
+    is not in ``used``), each with the reason ``why`` gives for its parameter."""
+    unused = [(name, flag) for name, flag in given(ctx) if name not in used]
+    if unused:
+        parts = [f"{flag} ({why.get(name, 'it does not apply here')})" for name, flag in unused]
+        raise fail(f"{mode} does not use {'; '.join(parts)}: leave {'it' if len(parts) == 1 else 'them'} out")
+
+
+def reasons(*groups: tuple[tuple[str, ...], str]) -> dict[str, str]:
+    """``{parameter: reason}`` from ``(parameters, reason)`` groups."""
+    return {name: why for names, why in groups for name in names}

@@ -1,0 +1,79 @@
+"""What each mode of ``run`` and ``find`` takes: the parameters it uses, or refuses with a message of its own
+(a value check); any other option given is refused in one line before any load (``contract.refuse_unused``).
+``find --trace``'s table is ``trace_opts.FIND_TRACE_OPTIONS``."""
+
+from __future__ import annotations
+
+import typer
+
+from satpoint.cli.contract import reasons, refuse_unused
+from satpoint.cli.trace_opts import refuse_for_trace
+
+_RUN_COMMON = frozenset(
+    (
+        "url", "model", "version", "protocol", "seed", "timeout", "drain", "header", "payload", "batch_size",
+        "max_error_rate", "out", "grpc_raw", "binary_data", "grpc_connections", "html", "threshold", "ca_cert",
+        "insecure", "client_cert", "client_key", "server_pid", "metrics_url", "baseline", "fail_on_inconclusive",
+        "stream", "models_from_server", "mix", "resident", "allow_unload", "flamegraph", "flamegraph_stage",
+        "flamegraph_native", "flamegraph_rate", "procs", "ray", "wake_window_ms", "realtime",
+    )
+)  # fmt: skip
+_RUN_TRACE_ONLY = (
+    "trace", "trace_format", "trace_time_column", "speed", "trace_window", "trace_peak", "trace_stage_s",
+    "server_slots", "trace_time_unit", "trace_model", "trace_select",
+)  # fmt: skip
+#: ``run --stage`` (the open loop), ``run --users`` (the closed loop), ``run --trace`` (a replay)
+RUN_STAGE = _RUN_COMMON | {"stage", "arrival", "max_inflight", "generator_cpus", "ray_hosts", "procs_per_host"}
+RUN_USERS = _RUN_COMMON | {"users", "duration", "think_ms", "stage"}
+RUN_TRACE = _RUN_COMMON | {
+    *_RUN_TRACE_ONLY, "max_inflight", "generator_cpus", "ray_hosts", "procs_per_host", "stage", "users"
+}  # fmt: skip
+_RUN_WHY = reasons(
+    (_RUN_TRACE_ONLY, "only with --trace FILE"),
+    (("duration", "think_ms"), "it belongs to the closed loop, --users"),
+    (("arrival",), "the arrivals are the closed loop's users, or the trace's own times"),
+    (("max_inflight",), "the closed loop keeps --users requests in flight"),
+    (("generator_cpus", "ray_hosts", "procs_per_host"), "a closed loop runs in one generator process"),
+)
+
+#: ``find --url``: a search of a running server (``--demo-model``, ``--runtime``, ``--model-dir``,
+#: ``--demo-models`` and ``--model-repo`` are refused on their own, the trace-only options by
+#: ``refuse_for_trace``, the embedded server's other options here)
+FIND_URL = frozenset(
+    (
+        "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin",
+        "peak_rps", "min_rps", "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed",
+        "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate", "generator_cpus",
+        "binary_data", "demo_model", "runtime", "model_dir", "demo_models",
+        "model_repo", "grpc_raw", "grpc_connections", "profile", "confirm", "repeats", "hysteresis", "ramp",
+        "min_hold", "max_hold", "min_requests", "out", "html", "threshold", "ca_cert", "insecure", "client_cert",
+        "client_key", "server_pid", "metrics_url", "flamegraph", "flamegraph_native", "flamegraph_rate", "ray",
+        "ray_hosts", "procs_per_host", "baseline", "fail_on_inconclusive", "stream", "wake_window_ms", "realtime",
+        "models_from_server", "mix", "resident", "allow_unload",
+    )
+)  # fmt: skip
+_FIND_URL_WHY = reasons(
+    (
+        ("server", "server_cpus", "server_cpu_limit", "server_memory_limit", "workers", "max_batch_size",
+         "max_queue_delay_us", "instances", "preferred_batch_size", "max_batch_time", "mlserver_debug"),
+        "it sets up the embedded server, which --url replaces",
+    ),
+)  # fmt: skip
+
+
+def refuse_for_run(ctx: typer.Context, trace: bool, users: bool) -> None:
+    """``run``: every option its mode (``--trace``, ``--users``, else ``--stage``) does not take is refused."""
+    if trace:
+        refuse_unused(ctx, "run --trace", RUN_TRACE, _RUN_WHY)
+    elif users:
+        refuse_unused(ctx, "run --users (a closed loop)", RUN_USERS, _RUN_WHY)
+    else:
+        refuse_unused(ctx, "run --stage", RUN_STAGE, _RUN_WHY)
+
+
+def refuse_for_find(ctx: typer.Context, trace: bool, url: bool) -> None:
+    """``find``: ``--trace`` takes what ``refuse_for_trace`` says; a search of a ``--url`` server refuses
+    the embedded server's options."""
+    refuse_for_trace(ctx, trace)
+    if url and not trace:
+        refuse_unused(ctx, "find --url", FIND_URL, _FIND_URL_WHY)

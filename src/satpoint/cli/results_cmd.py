@@ -1,0 +1,68 @@
+"""``satpoint report``, ``analyze`` and ``version``: what reads results folders offline, and the version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from satpoint import api
+from satpoint._version import __version__
+from satpoint.cli.common import EXIT_FAILED, EXIT_OK, console, guarded
+from satpoint.reports.find_terminal import print_find
+from satpoint.reports.terminal import print_summary
+
+
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="results folders")],
+    out: Annotated[Path | None, typer.Option(help="report.html path (default: in the first folder)")] = None,
+) -> None:
+    """Rewrite summary.json, intervals.csv and report.html from results folders, offline."""
+
+    def body() -> int:
+        path = api.report(dirs, out)
+        for d in dirs:
+            summary = api.load(d).summary.model_dump()
+            print_summary(console, summary, str(d))
+            if summary["kind"] == "find":
+                print_find(console, summary)
+        console.print(f"report: {path}")
+        return EXIT_OK
+
+    guarded(body)
+
+
+def analyze(dirs: Annotated[list[Path], typer.Argument(help="results folders")]) -> None:
+    """Recompute verdicts and replay the saturation search offline from recorded results."""
+
+    def body() -> int:
+        code = EXIT_OK
+        for d in dirs:
+            summary = api.load(d).summary.model_dump()
+            print_summary(console, summary, str(d))
+            if summary["kind"] == "find":
+                print_find(console, summary)
+                search = summary["search"]
+                ok = search["replay_matches"]
+                console.print(
+                    f"replay: {len(search['steps'])} decisions "
+                    + ("reproduced exactly" if ok else "[bold red]DIFFER from the recorded run[/]")
+                )
+                if not ok:
+                    code = EXIT_FAILED
+        return code
+
+    guarded(body)
+
+
+def version_cmd() -> None:
+    """Print the version."""
+    console.print(f"satpoint {__version__}")
+
+
+def print_version(value: bool) -> None:
+    """``satpoint --version``: print the version and stop."""
+    if value:
+        version_cmd()
+        raise typer.Exit()

@@ -1,0 +1,125 @@
+"""The command line's contract on every command: ``-h`` is ``--help``, every ``--help`` ends with the exit
+codes, ``satpoint --version`` prints the version; ``coldstart --slo`` is a gate (exit 3 when no resident
+set met it) and is refused without the overcommit runs it judges."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from satpoint._version import __version__
+from satpoint.cli.main import app
+from tests.http_stub import QuietHandler, serving
+
+
+def _commands() -> list[list[str]]:
+    """Every command's path, from the command objects (``["run"]``, ``["demo", "co"]``...)."""
+    out: list[list[str]] = []
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        subs = getattr(cmd, "commands", None)  # a group (typer's own click: no isinstance on click.Group)
+        if subs is None:
+            out.append(path)
+        for name, sub in (subs or {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_command_is_walked() -> None:
+    names = {" ".join(p) for p in _commands()}
+    assert {"run", "find", "sweep", "compare", "coldstart", "diff", "sim", "report", "analyze", "version"} <= names
+    assert "demo co" in names
+
+
+@pytest.mark.parametrize("path", _commands(), ids=lambda p: " ".join(p))
+def test_h_is_help_and_every_help_ends_with_the_exit_codes(path: list[str]) -> None:
+    short, long = (CliRunner().invoke(app, [*path, flag], terminal_width=200) for flag in ("-h", "--help"))
+    assert short.exit_code == 0 and long.exit_code == 0, short.output
+    assert short.output == long.output
+    text = " ".join(long.output.split())
+    for code in ("0 done", "1 ran, but the results are incomplete", "2 bad input, before any load",
+                 "3 a gate failed", "4 no answer", "130 interrupted"):  # fmt: skip
+        assert code in text, f"{' '.join(path)} --help lacks {code!r}"
+
+
+def test_top_level_version_and_help() -> None:
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"satpoint {__version__}"
+    assert CliRunner().invoke(app, ["-h"]).exit_code == 0
+    # the model's version on run/find is still --version there
+    assert "model version" in " ".join(CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output.split())
+
+
+META = {
+    "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}],
+    "outputs": [{"name": "output-0", "datatype": "FP32", "shape": [-1, 1]}],
+}
+
+
+def _repository(loaded: set[str]) -> type[QuietHandler]:
+    """A server with two models, a and b, that loads and unloads them on request and answers in ~no time."""
+    lock = threading.Lock()
+
+    class Handler(QuietHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _json(self, status: int, doc: object) -> None:
+            body = b"" if doc is None else json.dumps(doc).encode()
+            self.reply(status, body, {"Content-Type": "application/json"})
+
+        def do_GET(self) -> None:
+            p = urlsplit(self.path).path.strip("/").split("/")
+            if p[:2] == ["v2", "models"] and len(p) >= 3 and p[2] in loaded:
+                return self._json(200, None if p[3:] == ["ready"] else {"name": p[2], **META})
+            self._json(200 if p[:2] == ["v2", "health"] else 404, None)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            p = urlsplit(self.path).path.strip("/").split("/")
+            if p == ["v2", "repository", "index"]:
+                return self._json(200, [{"name": m, "state": "READY"} for m in sorted(loaded)])
+            if p[:3] == ["v2", "repository", "models"] and len(p) == 5:
+                with lock:
+                    (loaded.discard if p[4] == "unload" else loaded.add)(p[3])
+                return self._json(200, None)
+            if p[:2] == ["v2", "models"] and p[3:] == ["infer"] and p[2] in loaded:
+                return self._json(200, {"outputs": [{**META["outputs"][0], "shape": [1, 1], "data": [1]}]})
+            self._json(404, {"error": "not found"})
+
+    return Handler
+
+
+@pytest.mark.parametrize(("slo", "code"), [(["--slo", "p99<1us"], 3), (["--slo-p99-ms", "0.001"], 3),
+                                           (["--slo", "p99<30s"], 0)])  # fmt: skip
+def test_coldstart_slo_is_a_gate(tmp_path: Path, slo: list[str], code: int) -> None:
+    out = tmp_path / "cold"
+    with serving(_repository({"a", "b"})) as url:
+        args = ["coldstart", "-u", url, "--repeats", "1", "--during-rps", "0", "--warm", "1", "--resident", "1"]
+        r = CliRunner().invoke(app, [*args, "--rate", "20", "--duration", "0.5", *slo, "--out", str(out)])
+    assert r.exit_code == code, r.output
+    rec = json.loads((out / "summary.json").read_text())["recommendation"]
+    assert (rec["resident_for_slo"] is None) == (code == 3) and rec["resident_tried"] == [1]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--slo", "p99<100ms"], "judge the overcommit runs: give --resident"),
+        (["--slo-p99-ms", "100"], "judge the overcommit runs: give --resident"),
+        (["--resident", "1", "--slo", "p50<100ms"], "one p99 objective"),
+        (["--resident", "1", "--slo", "p99<1s", "--slo-p99-ms", "9"], "not with --slo-p99-ms"),
+    ],
+)
+def test_coldstart_slo_is_refused_where_it_cannot_judge(args: list[str], says: str) -> None:
+    r = CliRunner().invoke(app, ["coldstart", "-u", "http://127.0.0.1:9", *args])
+    assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
+    assert "cannot reach" not in r.output
