@@ -5,6 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -15,17 +18,49 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: outcome of each ``mlserver_in_process`` test run apart: nodeid -> (outcome, message)
+_APART: dict[str, tuple[str, str]] = {}
+
+
+def _run_apart(items: list[pytest.Item], rootpath: Path) -> None:
+    """Run ``items`` (one module's tests) in one pytest process of their own and record each one's outcome:
+    one interpreter start and one import of MLServer's modules for the module, not one per test."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "apart.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", f"--junitxml={report}"]
+        done = subprocess.run([*cmd, *(i.nodeid for i in items)], cwd=rootpath, capture_output=True, text=True,
+                              timeout=600)  # fmt: skip
+        output = f"{done.stdout[-4000:]}{done.stderr[-2000:]}"
+        cases = {c.get("name"): c for c in ET.parse(report).iter("testcase")} if report.exists() else {}
+    for item in items:
+        case = cases.get(item.name)
+        if case is None:
+            _APART[item.nodeid] = ("failed", f"no outcome in the process of its own:\n{output}")
+        elif (bad := next((e for e in case if e.tag in ("failure", "error")), None)) is not None:
+            _APART[item.nodeid] = ("failed", f"{bad.get('message', '')}\n{bad.text or ''}\n{output}")
+        elif (skipped := case.find("skipped")) is not None:
+            _APART[item.nodeid] = ("skipped", skipped.get("message", ""))
+        else:
+            _APART[item.nodeid] = ("passed", "")
+
+
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A test marked ``mlserver_in_process`` loads MLServer's modules into the test process.  MLServer's and
     tritonclient's gRPC modules both register ``inference.*`` in protobuf's default pool and cannot share a
-    process; once an earlier test has imported tritonclient, such a test runs in a pytest process of its own
-    (it passes only if it passes there)."""
+    process; once an earlier test has imported tritonclient, such a test runs in a pytest process of its own,
+    with the other tests of its module that are to run (it passes only if it passes there)."""
     if pyfuncitem.get_closest_marker("mlserver_in_process") is None or "tritonclient.grpc" not in sys.modules:
         return None
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", pyfuncitem.nodeid]
-    done = subprocess.run(cmd, cwd=pyfuncitem.config.rootpath, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise AssertionError(
-            f"{pyfuncitem.nodeid} in a process of its own:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
-        )
+    if pyfuncitem.nodeid not in _APART:
+        same = [
+            i for i in pyfuncitem.session.items
+            if isinstance(i, pytest.Function) and i.module is pyfuncitem.module and i.cls is None
+            and i.get_closest_marker("mlserver_in_process") is not None and i.nodeid not in _APART
+        ]  # fmt: skip
+        _run_apart(same if pyfuncitem in same else [pyfuncitem], pyfuncitem.config.rootpath)
+    outcome, message = _APART.pop(pyfuncitem.nodeid)
+    if outcome == "skipped":
+        pytest.skip(message)
+    if outcome == "failed":
+        raise AssertionError(f"{pyfuncitem.nodeid} in a process of its own:\n{message}")
     return True
