@@ -113,8 +113,8 @@ def test_coldstart_slo_is_a_gate(tmp_path: Path, slo: list[str], code: int) -> N
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--slo", "p99<100ms"], "judge the overcommit runs: give --resident"),
-        (["--slo-p99-ms", "100"], "judge the overcommit runs: give --resident"),
+        (["--slo", "p99<100ms"], "the overcommit runs: give --resident"),
+        (["--slo-p99-ms", "100"], "the overcommit runs: give --resident"),
         (["--resident", "1", "--slo", "p50<100ms"], "one p99 objective"),
         (["--resident", "1", "--slo", "p99<1s", "--slo-p99-ms", "9"], "not with --slo-p99-ms"),
     ],

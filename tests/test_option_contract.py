@@ -1,4 +1,4 @@
-"""Every option of ``run`` and ``find`` is honoured or refused in each mode of the command.
+"""Every option of ``run``, ``find`` and ``coldstart`` is honoured or refused in each mode of the command.
 
 The tables below say, per mode, which options the mode honours; they are kept here on purpose, apart from
 the code's own tables (``satpoint.cli.modes``), so that an option added to a mode without being honoured
@@ -56,6 +56,12 @@ FIND_TRACE = _TRACE_OPTS | {
     "ca_cert", "insecure", "client_cert", "client_key", "start_speed", "stream", "wake_window_ms", "realtime",
     "models_from_server", "mix", "resident", "allow_unload", "threshold", "slo",
 }  # fmt: skip
+_COLD = {"model", "repeats", "during_rps", "warm", "call_timeout", "timeout", "out", "protocol", "resident"}
+_COLD_OVERCOMMIT = {"mix", "rate", "duration", "seed", "slo", "slo_p99_ms"}
+COLD_URL = _COLD | {"url", "header", "ca_cert", "insecure", "client_cert", "client_key"}
+COLD_EMBEDDED = _COLD | {"demo_models", "demo_model", "server", "url"}  # url: selects coldstart --url
+#: coldstart's modes start from an invalid --repeats: an option not refused fails on it, before any server starts
+_COLD_ARGS = ["coldstart", "--repeats", "0"]
 
 #: mode -> (the command line that selects it, the options it honours)
 MODES: dict[str, tuple[list[str], set[str]]] = {
@@ -66,6 +72,10 @@ MODES: dict[str, tuple[list[str], set[str]]] = {
     "find --repeats": (["find", "-u", URL, "-m", "m", "--repeats", "2"], FIND_URL),
     "find --hysteresis": (["find", "-u", URL, "-m", "m", "--hysteresis"], FIND_URL),
     "find --trace": (["find", "-u", URL, "-m", "m", "--trace", "TRACE"], FIND_TRACE),
+    "coldstart --url": ([*_COLD_ARGS, "-u", URL], COLD_URL),
+    "coldstart --url --resident": ([*_COLD_ARGS, "-u", URL, "--resident", "1"], COLD_URL | _COLD_OVERCOMMIT),
+    "coldstart": (_COLD_ARGS, COLD_EMBEDDED),
+    "coldstart --resident": ([*_COLD_ARGS, "--resident", "1"], COLD_EMBEDDED | _COLD_OVERCOMMIT),
 }
 
 #: a value each option accepts (by parameter name; else by type: see ``_value``)
@@ -75,7 +85,7 @@ SAMPLES = {
     "runtime": "onnx", "demo_model": "iris", "trace_window": "0s..2s", "trace_peak": "1m", "trace_select": "a=b",
     "trace_format": "csv", "trace_time_unit": "s", "ray": "auto", "generator_cpus": "0", "server_cpus": "0",
     "metrics_url": URL + "/metrics", "mix": "uniform", "resident": "1", "realtime": "1", "trace_model": "m",
-    "trace_time_column": "t", "server_pid": "1",
+    "trace_time_column": "t", "server_pid": "1", "during_rps": "10",
 }  # fmt: skip
 
 

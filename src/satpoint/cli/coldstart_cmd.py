@@ -44,6 +44,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.modes import refuse_for_coldstart
 from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, parse_slo_p99, run_coldstart
 from satpoint.reports.coldstart import print_coldstart
@@ -51,6 +52,7 @@ from satpoint.reports.progress import EventPrinter
 
 
 def coldstart(
+    ctx: typer.Context,
     url: ColdUrlOpt = None,
     model: ColdModelOpt = None,
     header: HeaderOpt = None,
@@ -82,6 +84,7 @@ def coldstart(
     secrets = secrets_of([url] if url else [], parse_headers(header))
 
     def body() -> int:
+        refuse_for_coldstart(ctx, url is not None, resident is not None)  # an option its mode does not use: exit 2
         models = tuple(model or ())
         proto = resolve_protocol(url, protocol)
         target = None

@@ -60,6 +60,23 @@ _FIND_URL_WHY = reasons(
     ),
 )  # fmt: skip
 
+_COLD_ANY = frozenset(
+    ("model", "repeats", "during_rps", "warm", "call_timeout", "timeout", "out", "protocol", "resident")
+)
+_COLD_OVERCOMMIT = frozenset(("mix", "rate", "duration", "seed", "slo", "slo_p99_ms"))
+_COLD_URL = frozenset(("url", "header", "ca_cert", "insecure", "client_cert", "client_key"))
+#: ``coldstart`` against ``--url`` or the embedded server (the TLS options are refused on their own without a
+#: URL), each with or without the overcommit runs (``--resident``)
+COLDSTART_URL = _COLD_ANY | _COLD_URL
+COLDSTART_EMBEDDED = _COLD_ANY | {"demo_models", "demo_model", "server", "ca_cert", "insecure", "client_cert",
+                                  "client_key"}  # fmt: skip
+_COLD_WHY = reasons(
+    (("demo_models", "demo_model", "server"), "it sets up the embedded server, which --url replaces"),
+    (("header",), "the embedded server takes no headers: they go with --url"),
+    (("mix", "rate", "duration", "seed"), "it shapes the overcommit runs: give --resident K"),
+    (("slo", "slo_p99_ms"), "it judges the overcommit runs: give --resident K"),
+)
+
 
 def refuse_for_run(ctx: typer.Context, trace: bool, users: bool) -> None:
     """``run``: every option its mode (``--trace``, ``--users``, else ``--stage``) does not take is refused."""
@@ -77,3 +94,11 @@ def refuse_for_find(ctx: typer.Context, trace: bool, url: bool) -> None:
     refuse_for_trace(ctx, trace)
     if url and not trace:
         refuse_unused(ctx, "find --url", FIND_URL, _FIND_URL_WHY)
+
+
+def refuse_for_coldstart(ctx: typer.Context, url: bool, resident: bool) -> None:
+    """``coldstart``: what neither its target (``--url`` or the embedded server) nor, without ``--resident``,
+    the cold starts alone use is refused."""
+    used = COLDSTART_URL if url else COLDSTART_EMBEDDED
+    mode = "coldstart" + (" --url" if url else "") + (" --resident" if resident else "")
+    refuse_unused(ctx, mode, used | _COLD_OVERCOMMIT if resident else used, _COLD_WHY)
