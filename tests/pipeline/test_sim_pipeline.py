@@ -80,18 +80,15 @@ def test_a_step_called_alone_shares_its_models_slots() -> None:
     assert _finishes(pipeline, [0.0]) == [0.02]
 
 
-def test_a_model_called_by_two_steps_serves_both_on_its_slots() -> None:
+def test_a_model_called_by_two_steps_serves_both_on_its_slots(tmp_path: Path) -> None:
     config = (
         '{"name": "twice", "ensemble_scheduling": {"step": ['
         '{"model_name": "m", "input_map": {"X": "IN"}, "output_map": {"Y": "mid"}},'
         '{"model_name": "m", "input_map": {"X": "mid"}, "output_map": {"Y": "OUT"}}]}}'
     )
-    path = Path(__file__).parent / "_twice_config.json"
-    try:
-        path.write_text(config)
-        pipeline = SimPipeline.from_options(str(path), ["m=1x10"], slots=1, service_ms=1)
-    finally:
-        path.unlink()
+    path = tmp_path / "config.json"
+    path.write_text(config)
+    pipeline = SimPipeline.from_options(str(path), ["m=1x10"], slots=1, service_ms=1)
     assert [m for m, _ in pipeline.services] == ["m"]
     assert _finishes(pipeline, [0.0, 0.0]) == [0.03, 0.04]  # m: r1 0-10, r2 10-20, r1's second 20-30, r2's 30-40
 
