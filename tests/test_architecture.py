@@ -34,6 +34,8 @@ ENTRY_POINTS = {
         "record_loaded/LoadedSet: --resident's restore of a --url server's models, kept and put back from cli/ "
         "(orchestration: belongs behind api.run/api.find)"
     ),
+    ("pipeline_cmd.py", "satpoint.pipeline.find"): "find_pipeline: each step alone, then the pipeline",
+    ("pipeline_cmd.py", "satpoint.pipeline.specs"): "dag_from_options: the spec file or the --step chain",
     ("sim_cmd.py", "satpoint.servers.sim"): "the simulated server is the command",
     ("sim_cmd.py", "satpoint.servers.sim_grpc"): "the simulated server over gRPC",
     ("sim_cmd.py", "satpoint.servers.sim_model"): "model_names: sim --models",

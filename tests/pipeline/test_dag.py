@@ -252,3 +252,15 @@ def test_a_missing_spec_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_spec(tmp_path / "nope.yaml")
     assert "nope.yaml" in _one_line(exc)
+
+
+def test_the_command_line_gives_a_spec_or_a_chain(tmp_path: Path) -> None:
+    from satpoint.pipeline.specs import dag_from_options
+
+    assert dag_from_options(None, ["a", "b"], "p").outputs == ("b",)
+    path = tmp_path / "p.yaml"
+    path.write_text(SELDON_DAG)
+    assert dag_from_options(path, []).kind == "seldon"
+    for spec, steps in ((None, []), (path, ["a"])):
+        with pytest.raises(ConfigError, match="one of the two"):
+            dag_from_options(spec, steps)

@@ -60,6 +60,7 @@ from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_
 from satpoint.cli.modes import refuse_for_run
 from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.pipeline_cmd import pipeline
 from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.results_cmd import analyze, print_version, report, version_cmd
 from satpoint.cli.sim_cmd import sim
@@ -240,6 +241,7 @@ def run(
 # the exit codes end every --help
 _COMMANDS: dict[str, Callable[..., None]] = {"find": find, "compare": compare, "sweep": sweep, "diff": diff, "sim": sim}
 _COMMANDS |= {"coldstart": coldstart, "report": report, "analyze": analyze, "version": version_cmd}
+_COMMANDS["pipeline"] = pipeline
 for name, command in _COMMANDS.items():
     app.command(name, epilog=EXIT_CODES_HELP)(command)
 app.add_typer(demo_app, name="demo")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,16 @@ def load_spec(path: Path | str) -> PipelineDag:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"pipeline spec {path}: cannot read it ({reason})") from None
     return parse_spec(text, source=str(path))
+
+
+def dag_from_options(spec: Path | str | None, steps: Sequence[str], name: str | None = None) -> PipelineDag:
+    """The command line's pipeline: a spec file (``--pipeline-spec``) or a chain of models (``--step A --step B``,
+    named ``name``), one of the two."""
+    if (spec is None) == (not steps):
+        raise ConfigError("give a pipeline spec file or --step models (a chain), one of the two")
+    if spec is not None:
+        return load_spec(spec)
+    return PipelineDag.chain(name or "chain", [s.strip() for s in steps])
 
 
 def parse_spec(text: str, *, source: str = "") -> PipelineDag:
