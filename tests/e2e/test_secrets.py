@@ -122,9 +122,10 @@ def test_the_secrets_still_go_on_the_wire(protocol: str) -> None:
 METRICS_TOKEN = "mt-TEST-SECRET-321"
 ENV_TOKEN = "hf-TEST-SECRET-654"
 ALL_SECRETS = [*SECRETS, METRICS_TOKEN, ENV_TOKEN]
-#: one short search: a sim of 4 slots x 10 ms (400 rps), stages of about two seconds
+#: one short search: a sim of 1 slot x 2.5 ms (400 rps; the probe's first stage a quarter of it, so the staircase
+#: brackets it in three or four stages), stages of about a second: what is examined is where the secrets went
 SHORT_FIND = [
-    "--precision", "0.5", "--ramp", "0.5", "--min-hold", "1", "--max-hold", "1.5", "--min-requests", "100",
+    "--precision", "0.5", "--ramp", "0.3", "--min-hold", "0.8", "--max-hold", "1", "--min-requests", "50",
 ]  # fmt: skip
 
 
@@ -204,7 +205,7 @@ def test_find_sweep_and_compare_write_print_and_pass_no_secret(tmp_path: Path, m
     against one sim; the embedded MLServer's --env in test_the_embedded_servers_env_values_stay_private."""
     headers = [a for h in HEADERS for a in ("--header", h)]
     out = {name: tmp_path / name for name in ("find", "sweep", "compare")}
-    with SimServer(slots=4, service_ms=10) as sim:
+    with SimServer(slots=1, service_ms=2.5) as sim:
         url = _url("rest", sim.port)
         found = satpoint_watched(
             "find", "find", "--url", url, "--model", "sim", *headers, "--metrics-url", metrics_url,
