@@ -1,12 +1,15 @@
 """End-to-end against ``satpoint sim``: ``run -u grpc://…`` speaks gRPC (the URL's scheme picks the protocol,
 as on ``coldstart``); ``find --trace --threshold`` gates the answer's replay (exit 3 when it fails) and
-``--slo`` judges every replay as ``find --slo`` judges a search."""
+``--slo`` judges every replay as ``find --slo`` judges a search; a stopped ``find --trace`` exits 130, its
+gates not judged."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +73,29 @@ def test_find_trace_threshold_gates_the_answer_and_slo_judges_the_replays(tmp_pa
     h = summary(tmp_path / "s")["trace_headroom"]
     assert h["speed"] is None and h["slo_ms"] == {"p99": 1.0}
     assert all(r["verdict"] != "stable" for r in h["replays"])
+
+
+def test_find_trace_stopped_exits_130_whatever_its_gates(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"  # 60 s of trace at 50 rps: the first replay is still running when stopped
+    trace.write_text("timestamp\n" + "".join(f"{T0 + k / 50:.6f}\n" for k in range(3000)))
+    out = tmp_path / "out"
+    with SimServer(slots=2, service_ms=2.5) as sim:
+        args = ["find", "--url", sim.url, "--model", "sim", "--trace", str(trace), "--start-speed", "1",
+                "--threshold", "p99<10s", "--cooldown", "0", "--budget-s", "120",
+                "--out", str(out), "--no-html"]  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "satpoint", *args], stdout=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            assert proc.stdout is not None
+            for line in proc.stdout:  # wait until the first replay sends
+                if "replaying at speed" in line or time.monotonic() > deadline:
+                    break
+            time.sleep(2)
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert proc.returncode == 130
+    assert (out / "headroom.json").exists()

@@ -72,3 +72,40 @@ def test_the_tightest_cgroup_quota_up_the_tree(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     (leaf / "cpu.max").write_text("50000 100000\n")
     assert cgroup_quota_cores(os.getpid(), root=tmp_path) == 0.5
+
+
+def test_the_machine_sampler_counts_what_short_lived_children_used(tmp_path: Path) -> None:
+    """A server that runs one short process per request: each is born and reaped between two samples, so only
+    its parent's reaped-children time shows it; the machine's sampler counts that (else it would read as
+    other work on the machine, and a version that spawns more would make its own machine look busy)."""
+    from satpoint.observe.procs import machine_sampler
+
+    spin = "import time; end = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    script = (
+        "import subprocess, sys, time\n"
+        "time.sleep(0.5)\n"
+        f"for _ in range(4): subprocess.run([sys.executable, '-c', {spin!r}])\n"
+        f"open({str(tmp_path / 'done')!r}, 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        plain = TreeSampler([server.pid])
+        machine = machine_sampler([server.pid], os.getpid())
+        assert machine is not None and machine.busy_of == "tasks"
+        first_plain, first = plain.sample(), machine.sample()
+        assert first_plain is not None and first is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (tmp_path / "done").exists():
+            time.sleep(0.05)  # every child ran and was reaped
+        last_plain, last = plain.sample(), machine.sample()
+        assert last_plain is not None and last is not None
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    reaped = (last["cpu_user_s"] + last["cpu_system_s"]) - (first["cpu_user_s"] + first["cpu_system_s"])
+    seen_alive = (last_plain["cpu_user_s"] + last_plain["cpu_system_s"]) - (
+        first_plain["cpu_user_s"] + first_plain["cpu_system_s"]
+    )
+    assert reaped >= 1.0, reaped  # 4 x 0.3 s of CPU, plus the interpreters' start
+    assert reaped - seen_alive >= 0.8  # the server's own CPU metrics still count only its live processes

@@ -8,9 +8,16 @@ from typing import Annotated
 import typer
 
 from satpoint._version import __version__
-from satpoint.analysis.diff import parse_fraction
 from satpoint.cli.common import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
-from satpoint.reports.diff_files import HELP, baseline_diff, compare, gate, html_path, parse_tolerances
+from satpoint.reports.diff_files import (
+    HELP,
+    baseline_diff,
+    compare,
+    gate,
+    html_path,
+    parse_run_spread,
+    parse_tolerances,
+)
 
 Opt = typer.Option
 BaselineOpt = Annotated[Path | None, Opt(help=HELP["baseline"])]
@@ -56,7 +63,7 @@ def diff(
 
     def body() -> int:
         tol, err_tol, tail_tol = parse_tolerances(tolerance, error_tolerance, tail_tolerance)
-        spread = parse_fraction(run_spread, "--run-spread")
+        spread = parse_run_spread(run_spread)
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate, spread)
         out = json_out or default_json
         failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_path(out, html, no_html))

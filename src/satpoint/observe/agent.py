@@ -39,7 +39,7 @@ from satpoint.metrics.observed import (
     samples_header,
 )
 from satpoint.observe.gpu import GpuSampler, open_gpus
-from satpoint.observe.procs import TreeSampler
+from satpoint.observe.procs import TreeSampler, machine_sampler
 from satpoint.observe.prom import scrape
 from satpoint.observe.pyspy import LOG_FILE, PySpyRecording, spare_cpus
 
@@ -55,7 +55,7 @@ class Agent:
         cpus = cfg.get("cpus")
         self.sampler = TreeSampler(roots, cpus=[int(c) for c in cpus] if cpus else None) if roots else None
         #: the server's and satpoint's processes over the whole machine: the rest is other work
-        self.machine = TreeSampler([*roots, int(cfg["parent_pid"])]) if roots else None
+        self.machine = machine_sampler(roots, int(cfg["parent_pid"])) if roots else None
         #: (URL scraped, URL recorded: secrets redacted)
         self.urls: list[tuple[str, str]] = [(u, r) for u, r in cfg.get("metrics_urls", [])]
         self.sample_every = float(cfg.get("sample_interval_s", 0.25))

@@ -42,6 +42,13 @@ class TreeSampler:
     _invol: float = 0.0
     #: the server's own cgroups (cpu, memory) when it has any apart from ours (None: not looked up yet)
     _cgroups: dict[str, ControllerDir] | None = None
+    #: also count what the tree's processes reaped from children that left it (``children_user``/``_system``:
+    #: a process per request, exited before a sample saw it); the machine's sampler, whose known CPU must not
+    #: leave a server's short-lived helpers to "other work"
+    count_reaped: bool = False
+    #: busy time without irq/softirq (no process is charged for it: the server's own network load) and on
+    #: these CPUs only (None: ``cpus``); the machine's sampler
+    busy_of: str = "all"
 
     def cgroups(self) -> dict[str, ControllerDir]:
         """The cpu and memory cgroups of the first root that are not this process's own (a server started
@@ -81,7 +88,8 @@ class TreeSampler:
             alive += 1
             rss += mem.rss
             threads += n_threads
-            now = _Seen(ct.user, ct.system, float(ctx.voluntary), float(ctx.involuntary))
+            reaped = (ct.children_user, ct.children_system) if self.count_reaped else (0.0, 0.0)
+            now = _Seen(ct.user + reaped[0], ct.system + reaped[1], float(ctx.voluntary), float(ctx.involuntary))
             seen[p.pid] = now
             before = self._seen.get(p.pid) or (now if self._first else _Seen(0.0, 0.0, 0.0, 0.0))
             self._user += max(0.0, now.user - before.user)
@@ -95,7 +103,7 @@ class TreeSampler:
             return None
         per_cpu = psutil.cpu_times(percpu=True)
         wanted = range(len(per_cpu)) if self.cpus is None else [c for c in self.cpus if c < len(per_cpu)]
-        busy = sum(_busy(per_cpu[c]) for c in wanted)
+        busy = sum((_busy if self.busy_of == "all" else _task_busy)(per_cpu[c]) for c in wanted)
         cg = self.cgroups()
         counters = read_stats(cg.get("cpu"), cg.get("memory"))
         return {
@@ -150,6 +158,28 @@ def _read(path: str) -> str:
 def _busy(t: Any) -> float:
     """Seconds a CPU spent on anything but idling (``cpu_times`` of one CPU)."""
     return float(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
+
+
+def _task_busy(t: Any) -> float:
+    """Seconds a CPU ran tasks (user, nice, system) or was taken by the hypervisor (steal): not irq/softirq,
+    which no process is charged for (a server's own network load would read as other work)."""
+    return float(t.user + t.nice + t.system + getattr(t, "steal", 0.0))
+
+
+def machine_sampler(roots: Sequence[int], parent: int) -> TreeSampler | None:
+    """The sampler of the whole machine's other work (``machine_busy``): the CPU of the server's trees and
+    satpoint's own (``parent``) against the busy time of the CPUs either may run on.  None where that cannot
+    be told: satpoint under a CPU quota (a container without a cpuset sees the host's CPUs, whose other work is
+    not its machine's)."""
+    if cgroup_quota_cores(parent) is not None:
+        return None
+    cpus: set[int] = set()
+    for pid in (*roots, parent):
+        try:
+            cpus |= set(os.sched_getaffinity(pid))
+        except OSError:
+            return None
+    return TreeSampler([*roots, parent], cpus=sorted(cpus), count_reaped=True, busy_of="tasks")
 
 
 def cgroup_quota_cores(pid: int, root: Path = Path("/sys/fs/cgroup")) -> float | None:

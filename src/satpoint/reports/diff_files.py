@@ -79,6 +79,11 @@ def parse_tolerances(tolerance: str, error_tolerance: str, tail_tolerance: str) 
     )
 
 
+def parse_run_spread(run_spread: str) -> float:
+    """``--run-spread`` as a fraction (a ValueError names it when it does not parse)."""
+    return parse_fraction(run_spread, "--run-spread")
+
+
 def html_path(json_out: Path, html: Path | None, no_html: bool) -> Path | None:
     """Where the overlay page goes: ``--html FILE``, else ``diff.html`` beside diff.json; None with ``--no-html``."""
     return None if no_html else html or json_out.with_name(DIFF_HTML)
