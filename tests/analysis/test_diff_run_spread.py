@@ -167,26 +167,20 @@ def test_a_doubling_is_called_at_any_queueing() -> None:
     )
 
 
-def find_folder(name: str, p50s: dict[float, float], seed: int, saturation_rps: float | None) -> Folder:
+def find_folder(name: str, p50s: dict[float, float], seed: int, saturation_rps: float) -> Folder:
     f = run_folder(name, p50s, seed)
-    doc = {**f.doc, "kind": "find", "saturation_rps": saturation_rps}
-    doc["unstable_rps"] = None if saturation_rps is None else saturation_rps * 1.04
+    doc = {**f.doc, "kind": "find", "saturation_rps": saturation_rps, "unstable_rps": saturation_rps * 1.04}
     return Folder(name, "find", doc, f.rows, dict.fromkeys(f.rows, "staircase"))
 
 
-def test_the_base_saturation_point_says_how_loaded_a_rate_is_when_the_latency_does_not() -> None:
-    """The embedded MLServer answered faster at 400 rps (1.31 ms) than at 100 (2.83 ms: its wake-up cost), so
-    the latency ratio says no queueing; at 400 of its 541.7 rps an M/M/1 queues 3.8x, and a 10 % move of the
-    capacity between runs moves the latency there by up to 62 %, more than the +27 % an A/A pair measured.
-    The same +27 % at 100 rps (k 1.23, allowance 14 %) is still called, and without a closed bracket (a lower
-    bound) the base's figure is not a capacity: the allowance falls back to the latency ratio's."""
+def test_the_base_saturation_point_does_not_widen_the_latency_allowance() -> None:
+    """The queueing at a rate is what the base's latency measured, not an M/M/1 through its saturation point:
+    that would excuse up to 95 % at 80 % of capacity, and a latency-only regression near saturation (or a run
+    checked at a find's per-replica target, 85 % of it) would pass.  The embedded MLServer's +27 % at 400 of
+    541.7 rps between two unchanged finds (its latency at 400 rps below that at 100: its wake-up cost) stays a
+    regression: a known false alarm of one run a side, not a hidden regression."""
     base = {100.0: 2.83, 400.0: 1.31}
-    new = {100.0: 2.83 * 1.27, 400.0: 1.31 * 1.27}
-    doc = diff_folders(find_folder("b", base, 1, 541.7), find_folder("n", new, 11, 518.7))
-    assert p50_at(doc, "400 rps").verdict == "inconclusive"
-    assert p50_at(doc, "400 rps").allowance == pytest.approx(latency_allowance(0.1, 1 / (1 - 400 / 541.7)), rel=1e-3)
-    assert p50_at(doc, "100 rps").verdict == "regression"
-    assert p50_at(doc, "100 rps").allowance == pytest.approx(latency_allowance(0.1, 1 / (1 - 100 / 541.7)), rel=1e-3)
-    closed = find_folder("b", base, 1, 541.7)
-    open_base = Folder("b", "find", {**closed.doc, "lower_bound": True, "unstable_rps": None}, closed.rows)
-    assert p50_at(diff_folders(open_base, find_folder("n", new, 11, 518.7)), "400 rps").verdict == "regression"
+    new = {100.0: 2.83, 400.0: 1.31 * 1.27}
+    doc = diff_folders(find_folder("b", base, 1, 541.7), find_folder("n", new, 11, 541.7))
+    assert p50_at(doc, "400 rps").verdict == "regression"
+    assert p50_at(doc, "400 rps").allowance == pytest.approx(latency_allowance(0.1, 1.0), rel=1e-3)

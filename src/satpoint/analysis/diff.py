@@ -206,10 +206,9 @@ def diff_folders(
         matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
         low = _lowest(base_stages)  # the base's queueing: a slower new side must not widen its own allowance
-        base_sat = _base_capacity(base)
         busy_b, busy_n = busy_segments(base.doc), busy_segments(new.doc)
         for rate, b, n in matched:
-            k = max(queueing_factor(b, low), _mm1_queueing(rate, base_sat))
+            k = queueing_factor(b, low)
             at = load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance, run_spread, k)
             metrics.extend(not_from_busy(x, busy_at(b, busy_b), busy_at(n, busy_n)) for x in at)
         metrics.extend(_unjudged(base, new, new_stages, tolerance))
@@ -352,16 +351,6 @@ def point_diffs(
         out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method,
                                allowance=allow_ms))  # fmt: skip
     return out
-
-
-def _base_capacity(base: Folder) -> float | None:
-    """The base find's saturation point when its search closed a bracket (a lower bound is not a capacity):
-    the M/M/1 through it is the queueing at a rate when the measured latency is not (a server whose idle
-    latency is its wake-up cost answers faster at 400 rps than at 100, and the ratio says no queueing)."""
-    if base.kind != "find" or base.doc.get("lower_bound") or base.doc.get("unstable_rps") is None:
-        return None
-    sat = base.doc.get("saturation_rps")
-    return float(sat) if sat else None
 
 
 def _mm1_queueing(rate: float | None, capacity: float | None) -> float:

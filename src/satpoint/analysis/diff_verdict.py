@@ -222,17 +222,13 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
-#: the most the between-run spread excuses at a loaded rate: a latency that doubled is called whatever the queueing
-LATENCY_ALLOWANCE_CAP = 0.95
-
-
 def latency_allowance(run_spread: float, queueing: float) -> float:
     """How far latency at a rate moves when the capacity moves by ``run_spread`` between runs: for an M/M/1
     whose latency there is ``queueing`` times its idle latency (1 / (1 − ρ)), s·k / (1 − s·k) (the worse
-    direction); at most ``LATENCY_ALLOWANCE_CAP`` (a doubling is always judged: the saturation point and the
+    direction); at most 0.95 (a doubling is always judged, whatever the queueing: the saturation point and the
     idle rates judge a server that slow)."""
     x = run_spread * max(1.0, queueing)
-    return 0.0 if x <= 0 else LATENCY_ALLOWANCE_CAP if x >= 0.5 else min(LATENCY_ALLOWANCE_CAP, x / (1 - x))
+    return 0.0 if x <= 0 else 0.95 if x >= 0.5 else min(0.95, x / (1 - x))
 
 
 def within_run_spread(change: float, gap: float | None, allowance: float) -> Judgement:
