@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -48,7 +48,7 @@ class TreeSampler:
     count_reaped: bool = False
     #: busy time without irq/softirq (no process is charged for it: the server's own network load) and on
     #: these CPUs only (None: ``cpus``); the machine's sampler
-    busy_of: str = "all"
+    busy_of: Literal["all", "tasks"] = "all"
 
     def cgroups(self) -> dict[str, ControllerDir]:
         """The cpu and memory cgroups of the first root that are not this process's own (a server started
@@ -103,7 +103,8 @@ class TreeSampler:
             return None
         per_cpu = psutil.cpu_times(percpu=True)
         wanted = range(len(per_cpu)) if self.cpus is None else [c for c in self.cpus if c < len(per_cpu)]
-        busy = sum((_busy if self.busy_of == "all" else _task_busy)(per_cpu[c]) for c in wanted)
+        busy_time = _busy if self.busy_of == "all" else _task_busy
+        busy = sum(busy_time(per_cpu[c]) for c in wanted)
         cg = self.cgroups()
         counters = read_stats(cg.get("cpu"), cg.get("memory"))
         return {
