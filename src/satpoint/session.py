@@ -38,6 +38,7 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.inflight import auto_inflight
 from satpoint.engine.lead import start_lead_s
 from satpoint.engine.live import LiveSnapshot
+from satpoint.engine.machine_speed import reference_us
 from satpoint.engine.realtime import check_realtime
 from satpoint.engine.runner import RunOutput, ShardStats, run_schedule, split_max_inflight
 from satpoint.engine.schedule import due_times
@@ -313,6 +314,7 @@ class Session:
         self.observer = observer
         self._relocation_said = False
         self._checkpoints = self.out_dir  # the folder the running segment checkpoints to
+        self._reference_us: float | None = None  # the machine's speed before the running segment
         self.results = Results(new_header(config, prepared.spec.describe(), time.time()))
         self.results.header["target"]["metadata"] = prepared.metadata
         if prepared.triton is not None:
@@ -364,6 +366,8 @@ class Session:
             say(self.on_event, relocation_warning(moved), "warning")
 
     def _finish(self, seg: Segment, append: bool = True) -> Segment:
+        if self._reference_us is not None:
+            seg.generator.setdefault("reference_us", self._reference_us)
         if append:
             append_segment(self.out_dir, self.results, seg)
         self._announce_relocation()
@@ -381,8 +385,11 @@ class Session:
         seed: int | None = None,
         max_inflight: int | None = None,
     ) -> CheckpointSpec:
-        """Record the segment as running in ``results.json``; returns where its rows are checkpointed."""
+        """Record the segment as running in ``results.json``; returns where its rows are checkpointed.
+        First, with the server idle, the machine's speed (``engine.machine_speed``; not with a fleet: the
+        load runs on other hosts)."""
         load = self.config.load
+        self._reference_us = reference_us() if self.fleet is None else None
         shell = Segment(
             index=index,
             purpose=purpose,
@@ -401,6 +408,8 @@ class Session:
             },
             start_rps=start_rps,
         )
+        if self._reference_us is not None:  # kept by a segment rebuilt from its checkpoints too
+            shell.generator["reference_us"] = self._reference_us
         start_segment(self.out_dir, self.results, shell)
         self._announce_relocation()  # a segment the previous one's caller appended, or this header
         self._checkpoints = self.folder

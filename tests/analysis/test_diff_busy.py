@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from satpoint.analysis.diff import Folder, diff_folders
+from satpoint.analysis.diff_busy import held_by_machine
 from tests.analysis.test_diff_run_spread import p50_at, run_folder
 from tests.analysis.test_diff_sides import find_doc, saturation
 
@@ -45,5 +46,6 @@ def test_latency_at_a_rate_measured_on_a_busy_machine_is_not_judged_but_errors_a
     m = p50_at(doc, "500 rps")
     assert m.verdict == "inconclusive" and "busy with other work" in m.text  # survives the Holm rejudging
     assert p50_at(doc, "100 rps").busy is None
+    assert m in held_by_machine(doc.metrics)  # the gate's "not judged": diff exits 1, not 0
     errors = next(x for x in doc.metrics if x.metric == "error_rate" and x.point == "500 rps")
     assert errors.busy is None

@@ -63,6 +63,8 @@ def test_run_samples_the_servers_tree_and_reports_a_silent_metrics_url(tmp_path:
     assert 0 < srv["cpu_cores"]["mean"] < 2 and srv["cpu_us_per_request"] > 0
     assert st["server_metrics"] == []  # every scrape failed
     assert s["observed"]["server_pids"] == [sim.pid]
+    # the machine's speed, timed before the segment (what diff compares between two runs)
+    assert s["machine_speed"]["reference_us"] > 0 and list(s["machine_speed"]["segments"]) == ["0"]
     assert any("every scrape of" in n for n in s["observed"]["not_seen"])
     assert "server side" in r.stdout and "not seen:" in r.stdout
     assert (tmp_path / "server-samples.csv").exists() and (tmp_path / "server-metrics.jsonl").exists()

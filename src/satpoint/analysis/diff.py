@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from satpoint.analysis.diff_busy import busy_at, busy_search, not_from_busy
+from satpoint.analysis.diff_busy import busy_at, busy_search, not_from_busy, not_from_changed_machine
 from satpoint.analysis.diff_config import refusal, sweep_refusal
 from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, queueing_factor, stage_rows
@@ -62,6 +62,7 @@ from satpoint.analysis.diff_verdict import (
     tolerance_for,
 )
 from satpoint.analysis.machine_busy import busy_segments
+from satpoint.analysis.machine_speed import speed_changed, speed_ratio
 from satpoint.analysis.search_summary import SEARCH_PURPOSES
 from satpoint.analysis.sweep import lower_bound_reasons
 from satpoint.analysis.sweep_measurement import STREAM_FIELDS
@@ -226,6 +227,11 @@ def diff_folders(
                          "not the same model renamed, the diff compares two models, not two versions")  # fmt: skip
         stream, stream_note = streams_compared(base, new)
         notes.extend([stream_note] if stream_note else [])
+        ratio = speed_ratio(base.doc, new.doc)  # the machine's speed on the two sides (engine.machine_speed)
+        if (changed := speed_changed(ratio)) is not None:
+            metrics = [not_from_changed_machine(m, changed) for m in metrics]
+        if ratio is not None:
+            notes.append(f"machine speed: the reference workload took {ratio:.3f}x as long on the new side")
     doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance, run_spread)  # fmt: skip
     if new.kind == "sweep":

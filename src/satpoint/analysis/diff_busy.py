@@ -1,6 +1,9 @@
 """``satpoint diff`` calls no change from figures measured while the machine was busy with other work
-(``analysis.machine_busy``): such a figure is the shared machine's, so neither a regression, an improvement
-nor a no_change can be told from it (a busy base makes a broken new version look unchanged)."""
+(``analysis.machine_busy``), or on a machine whose speed changed between the two runs
+(``analysis.machine_speed``): such a figure is the machine's as much as the version's, so neither a
+regression, an improvement nor a no_change can be told from it (a busy base makes a broken new version look
+unchanged).  The diff then exits 1 unless something regressed (``held_by_machine``): a gate never passes on
+figures it could not judge."""
 
 from __future__ import annotations
 
@@ -36,3 +39,18 @@ def not_from_busy(m: MetricDiff, base: Mapping[int, float], new: Mapping[int, fl
 def busy_at(stages: Sequence[Any], busy: Mapping[int, float]) -> dict[int, float]:
     """Which of these stages (``diff_rows.StageRows``) were busy, from the folder's busy segments."""
     return {s.segment: busy[s.segment] for s in stages if s.segment in busy}
+
+
+def not_from_changed_machine(m: MetricDiff, why: str | None) -> MetricDiff:
+    """``m`` inconclusive when the machine's speed changed between the runs (``why``, from
+    ``machine_speed.speed_changed``); not the error rate, nor a side that held no rate (the server's doing)."""
+    if why is None or m.metric == "error_rate" or m.base.value is None or m.new.value is None:
+        return m
+    why = f"{why}, so no change can be told from it (measure both on one quiet machine, or --repeats)"
+    held = m.busy + "; " + why if m.busy else why
+    return m.model_copy(update={"verdict": "inconclusive", "text": f"{m.text}; inconclusive: {why}", "busy": held})
+
+
+def held_by_machine(metrics: Sequence[MetricDiff]) -> list[MetricDiff]:
+    """The figures held back because of the machine (busy, or its speed changed)."""
+    return [m for m in metrics if m.busy]

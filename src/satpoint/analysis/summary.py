@@ -12,6 +12,7 @@ from satpoint.analysis.diagnosis import diagnose
 from satpoint.analysis.flamegraph import flamegraph_block
 from satpoint.analysis.hosts import hosts_summary, judge_hosts
 from satpoint.analysis.machine_busy import busy_warning, machine_busy_block
+from satpoint.analysis.machine_speed import machine_speed_block
 from satpoint.analysis.server_side import add_server_fields, observed_block
 from satpoint.analysis.shards import shard_judge
 from satpoint.analysis.target_lost import target_lost
@@ -232,6 +233,8 @@ def build_summary(results: Results) -> dict[str, Any]:
         "warnings": warnings,
         "observed": observed_block(results),
         "machine_busy": busy,
+        # the machine's speed before each segment (``engine.machine_speed``): diff compares the two sides'
+        "machine_speed": machine_speed_block([(s.index, s.generator) for s in results.segments]),
         "flamegraph": flamegraph_block(h, stage_docs),
         "trace": trace_block(results, stage_docs),
     }

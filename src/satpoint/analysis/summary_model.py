@@ -262,6 +262,8 @@ class RunSummary(BaseModel):
     relocated: Relocated | None = None
     #: other work on the machine while it measured (``analysis.machine_busy``); None: not watched
     machine_busy: dict[str, Any] | None = None
+    #: the reference workload's time before each segment and its median (``analysis.machine_speed``)
+    machine_speed: dict[str, Any] | None = None
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
     closed_loop: dict[str, Any] | None = None

@@ -34,12 +34,16 @@ def baseline_gate(
     baseline: Path | None, out_dir: Path, code: int, note: str = "", fail_on_inconclusive: bool = False
 ) -> int:
     """After ``run``/``find --baseline``: the diff, exit 3 on a regression (and, with ``fail_on_inconclusive``,
-    on an inconclusive verdict).  A measurement that lost its target (exit 1) or held no rate (a find without
-    an answer, exit 4) is diffed too: a server that crashed under load or fails every request is the regression
-    the gate is there for.  An interrupted one keeps its code."""
+    on an inconclusive verdict), 1 when figures were held back because of the machine (not judged).  A
+    measurement that lost its target (exit 1) or held no rate (a find without an answer, exit 4) is diffed
+    too: a server that crashed under load or fails every request is the regression the gate is there for.
+    An interrupted one keeps its code."""
     if baseline is None or code not in (EXIT_OK, EXIT_THRESHOLD, EXIT_FAILED, EXIT_NO_ANSWER):
         return code
-    return EXIT_THRESHOLD if baseline_diff(baseline, out_dir, console, note, fail_on_inconclusive) else code
+    outcome = baseline_diff(baseline, out_dir, console, note, fail_on_inconclusive)
+    if outcome == "failed":
+        return EXIT_THRESHOLD
+    return EXIT_FAILED if outcome == "unjudged" and code == EXIT_OK else code
 
 
 def diff(
@@ -66,7 +70,9 @@ def diff(
         spread = parse_run_spread(run_spread)
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate, spread)
         out = json_out or default_json
-        failed = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_path(out, html, no_html))
-        return EXIT_THRESHOLD if failed and not calibrate else EXIT_OK
+        outcome = gate(doc, console, out, markdown, junit, fail_on_inconclusive, html_path(out, html, no_html))
+        if calibrate:  # an A/A pair: the false alarms are the result
+            return EXIT_OK
+        return {"failed": EXIT_THRESHOLD, "unjudged": EXIT_FAILED, "passed": EXIT_OK}[outcome]
 
     guarded(body)

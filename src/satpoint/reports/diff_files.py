@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.markup import escape
 
 from satpoint._version import __version__
 from satpoint.analysis.diff import SWEEP_FILE, Folder, diff_folders, parse_fraction, sweep_points_diff
+from satpoint.analysis.diff_busy import held_by_machine
 from satpoint.analysis.diff_calibration import calibrated
 from satpoint.analysis.diff_target import baseline_target
 from satpoint.analysis.diff_verdict import (
@@ -102,14 +104,18 @@ def noted_baseline_target(baseline: Path | None, console: Console, kind: str = "
 
 def baseline_diff(
     baseline: Path, out_dir: Path, console: Console, note: str = "", fail_on_inconclusive: bool = False
-) -> bool:
+) -> GateOutcome:
     """After ``run``/``find --baseline``: the diff (``diff.json`` and ``diff.html`` in the new folder, ``note``
-    in its notes); True when the gate fails (a regression, or the baseline's target not held, or with
-    ``fail_on_inconclusive`` an inconclusive verdict)."""
+    in its notes) and the gate's outcome (``gate``)."""
     doc, json_out = compare(baseline, str(out_dir))
     if note:
         doc = doc.model_copy(update={"notes": [*doc.notes, note]})
     return gate(doc, console, json_out, None, None, fail_on_inconclusive, json_out.with_name(DIFF_HTML))
+
+
+#: a gate's outcome: a regression (or an inconclusive verdict with ``--fail-on-inconclusive``); figures held
+#: back because of the machine (busy, or its speed changed: not judged, so the gate cannot pass); or passed
+GateOutcome = Literal["failed", "unjudged", "passed"]
 
 
 def compare(
@@ -197,11 +203,21 @@ def gate(
     junit: Path | None = None,
     fail_on_inconclusive: bool = False,
     html_out: Path | None = None,
-) -> bool:
-    """Print the diff, write its files; True when the gate fails (a regression, or an inconclusive verdict
-    with ``fail_on_inconclusive``)."""
+) -> GateOutcome:
+    """Print the diff, write its files; "failed" on a regression (or an inconclusive verdict with
+    ``fail_on_inconclusive``), "unjudged" when figures were held back because of the machine (said in one
+    line), else "passed"."""
     print_diff(console, doc)
     publish(doc, json_out, markdown, junit, fail_on_inconclusive, html_out)
     console.print(f"diff: {json_out}" + (f", {html_out}" if html_out is not None else ""))
     # inconclusive: a metric, the target's hold, or the whole diff (nothing could be compared)
-    return doc.regressed or (fail_on_inconclusive and (doc.inconclusive or doc.verdict == "inconclusive"))
+    if doc.regressed or (fail_on_inconclusive and (doc.inconclusive or doc.verdict == "inconclusive")):
+        return "failed"
+    if held := held_by_machine(doc.metrics):
+        console.print(
+            f"[bold yellow]not judged:[/] {len(held)} figure{'s' if len(held) > 1 else ''} measured on a busy machine "
+            "or one whose speed changed between the runs (see above): the gate cannot pass on them; measure both "
+            "sides on one quiet machine"
+        )
+        return "unjudged"
+    return "passed"

@@ -1,0 +1,57 @@
+"""Did the machine run at the same speed on both sides of a diff?  ``summary.json``'s ``machine_speed``: the
+reference workload's time before each segment (``engine.machine_speed``), and its median over the run.
+
+``satpoint diff`` compares the two sides' medians.  The workload is the same on both sides whatever the server
+version, and it runs with the server idle, so a ratio beyond ``SPEED_TOLERANCE`` says the machine changed
+between the runs (a neighbour VM, a hyperthread sibling busy outside this VM, a lower clock: nothing that the
+busy-machine check, which sees this VM's processes only, can show): a server figure measured there is the
+machine's as much as the version's, and diff holds it back (``diff_busy``) rather than call a change.
+
+What it cannot see: a slowdown that only lasts while the load runs (the busy-machine check covers other
+processes; a neighbour that wakes with the load is covered by neither), and a server that burns CPU while
+idle on the generator's CPUs, which reads as a slower machine (diff then holds its figures back and exits 1:
+the gate does not pass)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: the two sides' reference times may differ by this much (either way) before the machine counts as changed:
+#: above the spread of the median between runs on one quiet machine (benchmarks/RESULTS.md), below the
+#: run-to-run spread of a saturation point (``diff --run-spread``, 10 %)
+SPEED_TOLERANCE = 0.08
+
+
+def machine_speed_block(generators: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """From each segment's generator block (index, block): the reference times and their median (None when
+    no segment measured one: a folder from before, or a fleet's run)."""
+    seen = {i: float(g["reference_us"]) for i, g in generators if isinstance(g.get("reference_us"), int | float)}
+    if not seen:
+        return None
+    return {"reference_us": round(statistics.median(seen.values()), 2), "segments": seen}
+
+
+def speed_ratio(base: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
+    """The new side's reference time over the base's (above 1: the new side's machine ran slower), from two
+    summaries; None when either side did not measure it."""
+    b, n = base.get("machine_speed"), new.get("machine_speed")
+    if not isinstance(b, Mapping) or not isinstance(n, Mapping):
+        return None
+    rb, rn = b.get("reference_us"), n.get("reference_us")
+    if not isinstance(rb, int | float) or not isinstance(rn, int | float) or rb <= 0 or rn <= 0:
+        return None
+    return float(rn) / float(rb)
+
+
+def speed_changed(ratio: float | None, tolerance: float = SPEED_TOLERANCE) -> str | None:
+    """Why the two sides cannot be compared, when the machine's speed changed beyond ``tolerance`` between
+    them (None: the same speed, or not measured)."""
+    if ratio is None or 1 / (1 + tolerance) <= ratio <= 1 + tolerance:
+        return None
+    slower, factor = ("new", ratio) if ratio > 1 else ("base", 1 / ratio)
+    return (
+        f"the {slower} side's machine ran slower: a fixed reference workload took {factor:.2f}x as long before "
+        f"its stages (more than {1 + tolerance:.2f}x: the machine changed between the runs)"
+    )

@@ -1,0 +1,100 @@
+"""A machine whose speed changed between the two runs of a diff (``analysis.machine_speed``): the figures are
+the machine's as much as the version's, so diff holds them back and exits 1 — a gate never passes on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from satpoint.analysis.diff import Folder, diff_folders
+from satpoint.analysis.machine_speed import SPEED_TOLERANCE, machine_speed_block, speed_changed, speed_ratio
+from satpoint.cli.diff_cmd import baseline_gate
+from satpoint.cli.main import app
+from satpoint.engine.machine_speed import reference_us
+from tests.analysis.test_diff_run_spread import p50_at, run_folder
+from tests.analysis.test_diff_sides import find_doc, saturation
+from tests.reports.test_diff_cli import run_folder as recorded_run
+
+
+def speed(us: float) -> dict[str, object]:
+    return {"reference_us": us, "segments": {0: us}}
+
+
+def test_the_reference_workload_is_timed_and_its_median_kept() -> None:
+    assert reference_us(5) > 0
+    block = machine_speed_block([(0, {"reference_us": 400.0}), (1, {"procs": 1}), (2, {"reference_us": 500.0}),
+                                 (3, {"reference_us": 420.0})])  # fmt: skip
+    assert block == {"reference_us": 420.0, "segments": {0: 400.0, 2: 500.0, 3: 420.0}}
+    assert machine_speed_block([(0, {"procs": 1})]) is None  # a folder from before, or a fleet's run
+
+
+def test_a_speed_change_beyond_the_tolerance_is_named_with_the_slower_side() -> None:
+    assert speed_ratio({"machine_speed": speed(400)}, {"machine_speed": speed(460)}) == pytest.approx(1.15)
+    assert speed_ratio({"machine_speed": speed(400)}, {}) is None
+    assert speed_changed(None) is None
+    assert speed_changed(1 + SPEED_TOLERANCE * 0.9) is None and speed_changed(1 / (1 + SPEED_TOLERANCE * 0.9)) is None
+    slower_new = speed_changed(1.15)
+    assert slower_new is not None and "the new side's machine ran slower" in slower_new and "1.15x" in slower_new
+    slower_base = speed_changed(1 / 1.3)
+    assert slower_base is not None and "the base side's" in slower_base and "1.30x" in slower_base
+
+
+def test_a_saturation_drop_on_a_slower_machine_is_held_back_not_called() -> None:
+    """The false regression seen between two runs of one unchanged server (565.7 -> 475.7 rps, the whole
+    machine slower in the second): with the machine's speed measured on both sides, not a verdict."""
+    base, new = find_doc([(565.7, 600.0)]), find_doc([(475.7, 500.0)])
+
+    def judged(b: dict[str, object], n: dict[str, object]) -> str:
+        return saturation(diff_folders(Folder("b", "find", b, {}), Folder("n", "find", n, {}))).verdict
+
+    assert judged(base, new) == "regression"  # without the speed: called
+    assert judged({**base, "machine_speed": speed(400)}, {**new, "machine_speed": speed(404)}) == "regression"
+    m = saturation(diff_folders(Folder("b", "find", {**base, "machine_speed": speed(400)}, {}),
+                                Folder("n", "find", {**new, "machine_speed": speed(470)}, {})))  # fmt: skip
+    assert m.verdict == "inconclusive" and m.busy and "reference workload took 1.18x" in m.text
+    # only one side measured it (a folder from before): judged as before
+    assert judged(base, {**new, "machine_speed": speed(470)}) == "regression"
+
+
+def test_latency_is_held_back_but_errors_are_judged_when_the_machine_changed() -> None:
+    base = run_folder("b", {100.0: 10.0, 500.0: 12.0}, 1)
+    new = run_folder("n", {100.0: 10.0, 500.0: 30.0}, 11)
+    base.doc["machine_speed"], new.doc["machine_speed"] = speed(400), speed(300)
+    doc = diff_folders(base, new)
+    m = p50_at(doc, "500 rps")
+    assert m.verdict == "inconclusive" and "the base side's machine ran slower" in m.text
+    errors = next(x for x in doc.metrics if x.metric == "error_rate" and x.point == "500 rps")
+    assert errors.busy is None
+    assert any("took 0.750x as long on the new side" in n for n in doc.notes)
+
+
+def with_reference(folder: Path, us: float) -> Path:
+    path = folder / "results.json"
+    doc = json.loads(path.read_text())
+    for seg in doc["segments"]:
+        seg["generator"]["reference_us"] = us
+    path.write_text(json.dumps(doc))
+    return folder
+
+
+def test_diff_exits_1_when_figures_were_held_back_by_the_machine(tmp_path: Path) -> None:
+    """Two runs of the same service, the second on a machine 1.2x slower: not judged, exit 1 (not 0: the gate
+    must not pass); a slower service on the same machine: exit 3; with --calibrate: 0."""
+    base = with_reference(recorded_run(tmp_path / "base", 10.0, seed=0), 400.0)
+    same_slow_machine = with_reference(recorded_run(tmp_path / "same", 10.0, seed=2), 480.0)
+    same_machine = with_reference(recorded_run(tmp_path / "same2", 10.0, seed=3), 404.0)
+    slower = with_reference(recorded_run(tmp_path / "slower", 14.0, seed=1), 404.0)
+    runner = CliRunner()
+    held = runner.invoke(app, ["diff", str(base), str(same_slow_machine), "--no-html"])
+    assert held.exit_code == 1, held.output
+    assert "not judged" in held.output
+    assert runner.invoke(app, ["diff", str(base), str(same_machine), "--no-html"]).exit_code == 0
+    assert runner.invoke(app, ["diff", str(base), str(slower), "--no-html"]).exit_code == 3
+    assert runner.invoke(app, ["diff", str(base), str(same_slow_machine), "--calibrate", "--no-html"]).exit_code == 0
+    # run/find --baseline: the same gate; a run that already failed keeps its code
+    assert baseline_gate(base, same_slow_machine, 0) == 1
+    assert baseline_gate(base, same_machine, 0) == 0
+    assert baseline_gate(base, same_slow_machine, 130) == 130
