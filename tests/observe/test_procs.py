@@ -109,3 +109,40 @@ def test_the_machine_sampler_counts_what_short_lived_children_used(tmp_path: Pat
     )
     assert reaped >= 1.0, reaped  # 4 x 0.3 s of CPU, plus the interpreters' start
     assert reaped - seen_alive >= 0.8  # the server's own CPU metrics still count only its live processes
+
+
+def test_the_machine_sampler_counts_a_reaped_child_it_saw_alive_once(tmp_path: Path) -> None:
+    """A worker seen alive by a sample, then exited and reaped by its parent: its CPU is in the parent's
+    reaped time too, and counted once (counted twice, the known CPU would exceed what ran, and other work on
+    the machine — what the busy check judges — would hide behind it)."""
+    from satpoint.observe.procs import machine_sampler
+
+    spun, reaped = tmp_path / "spun", tmp_path / "reaped"
+    child = (
+        "import time; end = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+        f"open({str(spun)!r}, 'w').close(); time.sleep(1.0)"
+    )
+    script = (
+        "import subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, '-c', {child!r}])\n"
+        f"open({str(reaped)!r}, 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        machine = machine_sampler([server.pid], os.getpid())
+        assert machine is not None
+        first = machine.sample()
+        for flag in (spun, reaped):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not flag.exists():
+                time.sleep(0.02)
+            assert flag.exists()
+            time.sleep(0.05)
+            last = machine.sample()  # the child alive after its work, then gone (reaped)
+        assert first is not None and last is not None
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    known = (last["cpu_user_s"] + last["cpu_system_s"]) - (first["cpu_user_s"] + first["cpu_system_s"])
+    assert 0.55 <= known < 1.0, known  # 0.6 s once, plus the interpreters' start (twice: 1.2 s or more)

@@ -22,6 +22,9 @@ class _Seen:
     system: float
     vol: float
     invol: float
+    #: what the process reaped from its exited children (``count_reaped`` only)
+    reaped_user: float = 0.0
+    reaped_system: float = 0.0
 
 
 @dataclass
@@ -76,6 +79,7 @@ class TreeSampler:
         rss = threads = 0
         alive = 0
         seen: dict[int, _Seen] = {}
+        reaped_user = reaped_system = 0.0  # what the tree's processes reaped since the last sample
         for p in procs:
             try:
                 with p.oneshot():
@@ -89,14 +93,21 @@ class TreeSampler:
             rss += mem.rss
             threads += n_threads
             reaped = (ct.children_user, ct.children_system) if self.count_reaped else (0.0, 0.0)
-            now = _Seen(ct.user + reaped[0], ct.system + reaped[1], float(ctx.voluntary), float(ctx.involuntary))
+            now = _Seen(ct.user, ct.system, float(ctx.voluntary), float(ctx.involuntary), *reaped)
             seen[p.pid] = now
             before = self._seen.get(p.pid) or (now if self._first else _Seen(0.0, 0.0, 0.0, 0.0))
             self._user += max(0.0, now.user - before.user)
             self._system += max(0.0, now.system - before.system)
             self._vol += max(0.0, now.vol - before.vol)
             self._invol += max(0.0, now.invol - before.invol)
-        # a pid that vanished is forgotten; were it reused by a new process, that one starts from zero
+            reaped_user += max(0.0, now.reaped_user - before.reaped_user)
+            reaped_system += max(0.0, now.reaped_system - before.reaped_system)
+        # a pid that vanished is forgotten; were it reused by a new process, that one starts from zero.  What
+        # it used up to its last sample is counted already: its parent's reaped time, which holds all of it,
+        # adds only the rest (a child no sample saw adds all of it)
+        gone = [v for pid, v in self._seen.items() if pid not in seen]
+        self._user += max(0.0, reaped_user - sum(v.user + v.reaped_user for v in gone))
+        self._system += max(0.0, reaped_system - sum(v.system + v.reaped_system for v in gone))
         self._seen = seen
         self._first = False
         if alive == 0:
