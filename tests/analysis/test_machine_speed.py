@@ -98,3 +98,28 @@ def test_diff_exits_1_when_figures_were_held_back_by_the_machine(tmp_path: Path)
     assert baseline_gate(base, same_slow_machine, 0) == 1
     assert baseline_gate(base, same_machine, 0) == 0
     assert baseline_gate(base, same_slow_machine, 130) == 130
+
+
+def hold_summary(verdict: str, **extra: object) -> dict[str, object]:
+    stage = {"segment": 5, "target_rps": 400.0, "verdict": verdict, "latency_ms": {"p50": 3.0, "p99": 40.0}}
+    return {"kind": "find", "stages": [stage], **extra}
+
+
+def test_a_target_hold_lost_on_a_busy_or_slower_machine_is_not_judged_but_errors_are() -> None:
+    from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, judge_target_hold
+
+    purposes = {5: TARGET_HOLD_PURPOSE}
+    busy = {"threshold_cores": 0.25, "max_other_cores": 0.9, "stages": [{"segment": 5, "other_cores": 0.9}]}
+    lost = judge_target_hold(hold_summary("saturated"), purposes)
+    assert lost is not None and lost.held is False and lost.busy is None  # a quiet machine: the version's
+    on_busy = judge_target_hold(hold_summary("saturated", machine_busy=busy), purposes)
+    assert on_busy is not None and on_busy.held is None and on_busy.busy and "0.90 cores" in on_busy.text
+    errors = judge_target_hold(hold_summary("failing", machine_busy=busy), purposes)
+    assert errors is not None and errors.held is False  # a server's errors are its own
+    held = judge_target_hold(hold_summary("stable", machine_busy=busy), purposes)
+    assert held is not None and held.held is True  # held even so
+    base = {"kind": "find", "machine_speed": speed(400)}
+    slower = judge_target_hold(hold_summary("slo_violated", machine_speed=speed(480)), purposes, base)
+    assert slower is not None and slower.held is None and "new side's machine ran slower" in (slower.busy or "")
+    faster = judge_target_hold(hold_summary("slo_violated", machine_speed=speed(300)), purposes, base)
+    assert faster is not None and faster.held is False  # lost on a faster machine: the version's doing

@@ -19,6 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from satpoint.analysis.machine_busy import busy_segments
+from satpoint.analysis.machine_speed import speed_changed, speed_ratio
+
 #: the segment purpose of the hold at the baseline's target
 TARGET_HOLD_PURPOSE = "baseline_target"
 
@@ -37,6 +40,9 @@ class TargetHold(BaseModel):
     slo: dict[str, Any] | None = None  # the new find's --slo as its summary.json has it: {"p99": "50ms"}
     base_target_rps: float | None = None  # the base folder's target, when it has one
     text: str
+    #: why a hold that failed was not judged: the machine was busy during it, or slower than the base's (its
+    #: verdict is then the machine's as much as the version's; the gate does not pass on it: exit 1)
+    busy: str | None = None
 
 
 def baseline_target(summary: Mapping[str, Any], purposes: Mapping[int, str] | None = None) -> tuple[float | None, str]:
@@ -99,11 +105,15 @@ def judge_target_hold(
     rate = float(stage["target_rps"])
     verdict = str(stage.get("verdict") or "")
     held = None if verdict in ("incomplete", "") or stage.get("interrupted") else verdict == "stable"
+    machine = _machine_why(stage, new_summary, base_summary) if held is False and verdict != "failing" else None
+    if machine is not None:  # a hold lost on a busy or slower machine: not the version's doing, not judged
+        held = None
     lat = stage.get("latency_ms") or {}
     slo = new_summary.get("slo") or None
     base_target = baseline_target(base_summary, base_purposes)[0] if base_summary is not None else None
     after = "the run's stages" if new_summary.get("kind") == "run" else "the search"
     answer = {True: "yes", False: f"no ({verdict})", None: f"not judged ({verdict or 'no verdict'})"}[held]
+    answer += f": {machine}" if machine else ""
     slo_text = ", ".join(f"{k}<{v if isinstance(v, str) else f'{v:g}ms'}" for k, v in (slo or {}).items())
     within = f" (within the SLO {slo_text})" if slo_text and held else f" (SLO {slo_text})" if slo_text else ""
     text = (
@@ -124,4 +134,20 @@ def judge_target_hold(
         slo=dict(slo) if slo else None,
         base_target_rps=base_target,
         text=text,
+        busy=machine,
     )
+
+
+def _machine_why(
+    stage: Mapping[str, Any], new_summary: Mapping[str, Any], base_summary: Mapping[str, Any] | None
+) -> str | None:
+    """Why the hold's failure may be the machine's (None: it is the version's): other work took a share of
+    the machine during it (``machine_busy``), or the new side's machine ran slower than the base's
+    (``machine_speed``).  Not an error-rate failure: a server's errors are its own."""
+    other = busy_segments(new_summary).get(int(stage["segment"]))
+    if other is not None:
+        return f"the machine was busy with other work during it ({other:.2f} cores)"
+    ratio = speed_ratio(base_summary, new_summary) if base_summary is not None else None
+    if ratio is not None and ratio > 1 and (why := speed_changed(ratio)) is not None:
+        return why
+    return None

@@ -213,7 +213,8 @@ def gate(
     # inconclusive: a metric, the target's hold, or the whole diff (nothing could be compared)
     if doc.regressed or (fail_on_inconclusive and (doc.inconclusive or doc.verdict == "inconclusive")):
         return "failed"
-    if held := held_by_machine(doc.metrics):
+    held = held_by_machine(doc.metrics) + ([doc.target_hold] if doc.target_hold and doc.target_hold.busy else [])
+    if held:
         console.print(
             f"[bold yellow]not judged:[/] {len(held)} figure{'s' if len(held) > 1 else ''} measured on a busy machine "
             "or one whose speed changed between the runs (see above): the gate cannot pass on them; measure both "
