@@ -69,6 +69,9 @@ def test_latency_is_held_back_but_errors_are_judged_when_the_machine_changed() -
     errors = next(x for x in doc.metrics if x.metric == "error_rate" and x.point == "500 rps")
     assert errors.busy is None
     assert any("took 0.750x as long on the new side" in n for n in doc.notes)
+    # neither side's other work was watched (no local server observed): said, not silently skipped
+    unwatched = [n for n in doc.notes if "machine was not checked for other work on it:" in n]
+    assert len(unwatched) == 2 and "its speed" not in unwatched[0]
 
 
 def with_reference(folder: Path, us: float) -> Path:

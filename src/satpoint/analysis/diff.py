@@ -168,6 +168,19 @@ def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: fl
     return not_from_busy(m, busy_search(base.doc, base.purposes), busy_search(new.doc, new.purposes))
 
 
+def _unwatched_notes(base: Folder, new: Folder) -> list[str]:
+    """What could not be checked of each side's machine: other work (no local server was watched: ``--url``
+    without ``--server-pid``, or an older folder) and its speed (an older folder, or a fleet's run)."""
+    out = []
+    for side, f in (("base", base), ("new", new)):
+        missing = [what for key, what in (("machine_busy", "other work on it"), ("machine_speed", "its speed"))
+                   if f.doc.get(key) is None]  # fmt: skip
+        if missing:
+            out.append(f"the {side} side's machine was not checked for {' or '.join(missing)}: a figure measured "
+                       "while it was busy or slower could not be held back")  # fmt: skip
+    return out
+
+
 def diff_folders(
     base: Folder,
     new: Folder,
@@ -232,6 +245,7 @@ def diff_folders(
             metrics = [not_from_changed_machine(m, changed) for m in metrics]
         if ratio is not None:
             notes.append(f"machine speed: the reference workload took {ratio:.3f}x as long on the new side")
+        notes.extend(_unwatched_notes(base, new))
     doc = make_doc(new.kind, {"dir": base.dir, "kind": base.kind}, {"dir": new.dir, "kind": new.kind},
                    tolerance, error_tolerance, metrics, notes, tool_version, tail_tolerance, run_spread)  # fmt: skip
     if new.kind == "sweep":
