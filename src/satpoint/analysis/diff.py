@@ -28,7 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from satpoint.analysis.diff_busy import busy_at, busy_search, not_from_busy, not_from_changed_machine
+from satpoint.analysis.diff_busy import (
+    busy_at,
+    busy_search,
+    machine_explains,
+    not_from_busy,
+    not_from_changed_machine,
+)
 from satpoint.analysis.diff_config import refusal, sweep_refusal
 from satpoint.analysis.diff_lost import lost_target_diff, missing_rate_diffs
 from satpoint.analysis.diff_rows import StageRows, load_diffs, match_rates, queueing_factor, stage_rows
@@ -190,6 +196,33 @@ def diff_folders(
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
     run_spread: float = DEFAULT_RUN_SPREAD,
 ) -> DiffDoc:
+    """Compare two folders (``_diff_once``).  When the machine's speed changed between them
+    (``machine_speed``), the diff is also taken with the run spread widened by the change, and a verdict the
+    machine can explain is held back (``diff_busy.machine_explains``): on a slower new machine a regression
+    that the wider spread no longer calls; on a slower base a no_change, or an improvement it no longer calls.
+    A change beyond what the machine explains keeps its verdict."""
+    args = (tolerance, error_tolerance, tool_version, tail_tolerance)
+    doc = _diff_once(base, new, *args, run_spread)
+    ratio = speed_ratio(base.doc, new.doc) if base.kind != "sweep" else None
+    changed = speed_changed(ratio)
+    if ratio is None or changed is None:
+        return doc
+    shift = ratio - 1 if ratio > 1 else 1 / ratio - 1
+    wide = _diff_once(base, new, *args, run_spread + shift)
+    explained = machine_explains(doc.metrics, wide.metrics, new_slower=ratio > 1)
+    return _diff_once(base, new, *args, run_spread, (explained, changed)) if explained else doc
+
+
+def _diff_once(
+    base: Folder,
+    new: Folder,
+    tolerance: float,
+    error_tolerance: float,
+    tool_version: str,
+    tail_tolerance: float,
+    run_spread: float,
+    held: tuple[set[tuple[str, str]], str] | None = None,
+) -> DiffDoc:
     """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99;
     ``run_spread``: how far one run's figures move between runs of an unchanged server (``DEFAULT_RUN_SPREAD``),
     which a figure resting on one run a side must exceed to be called a change.
@@ -241,8 +274,8 @@ def diff_folders(
         stream, stream_note = streams_compared(base, new)
         notes.extend([stream_note] if stream_note else [])
         ratio = speed_ratio(base.doc, new.doc)  # the machine's speed on the two sides (engine.machine_speed)
-        if (changed := speed_changed(ratio)) is not None:
-            metrics = [not_from_changed_machine(m, changed) for m in metrics]
+        if held is not None:  # the verdicts the machine's change explains (diff_folders)
+            metrics = [not_from_changed_machine(m, held[1]) if (m.metric, m.point) in held[0] else m for m in metrics]
         if ratio is not None:
             notes.append(f"machine speed: the reference workload took {ratio:.3f}x as long on the new side")
         notes.extend(_unwatched_notes(base, new))

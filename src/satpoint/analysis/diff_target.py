@@ -105,8 +105,8 @@ def judge_target_hold(
     rate = float(stage["target_rps"])
     verdict = str(stage.get("verdict") or "")
     held = None if verdict in ("incomplete", "") or stage.get("interrupted") else verdict == "stable"
-    machine = _machine_why(stage, new_summary, base_summary) if held is False and verdict != "failing" else None
-    if machine is not None:  # a hold lost on a busy or slower machine: not the version's doing, not judged
+    machine = _machine_why(stage, new_summary, base_summary, held) if verdict != "failing" else None
+    if machine is not None:  # a hold the machine can explain: not judged
         held = None
     lat = stage.get("latency_ms") or {}
     slo = new_summary.get("slo") or None
@@ -139,15 +139,18 @@ def judge_target_hold(
 
 
 def _machine_why(
-    stage: Mapping[str, Any], new_summary: Mapping[str, Any], base_summary: Mapping[str, Any] | None
+    stage: Mapping[str, Any], new_summary: Mapping[str, Any], base_summary: Mapping[str, Any] | None, held: bool | None
 ) -> str | None:
-    """Why the hold's failure may be the machine's (None: it is the version's): other work took a share of
-    the machine during it (``machine_busy``), or the new side's machine ran slower than the base's
-    (``machine_speed``).  Not an error-rate failure: a server's errors are its own."""
+    """Why the hold's verdict may be the machine's (None: it is the version's).  A hold lost while other work
+    took a share of the machine (``machine_busy``) or on a machine slower than the base's; a hold kept on a
+    machine faster than the base's (a slower version could hold there what it would not on the base's).  Not
+    an error-rate failure: a server's errors are its own."""
+    if held is None:
+        return None
     other = busy_segments(new_summary).get(int(stage["segment"]))
-    if other is not None:
+    if held is False and other is not None:
         return f"the machine was busy with other work during it ({other:.2f} cores)"
     ratio = speed_ratio(base_summary, new_summary) if base_summary is not None else None
-    if ratio is not None and ratio > 1 and (why := speed_changed(ratio)) is not None:
+    if ratio is not None and (ratio > 1) != held and (why := speed_changed(ratio)) is not None:
         return why
     return None
