@@ -56,7 +56,7 @@ class _SlowProbe:
     def __init__(self) -> None:
         self.calls = 0
 
-    def probe_service_s(self, count: int) -> float:
+    def probe_service_s(self, count: int, at: int = 0) -> float:
         self.calls += 1
         return 1.0
 

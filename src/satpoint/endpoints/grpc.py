@@ -65,21 +65,21 @@ class GrpcFactoryBuilder:
             server_hostname=self.target.server_name,
         )
 
-    def probe_service_s(self, count: int) -> float | None:
-        """Median of ``count`` sequential ModelInfer calls over one channel, after one that opens it (streams:
-        of ``count`` whole ``ModelStreamInfer`` streams, each on a connection of its own: a decoupled Triton
-        model refuses ModelInfer)."""
+    def probe_service_s(self, count: int, at: int = 0) -> float | None:
+        """Median of ``count`` sequential ModelInfer calls of message ``at`` over one channel, after one that
+        opens it (streams: of ``count`` whole ``ModelStreamInfer`` streams, each on a connection of its own:
+        a decoupled Triton model refuses ModelInfer)."""
         control = self.control if self.control is not None else GrpcControl.of(self.target, self.metadata)
         if self.stream:
-            times = sorted(t for t in (self._stream_s(control) for _ in range(count)) if t is not None)
+            times = sorted(t for t in (self._stream_s(control, at) for _ in range(count)) if t is not None)
             return times[len(times) // 2] if times else None
-        times = sorted(control.timed_infers(Inference(self.messages[0], ""), count))
+        times = sorted(control.timed_infers(Inference(self.messages[at], ""), count))
         return times[len(times) // 2] if times else None
 
-    def _stream_s(self, control: GrpcControl) -> float | None:
+    def _stream_s(self, control: GrpcControl, at: int = 0) -> float | None:
         from satpoint.metrics.records import Outcome
 
-        answer = control.stream_one(self.messages[0], "triton" if self.decoder == "triton" else "mlserver")
+        answer = control.stream_one(self.messages[at], "triton" if self.decoder == "triton" else "mlserver")
         return answer.done_s if answer.outcome == Outcome.OK else None
 
 

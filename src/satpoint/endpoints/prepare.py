@@ -81,19 +81,56 @@ def probe_service_s(target: PreparedTarget, count: int = 20, timeout_s: float = 
     opens it and is not counted: the server's answer time at low load, as the load's warm connections see
     it (a new connection per request would add its set-up, a TLS handshake for ``https``, to every one; a
     server that closes every connection is timed with the set-up, as the load then pays it too).
-    Requests slower than ``timeout_s`` count as failed; after ``PROBE_TIME_S``, three answers are enough."""
+    Requests slower than ``timeout_s`` count as failed; after ``PROBE_TIME_S``, three answers are enough.
+
+    A model mix (without ``--resident``) is probed model by model, each with its own request, and its
+    answer time is the mix-weighted median of the models' medians (``mix_service_s``)."""
+    mix = target.mix
+    if mix is not None and len(mix.names) > 1 and not callable(getattr(target.builder, "probe_model", None)):
+        each = max(3, -(-count // len(mix.names)))
+        times = [(_probe_at(target, m, each, timeout_s) if w > 0 else None, w) for m, w in enumerate(mix.weights)]
+        return mix_service_s(times)
+    pick = getattr(target.builder, "probe_model", None)
+    # --resident K: a model loaded now (the first may be evicted)
+    m = pick() if callable(pick) and mix is not None else 0
+    return _probe_at(target, m, count, timeout_s)
+
+
+def mix_service_s(times: list[tuple[float | None, float]]) -> float | None:
+    """A mix's low-load answer time from its models' ``(median, weight)``: the weighted median, i.e. the
+    smallest model median at which the models at or below it carry half the traffic (None: a model with
+    traffic did not answer).
+
+    It stands for the mix's own low-load p50, which is what ``client_limited`` compares a stage's service
+    p50 (the median over every model's rows, each model a ``weight`` share of them) with: the first
+    model's time alone (a cheap one) sized the in-flight cap too small and read the mix's normal answer
+    time as the server slowing down (or, an expensive one, read real queueing as the client's cap); the
+    slowest model's time would hide queueing in a mix of mostly cheap requests, and a weighted mean is
+    pulled by a rare slow model that the median of the rows does not see."""
+    if any(t is None for t, w in times if w > 0):
+        return None
+    ranked = sorted((t, w) for t, w in times if t is not None and w > 0)
+    total = sum(w for _, w in ranked)
+    seen = 0.0
+    for t, w in ranked:
+        seen += w
+        if seen >= total / 2:
+            return t
+    return None
+
+
+def _probe_at(target: PreparedTarget, m: int, count: int, timeout_s: float) -> float | None:
+    """``probe_service_s`` of the mix's model ``m`` (its first request); a single model is ``m`` 0."""
+    at = m * target.mix.per_model if target.mix is not None else 0
     probe = getattr(target.builder, "probe_service_s", None)
     if callable(probe):
-        result: float | None = probe(count)
+        result: float | None = probe(count, at=at)
         return result
     if target.spec.protocol != "rest":
         return None
     spec = target.spec
-    model, doc = spec.model, target.payload_docs[0]
-    pick = getattr(target.builder, "probe_model", None)
-    if callable(pick) and target.mix is not None:  # --resident K: a model loaded now (the first may be evicted)
-        m = pick()
-        model, doc = target.mix.names[m], target.payload_docs[m * target.mix.per_model]
+    model = target.mix.names[m] if target.mix is not None else spec.model
+    doc = target.payload_docs[at]
     extra: tuple[tuple[str, str], ...] = ()
     body = encode_json_body(doc)
     if spec.binary_data:  # the load's encoding (Triton's binary tensors): the same work for the server
