@@ -69,6 +69,7 @@ from satpoint.analysis.diff_verdict import (
 )
 from satpoint.analysis.machine_busy import busy_segments
 from satpoint.analysis.machine_speed import speed_changed, speed_ratio
+from satpoint.analysis.rates import same_load
 from satpoint.analysis.search_summary import SEARCH_PURPOSES
 from satpoint.analysis.sweep import lower_bound_reasons
 from satpoint.analysis.sweep_measurement import STREAM_FIELDS
@@ -79,9 +80,6 @@ SWEEP_FILE = "sweep.json"  # the sweep's document (``experiments.sweep`` writes 
 #: flame graph's (py-spy attached), the hysteresis steps (right after the server was tipped over), a recheck
 #: (one stage again from idle) nor the hold at a baseline's target (``diff_target``: its own verdict)
 COMPARED_PURPOSES = (*SEARCH_PURPOSES, "profile", "run", "closed_loop")
-#: two stages are at the same offered load when their target rates are within 0.1 % (1 % in rate is 20-25 %
-#: in latency near saturation: an M/M/1 at ρ 0.95 against 0.96)
-RATE_MATCH = 0.001
 
 
 def parse_fraction(text: str, what: str) -> float:
@@ -134,14 +132,10 @@ class Folder:
         return out
 
 
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= RATE_MATCH * max(a, b, 1e-9)
-
-
 def match_stages(
     base: Sequence[StageRows], new: Sequence[StageRows], stable_only: bool
 ) -> tuple[list[tuple[float, list[StageRows], list[StageRows]]], list[str]]:
-    """``diff_rows.match_rates`` over stages at the same rate within ``RATE_MATCH`` (0.1 %): each group of
+    """``diff_rows.match_rates`` over stages at the same rate within ``rates.LOAD_MATCH`` (0.1 %): each group of
     rates that close is matched on its own, so stages further apart are never pooled."""
     out: list[tuple[float, list[StageRows], list[StageRows]]] = []
     notes: list[str] = []
@@ -149,8 +143,8 @@ def match_stages(
     for st in sorted(base, key=lambda s: s.target_rps):
         if id(st) in used:
             continue
-        b = [s for s in base if id(s) not in used and _same(s.target_rps, st.target_rps)]
-        n = [s for s in new if id(s) not in used and _same(s.target_rps, st.target_rps)]
+        b = [s for s in base if id(s) not in used and same_load(s.target_rps, st.target_rps)]
+        n = [s for s in new if id(s) not in used and same_load(s.target_rps, st.target_rps)]
         used.update(id(s) for s in (*b, *n))
         got, said = match_rates(b, n, stable_only=stable_only)
         out.extend(got)
@@ -293,7 +287,7 @@ def _lowest(stages: Sequence[StageRows]) -> list[StageRows]:
     stable = sorted((s for s in stages if s.verdict == "stable"), key=lambda s: s.target_rps)
     out: list[StageRows] = []
     for s in stable:
-        if not out or not _same(s.target_rps, out[-1].target_rps):
+        if not out or not same_load(s.target_rps, out[-1].target_rps):
             out.append(s)
     return out[:2]
 

@@ -21,13 +21,7 @@ from typing import Any
 
 from satpoint.analysis.diff_saturation import lost_at_rps
 from satpoint.analysis.diff_verdict import MetricDiff, Outcome, Side
-
-#: rates within this fraction are the same offered load (as ``diff.RATE_MATCH``)
-_MATCH = 0.001
-
-
-def _near(a: float, b: float) -> bool:
-    return abs(a - b) <= _MATCH * max(a, b, 1e-9)
+from satpoint.analysis.rates import same_load
 
 
 def _metric(metric: str, point: str, base: Side, new: Side, verdict: Outcome, method: str, text: str,
@@ -62,7 +56,7 @@ def lost_target_diff(
         survived = bool(ran)
         where = "before any stage was judged"
     else:
-        survived = any(r >= rate or _near(r, rate) for r in ran)
+        survived = any(r >= rate or same_load(r, rate) for r in ran)
         where = f"at {rate:.4g} rps"
     top = max(ran, default=None)
     base_side = Side(value=top, low=top, high=top, n=len(ran),
@@ -93,7 +87,7 @@ def missing_rate_diffs(
         else "the new run has no judged stage at this rate (its stages differ, or it ended early)"
     )
     for r in sorted(base_stable):
-        if any(_near(r, s) for s in seen) or any(_near(r, n) for n in new_judged):
+        if any(same_load(r, s) for s in seen) or any(same_load(r, n) for n in new_judged):
             continue
         seen.append(r)
         point = f"{r:.4g} rps"

@@ -45,11 +45,10 @@ from satpoint.analysis.diff_verdict import (
     sampled_diff,
     tolerance_for,
 )
+from satpoint.analysis.rates import same_load
 from satpoint.metrics.records import Records
 from satpoint.metrics.stream_stats import ttfc_s
 
-#: two stages are at the same offered load when their target rates are within 1 %
-RATE_MATCH = 0.01
 #: the throughput's series: OK rows due per bin of about this long (at most MAX_THROUGHPUT_BINS bins)
 THROUGHPUT_BIN_S = 0.1
 MAX_THROUGHPUT_BINS = 4000
@@ -299,7 +298,7 @@ def streamed(stages: Sequence[StageRows]) -> bool:
 def match_rates(
     base: Sequence[StageRows], new: Sequence[StageRows], stable_only: bool = False
 ) -> tuple[list[tuple[float, list[StageRows], list[StageRows]]], list[str]]:
-    """Groups of stages at the same target rate on both sides (within ``RATE_MATCH``), rising, and notes.
+    """Groups of stages at the same target rate on both sides (``rates.same_load``), rising, and notes.
 
     A rate is kept when at least one side held it stably (the latency of two overloaded stages depends on
     their length): a ``run`` whose new version no longer holds a rate the base held shows it as a latency
@@ -308,12 +307,12 @@ def match_rates(
     (a capacity 3 % lower is no regression at a 5 % tolerance, but it fails a rate just above it)."""
     rates: list[float] = []
     for st in sorted(base, key=lambda s: s.target_rps):
-        if not any(_same(st.target_rps, r) for r in rates):
+        if not any(same_load(st.target_rps, r) for r in rates):
             rates.append(st.target_rps)
     out, notes = [], []
     for r in rates:
-        b = [s for s in base if _same(s.target_rps, r)]
-        n = [s for s in new if _same(s.target_rps, r)]
+        b = [s for s in base if same_load(s.target_rps, r)]
+        n = [s for s in new if same_load(s.target_rps, r)]
         if not b or not n or not any(s.verdict == "stable" for s in (*b, *n)):
             continue
         if not stable_only:
@@ -330,7 +329,3 @@ def match_rates(
                 "saturation point's verdict judges it"
             )
     return out, notes
-
-
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= RATE_MATCH * max(a, b, 1e-9)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.diff_verdict import MetricDiff, Side, metric_diff
+from satpoint.analysis.rates import same_rate
 from satpoint.analysis.search import Bracket, counted
 from satpoint.analysis.search_summary import SEARCH_PURPOSES
 from satpoint.analysis.sweep import LOWER_BOUND_TEXT, lower_bound_reasons
@@ -35,7 +36,7 @@ _GENERATOR_REASONS = {"generator_limited", "client_limited"}
 
 def _server_failed_at(summary: Mapping[str, Any], rate: float) -> bool:
     return any(
-        abs(float(st["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0) and st.get("verdict") in SERVER_LIMITS
+        same_rate(float(st["target_rps"]), rate) and st.get("verdict") in SERVER_LIMITS
         for st in summary.get("stages") or []
     )
 

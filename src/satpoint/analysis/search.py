@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from satpoint.analysis.rates import same_rate
 from satpoint.analysis.verdicts import Verdict
 
 
@@ -107,17 +108,13 @@ RETEST = "retest"
 RETESTED_PHASES = ("staircase", "refine", "confirm")
 
 
-def _same_rate(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
-
-
 def _votes(history: list[Measured], rate_rps: float) -> list[Measured]:
     """The measurements of one rate that a retest decides between: the stage that was retested and its
     retests (limited ones say nothing about the server and do not vote)."""
     return [
         m
         for m in history
-        if m.phase in (*RETESTED_PHASES, RETEST) and m.verdict not in LIMITED and _same_rate(m.rate_rps, rate_rps)
+        if m.phase in (*RETESTED_PHASES, RETEST) and m.verdict not in LIMITED and same_rate(m.rate_rps, rate_rps)
     ]
 
 
@@ -139,13 +136,11 @@ def effective(history: list[Measured], majority: bool = True) -> list[Measured]:
         later = history[i + 1 :]
         if not majority:
             if m.phase in RETESTED_PHASES and any(
-                r.phase == RETEST and _same_rate(r.rate_rps, m.rate_rps) for r in later
+                r.phase == RETEST and same_rate(r.rate_rps, m.rate_rps) for r in later
             ):
                 continue
         elif m.verdict not in LIMITED and m.phase in (*RETESTED_PHASES, RETEST):
-            if any(
-                r.phase == RETEST and r.verdict not in LIMITED and _same_rate(r.rate_rps, m.rate_rps) for r in later
-            ):
+            if any(r.phase == RETEST and r.verdict not in LIMITED and same_rate(r.rate_rps, m.rate_rps) for r in later):
                 continue  # counted in the last retest's place
             if m.phase == RETEST:
                 decided = _majority(_votes(history[: i + 1], m.rate_rps))
@@ -192,7 +187,7 @@ def collapsed_bound(history: list[Measured], b: Bracket, params: SearchParams) -
         return None
     counted = effective(history, params.majority)
     top = next(
-        (m for m in reversed(counted) if _same_rate(m.rate_rps, b.unstable_rps) and m.verdict != Verdict.STABLE), None
+        (m for m in reversed(counted) if same_rate(m.rate_rps, b.unstable_rps) and m.verdict != Verdict.STABLE), None
     )
     if top is None or top.phase not in RETESTED_PHASES or top.throughput_rps is None:
         return None
@@ -209,7 +204,7 @@ def held_at(history: list[Measured], rate_rps: float, majority: bool = True) -> 
         (
             m
             for m in reversed(effective(history, majority))
-            if m.phase in ("confirm", RETEST) and _same_rate(m.rate_rps, rate_rps)
+            if m.phase in ("confirm", RETEST) and same_rate(m.rate_rps, rate_rps)
         ),
         None,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.analysis.capacity import recommend
+from satpoint.analysis.rates import same_rate
 from satpoint.analysis.search import (
     LIMITED,
     RETEST,
@@ -128,7 +129,7 @@ def confirmation_holds(history: list[Measured]) -> tuple[int, int, int]:
     targets = [m.rate_rps for m in history if m.phase == "confirm"]
 
     def at_target(m: Measured) -> bool:
-        return any(abs(m.rate_rps - t) <= 1e-9 * max(t, 1.0) for t in targets)
+        return any(same_rate(m.rate_rps, t) for t in targets)
 
     holds = [m for m in history if m.phase in ("confirm", RETEST) and m.verdict not in LIMITED and at_target(m)]
     return len(targets), len(holds), sum(1 for m in holds if m.verdict != Verdict.STABLE)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from satpoint.analysis.rates import same_rate
+
 #: the operating point every point's latency is compared at: the per-replica autoscaling target
 OPERATING_FRACTION = 0.85
 #: the lowest stable stage counts as "low load" when it is at most this fraction of the saturation point
@@ -58,7 +60,7 @@ def measurement_figures(summary: Mapping[str, Any], at_rps: float | None = None)
     held: list[Mapping[str, Any]] = []
     if conf.get("rate_rps"):
         rate = float(conf["rate_rps"])
-        held = [s for s in stages if abs(float(s["target_rps"]) - rate) <= 1e-4 * max(rate, 1.0)]
+        held = [s for s in stages if same_rate(float(s["target_rps"]), rate)]
         if held:
             st = held[-1]
             op = _latency_point(st["offered_rps"], st.get("latency_ms"), st.get("verdict"), st.get("stream"))
