@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions
 from satpoint.errors import ConfigError
 from satpoint.metrics.results import Segment, load_results, write_header
+from satpoint.metrics.results import default_out as default_out
 from satpoint.metrics.stream_records import StreamRecords
 from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
@@ -110,11 +110,6 @@ class LoadedResults:
             parts = [st or StreamRecords.empty(len(g.records)) for st, g in zip(streams, self.segments, strict=True)]
             out.update(StreamRecords.concat(parts).columns())
         return out
-
-
-def default_out(kind: str) -> Path:
-    """``results/KIND-YYYYmmdd-HHMMSS`` in the current directory."""
-    return Path("results") / f"{kind}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def split_cpus() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:

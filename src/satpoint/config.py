@@ -56,6 +56,15 @@ class RayOptions:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def is_number(x: Any) -> bool:
+    """Whether ``float(x)`` reads ``x`` (a file's cell, an option's text) as a number."""
+    try:
+        float(x)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def ray_options(address: str | None, hosts: int | None, procs_per_host: int, procs: int = 1) -> RayOptions | None:
     """The Ray options ``--ray ADDRESS`` (``local``: a local instance), ``--ray-hosts`` and
     ``--procs-per-host`` ask for (None without ``--ray``)."""

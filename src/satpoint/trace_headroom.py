@@ -36,6 +36,7 @@ from satpoint.config import LoadOptions
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
+from satpoint.metrics.results import default_out
 from satpoint.progress import OnEvent, say
 from satpoint.reports.k8s import max_replicas_choice, write_k8s
 from satpoint.session import announce_target, check_rows_fit, require_generator
@@ -92,7 +93,7 @@ def find_headroom(
     load = (load or LoadOptions()).validate()
     require_generator(load)  # --realtime refused here, before the first folder is made
     stop = stop or threading.Event()
-    out_dir = Path(out) if out is not None else Path("results") / f"find-trace-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir = Path(out) if out is not None else default_out("find-trace")
     out_dir.mkdir(parents=True, exist_ok=True)
     # the slice as recorded, read once: its peaks and span, and every replay's due times (scaled per speed)
     recorded = build(replace(trace, speed=1.0), fits=check_rows_fit)

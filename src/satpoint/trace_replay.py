@@ -26,7 +26,7 @@ from satpoint.config import LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError
-from satpoint.metrics.results import write_header
+from satpoint.metrics.results import default_out, write_header
 from satpoint.observe.observer import Observer
 from satpoint.plan import TRACE_ARRIVAL
 from satpoint.progress import OnEvent, say
@@ -176,7 +176,7 @@ def run_trace(
         )
     rules = VerdictRules(max_error_rate=max_error_rate, slo_ms=dict(slo_ms or {}))
     config = RunConfig(load=load, rules=rules, thresholds=checks)
-    out_dir = Path(out) if out is not None else Path("results") / f"trace-{_stamp()}"
+    out_dir = Path(out) if out is not None else default_out("trace")
     with Observer(observe, out_dir) as observer:
         session = Session(prepared, config, out_dir, on_event=on_event, stop=stop, observer=observer)
         session.results.header[HEADER_KEY] = sched.info
@@ -199,9 +199,3 @@ def run_trace(
             raise
     summary = write_all(session.out_dir, session.results, html=html)
     return TraceRunResult(parse_summary(summary), session.folder)
-
-
-def _stamp() -> str:
-    from datetime import datetime
-
-    return datetime.now().strftime("%Y%m%d-%H%M%S")

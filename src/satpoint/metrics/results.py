@@ -23,6 +23,7 @@ can be.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -46,6 +47,12 @@ from satpoint.metrics.records import Records
 from satpoint.plan import Stage, StageSpan, spans
 
 RESULTS_FILE = "results.json"
+
+
+def default_out(kind: str) -> Path:
+    """Where a command writes when given no ``--out``: ``results/KIND-YYYYmmdd-HHMMSS`` in the current
+    directory (local time)."""
+    return Path("results") / f"{kind}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 @dataclass

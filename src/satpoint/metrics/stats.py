@@ -19,22 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.metrics.percentiles import PCTS as PCTS
+from satpoint.metrics.percentiles import pct_ms as pct_ms
 from satpoint.metrics.records import ERROR_NAMES, Outcome, Records
 from satpoint.metrics.stream_stats import stream_window
 from satpoint.plan import StageSpan
 
-PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 LATE_S = 0.001  # a request that left more than 1 ms after its due time is "late"
-
-
-def pct_ms(values_s: npt.NDArray[np.float64], keys: dict[str, float] = PCTS) -> dict[str, float | None]:
-    v = values_s[~np.isnan(values_s)]
-    if len(v) == 0:
-        return {k: None for k in [*keys, "max"]}
-    qs = np.percentile(v, list(keys.values()))
-    out: dict[str, float | None] = {k: round(float(q) * 1000, 4) for k, q in zip(keys, qs, strict=True)}
-    out["max"] = round(float(v.max()) * 1000, 4)
-    return out
 
 
 #: the steady window starts at least this many p50 latencies after the hold begins ...

@@ -27,21 +27,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.metrics.percentiles import pct_ms
 from satpoint.metrics.records import Records
 
 F64 = npt.NDArray[np.float64]
 #: the stream figures' percentiles (a subset of ``metrics.stats.PCTS``, plus ``max``)
 STREAM_PCTS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-
-
-def _pct_ms(values_s: F64) -> dict[str, float | None]:
-    v = values_s[~np.isnan(values_s)]
-    if len(v) == 0:
-        return {k: None for k in [*STREAM_PCTS, "max"]}
-    qs = np.percentile(v, list(STREAM_PCTS.values()))
-    out: dict[str, float | None] = {k: round(float(q) * 1000, 4) for k, q in zip(STREAM_PCTS, qs, strict=True)}
-    out["max"] = round(float(v.max()) * 1000, 4)
-    return out
 
 
 def ttfc_s(rec: Records) -> F64:
@@ -78,8 +69,8 @@ def stream_window(part: Records, rec: Records, w0: float, w1: float) -> dict[str
     n_gaps = int(part.stream.gap_count[counted & (part.stream.gap_start >= 0)].sum())
     coalesced = int(part.stream.coalesced[counted].sum())
     return {
-        "ttfc_ms": _pct_ms(ttfc),
-        "gap_ms": _pct_ms(gaps_s(part, counted)),
+        "ttfc_ms": pct_ms(ttfc, STREAM_PCTS),
+        "gap_ms": pct_ms(gaps_s(part, counted), STREAM_PCTS),
         "chunks_per_s": round(float(chunks.sum()) / win, 4) if win > 0 else None,
         "requests_per_s": round(float(len(chunks)) / win, 4) if win > 0 else None,
         "chunks_per_request": round(float(chunks.mean()), 4) if len(chunks) else None,

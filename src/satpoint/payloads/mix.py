@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from satpoint.config import is_number
 from satpoint.errors import ConfigError
 
 #: the results header's key for a run's mix (``ResolvedMix.describe``)
@@ -166,11 +167,11 @@ def read_weights_file(path: Path) -> dict[str, float]:
         for row in csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#")):
             if len(row) != 2:
                 raise ConfigError(f"--mix {path}: CSV lines are model,weight; got {','.join(row)!r}")
-            if row[0].strip().lower() in ("model", "name") and not _is_number(row[1]):
+            if row[0].strip().lower() in ("model", "name") and not is_number(row[1]):
                 continue  # a header line
             pairs.append((row[0].strip(), row[1].strip()))
     for name, weight in pairs:
-        if not name or not _is_number(weight):
+        if not name or not is_number(weight):
             raise ConfigError(f"--mix {path}: {name!r} has no numeric weight ({weight!r})")
         w = float(weight)
         if not math.isfinite(w) or w < 0:
@@ -181,14 +182,6 @@ def read_weights_file(path: Path) -> dict[str, float]:
     if not out:
         raise ConfigError(f"--mix {path}: no weights in the file")
     return out
-
-
-def _is_number(x: Any) -> bool:
-    try:
-        float(x)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def mix_weights(spec: str, names: Sequence[str]) -> tuple[float, ...]:

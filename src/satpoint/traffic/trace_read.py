@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from satpoint.config import is_number
 from satpoint.plan import FloatArray, PlanError
 
 TraceFormat = Literal["csv", "jsonl", "envoy", "envoy-json", "prom"]
@@ -94,7 +95,7 @@ class _Clock:
         try:
             nums = np.asarray(values, dtype=np.float64)
         except (TypeError, ValueError):
-            bad = next(k for k, v in enumerate(values) if not _is_number(v))
+            bad = next(k for k, v in enumerate(values) if not is_number(v))
             raise TraceError(
                 f"{self.where}, row {first_row + bad}: timestamp {values[bad]!r} is not a number "
                 f"(the first one was read as epoch {self.decided}; give --trace-time-unit iso for ISO 8601)"
@@ -104,14 +105,6 @@ class _Clock:
             raise TraceError(f"{self.where}, row {first_row + bad}: timestamp {values[bad]!r} is not finite")
         scaled: FloatArray = nums * _SCALE[self.decided]
         return scaled
-
-
-def _is_number(v: Any) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def parse_iso(value: Any, where: str = "trace", row: int = 0) -> float:
