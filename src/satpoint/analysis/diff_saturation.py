@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from satpoint.analysis import brackets
 from satpoint.analysis.diff_verdict import MetricDiff, Side, metric_diff
 from satpoint.analysis.rates import same_rate
 from satpoint.analysis.search import Bracket, counted
@@ -90,14 +91,13 @@ def saturation_side(answers: Sequence[Answer], what: str = "search") -> Side:
     one: its answer)."""
     if not answers:
         return Side(value=None, low=None, high=None, n=0, detail=f"no {what} found a saturation point")
-    sats = [a.saturation_rps for a in answers]
-    high = None if any(a.unstable_rps is None for a in answers) else max(float(a.unstable_rps or 0) for a in answers)
+    low, high = brackets.capacity_bracket((a.saturation_rps, a.unstable_rps) for a in answers) or (0.0, None)
     n = len(answers)
     mids = [a.saturation_rps if a.unstable_rps is None else (a.saturation_rps + a.unstable_rps) / 2 for a in answers]
     return Side(
         value=round(statistics.median(mids), 3),
-        low=round(min(sats), 3),
-        high=None if high is None else round(high, 3),
+        low=low,
+        high=high,
         n=n,
         detail=_brackets(answers, what),
     )

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from satpoint.analysis import brackets
 from satpoint.analysis.diff_bootstrap import LEVEL, Estimate, change_of
 from satpoint.analysis.diff_target import TargetHold
 
@@ -191,12 +192,12 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
     change = (new.value - base.value) / scale
     b_hi = math.inf if base.high is None else base.high
     n_hi = math.inf if new.high is None else new.high
-    if n_hi < base.low:
-        gap, moved = (base.low - n_hi) / scale, "down"
-    elif new.low > b_hi:
-        gap, moved = (new.low - b_hi) / scale, "up"
-    else:
+    if brackets.ranges_tie(base.low, base.high, new.low, new.high):
         gap, moved = 0.0, ""
+    elif n_hi < base.low:
+        gap, moved = (base.low - n_hi) / scale, "down"
+    else:
+        gap, moved = (new.low - b_hi) / scale, "up"
     open_range = base.high is None or new.high is None
     agrees = (moved == "down" and change < 0) or (moved == "up" and change > 0)
     if moved and agrees and abs(change) > tolerance:

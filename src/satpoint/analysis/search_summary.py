@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from satpoint.analysis import brackets
 from satpoint.analysis.capacity import recommend
 from satpoint.analysis.rates import same_rate
 from satpoint.analysis.search import (
@@ -100,11 +101,8 @@ def _capacity_bracket(answered: list[_Search]) -> list[float | None] | None:
     """Where the capacity lies, as far as the searches can tell: from the lowest answer up to the highest
     rate a search found not stable (the sweep's ``bracket_rps``, so the two compare like for like); the
     top is None (open) when a search never found an unstable rate above its answer."""
-    if not answered:
-        return None
-    highs = [x.bracket.unstable_rps for x in answered]
-    low = round(min(x.answer for x in answered if x.answer is not None), 3)
-    return [low, None if any(h is None for h in highs) else round(max(h for h in highs if h is not None), 3)]
+    got = brackets.capacity_bracket((x.answer, x.bracket.unstable_rps) for x in answered if x.answer is not None)
+    return None if got is None else list(got)
 
 
 def _repeat_dict(x: _Search, params: SearchParams) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from satpoint.analysis import brackets
 from satpoint.analysis.sweep_measurement import LOWER_BOUND_TEXT as LOWER_BOUND_TEXT
 from satpoint.analysis.sweep_measurement import OPERATING_FRACTION as OPERATING_FRACTION
 from satpoint.analysis.sweep_measurement import STREAM_FIELDS, rounded
@@ -82,12 +83,10 @@ def aggregate(p: PointInput) -> dict[str, Any]:
     sat = spread([m.get("saturation_rps") for m in ms])
     # the range a point's capacity lies in: from its lowest saturation point up to the highest rate a
     # search found unstable; open upwards (None) when a search never found one above its answer
-    answered = [m for m in ms if m.get("saturation_rps") is not None]
-    highs = [m.get("unstable_rps") for m in answered]
-    bracket: list[float | None] | None = None
-    if sat and answered:
-        top = None if any(h is None for h in highs) else rounded(max(float(h) for h in highs if h is not None))
-        bracket = [sat["min"], top]
+    got = brackets.capacity_bracket(
+        (float(m["saturation_rps"]), m.get("unstable_rps")) for m in ms if m.get("saturation_rps") is not None
+    )
+    bracket = None if got is None else list(got)
     per_core = None
     if sat and p.server_cores:
         per_core = _scaled(sat, 1.0 / p.server_cores)
@@ -260,7 +259,7 @@ def best(rows: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, A
     scored.sort(key=lambda x: x[1][0], reverse=True)
     top, (med, lo, hi) = scored[0]
     # tied: another point whose measured range reaches into the winner's (an open range reaches everything)
-    tied = [r for r, (_, lo2, hi2) in scored[1:] if hi2 >= lo]
+    tied = [r for r, (_, lo2, hi2) in scored[1:] if brackets.ranges_tie(lo2, hi2, lo, hi)]
     runner = scored[1] if len(scored) > 1 else None
     separated = runner is not None and not tied
     enough = top["measurements"] >= 2 and (runner is None or runner[0]["measurements"] >= 2)
