@@ -270,3 +270,10 @@ def test_a_folder_s_code_runs_in_a_child_without_satpoint_s_environment(
 
     kept = scrubbed_env({"PATH": "/bin", "LC_ALL": "C", "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "y", "P": "1"})
     assert kept == {"PATH": "/bin", "LC_ALL": "C"}
+
+
+def test_a_credential_under_a_kept_prefix_is_scrubbed_too() -> None:
+    from satpoint.servers.folder_quality import scrubbed_env
+
+    environ = {"LC_ALL": "C.UTF-8", "LC_API_TOKEN": "t0k", "LC_PASSWORD": "pw", "LC_AUTH": "a", "PATH": "/bin"}
+    assert scrubbed_env(environ) == {"LC_ALL": "C.UTF-8", "PATH": "/bin"}

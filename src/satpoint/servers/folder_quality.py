@@ -4,7 +4,16 @@ the folder's own MLServer runtime (its ``implementation`` class, loaded from the
 satpoint would serve: no server, the same code), and compared with a reference folder.  The folders' code
 runs in a child process (``servers.folder_quality_child``, every folder of one call in one child) with a
 scrubbed environment (``scrubbed_env``: what Python, locales and thread counts need, nothing else), so a
-folder's runtime never shares satpoint's process or sees its environment (tokens, credentials).
+folder's runtime never shares satpoint's process or sees its environment (tokens, credentials); a kept
+name that ``redact.is_secret_name`` calls a credential is dropped too (``LC_*`` carries anything: SSH passes
+every ``LC_`` variable through, and some set ``LC_API_TOKEN`` that way).
+
+What the child does not share with the server: its resource limits.  A sweep's CPU and memory limits are
+knobs of its points (``server_cpu_limit``, ``server_memory_limit``), while each (folder, runtime) is judged
+once, for every point that serves it and beside the reference, in one child: no one limit is "the server's".
+The child runs in satpoint's cgroup, bounded only in time (``_CHILD_TIMEOUT_S``): a runtime that needs more
+memory than a point's limit is judged here and is OOM-killed only when that point serves it.  It runs as
+satpoint's user, with ``HOME`` kept: secrets in the environment are out of its reach, not those in files.
 
 The evaluation file is JSON Lines, one Open Inference Protocol request per line::
 
@@ -44,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from satpoint.redact import is_secret_name
 from satpoint.servers.artefact_quality import quality_figures
 from satpoint.servers.folder_onnx import find_folder_onnx, write_folder_onnx
 from satpoint.servers.mlserver_settings import (
@@ -204,8 +214,10 @@ _CHILD_TIMEOUT_S = 1800.0
 
 
 def scrubbed_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with only what running Python needs (``_KEPT_ENV``): no tokens, keys or credentials."""
-    return {k: v for k, v in environ.items() if k in _KEPT_ENV or (k.startswith("LC_") and "LC_" in _KEPT_ENV)}
+    """``environ`` with only what running Python needs (``_KEPT_ENV``): no tokens, keys or credentials, even
+    under a kept prefix (``LC_API_TOKEN``)."""
+    kept = (k for k in environ if k in _KEPT_ENV or (k.startswith("LC_") and "LC_" in _KEPT_ENV))
+    return {k: environ[k] for k in kept if not is_secret_name(k)}
 
 
 def predict_folders(variants: Sequence[tuple[str, str]], eval_path: str | Path) -> dict[tuple[str, str], FolderAnswers]:
