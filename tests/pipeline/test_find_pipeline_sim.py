@@ -33,9 +33,15 @@ spec:
     steps: [post]
 """
 SLOW_RPS = 100.0
+#: five searches (pre, fast, slow, post, the whole pipeline) of stages of about a second (the sim's service
+#: times are constant: a rate beyond a queue's capacity shows within 100 requests), each from 58 rps: the
+#: 100 rps ones bracketed at the second stage, the 400 rps ones at the fourth, not climbing from a quarter of
+#: one request's service time (25 rps, then 8 rps for the whole pipeline); the precision as asserted below,
+#: and the bisection's rates near 100 rps are 97.5, 101.8 and 106.3: none between 102 and 106
 FAST = FindOptions(
-    precision=0.05, budget_s=60.0, ramp_s=0.5, min_hold_s=2.0, max_hold_s=3.0, min_requests=200, cooldown_s=0.0
-)
+    precision=0.05, start_rps=58.0, budget_s=60.0, ramp_s=0.3, min_hold_s=1.0, max_hold_s=1.5, min_requests=100,
+    cooldown_s=0.0,
+)  # fmt: skip
 
 
 def test_the_pipeline_saturates_at_its_slowest_step_and_names_it(tmp_path: Path) -> None:
