@@ -16,7 +16,7 @@ import pytest
 from satpoint.metrics.checkpoint import read_shard_file
 
 pytestmark = pytest.mark.slow
-FAST = ["--ramp", "1", "--min-hold", "3", "--max-hold", "4", "--min-requests", "500", "--precision", "0.15"]
+FAST = ["--ramp", "0.5", "--min-hold", "1.5", "--max-hold", "2", "--min-requests", "300", "--precision", "0.15"]
 
 
 def group_members(pgid: int, settle_s: float = 0.0) -> list[int]:
@@ -55,11 +55,11 @@ def has_rows(path: Path) -> bool:
 
 
 def test_find_on_embedded_mlserver(tmp_path: Path) -> None:
-    # --budget-s 52: the profile's reserve (31.7 s before a stable stage) and the first stage (14.7 s, with
-    # the observer's marks) fit with 5.6 s to spare; what is examined is a stable answer above 10 rps, what
+    # --budget-s 40: the profile's reserve (21.7 s before a stable stage) and the first stage (12.2 s, with
+    # the observer's marks) fit with 6.1 s to spare; what is examined is a stable answer above 10 rps, what
     # find prints, the server's settings and that no process of it is left
     proc = subprocess.Popen(
-        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "52", "--no-html", *FAST],
+        [sys.executable, "-m", "satpoint", "find", "--out", str(tmp_path), "--budget-s", "40", "--no-html", *FAST],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -89,7 +89,7 @@ def test_interrupted_find_leaves_no_server_behind(tmp_path: Path) -> None:
     try:
         pid = wait_for_server_pid(tmp_path, proc)
         assert group_members(pid)
-        # mid-stage: the first stage has checkpointed rows (about a second into its 1 s ramp and 3-4 s hold)
+        # mid-stage: the first stage has checkpointed rows (about a second into its 0.5 s ramp and 1.5-2 s hold)
         deadline = time.monotonic() + 60
         while not has_rows(tmp_path / "segment-000.shard-0.rows") and time.monotonic() < deadline:
             assert proc.poll() is None, "find ended before its first stage had rows"
