@@ -27,7 +27,7 @@ import numpy as np
 from satpoint.api import split_cpus
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.coldstart import ColdStartOptions, run_coldstart
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
 KEYS = ("unload_ms", "absent_wait_ms", "load_ms", "first_infer_ms", "warm_infer_ms")
 

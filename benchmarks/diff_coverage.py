@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analysis"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analysis" / "diff"))
 from test_diff_stats import mm1, power_by_metric
 
-from satpoint.analysis import diff_bootstrap as db
+from satpoint.analysis.diff import bootstrap as db
 
 
 def coverage(pairs: int, rows: int, seed: int) -> tuple[dict[float, float], float]:

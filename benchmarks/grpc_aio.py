@@ -1,6 +1,6 @@
 """OIP gRPC through ``grpc.aio``: the reference client the benchmarks compare satpoint's own with.
 
-It costs several times more CPU per call than :class:`~satpoint.transports.grpc_wire.GrpcPool`
+It costs several times more CPU per call than :class:`~satpoint.transports.grpc.wire.GrpcPool`
 (see ``benchmarks/GRPC_NOTES.md``) and falls behind at a few thousand calls per second on one core,
 which is why satpoint does not use it; ``grpc_bench.py`` runs it under the same dispatcher to
 cross-check the raw HTTP/2 client.  Messages are pre-serialized bytes (no per-call serialization); one
@@ -18,7 +18,7 @@ import grpc
 import grpc.aio
 
 from satpoint.metrics.records import Outcome, Records
-from satpoint.transports.grpc_proto import method_path
+from satpoint.transports.grpc.grpc_proto import method_path
 
 perf = time.perf_counter
 

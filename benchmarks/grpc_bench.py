@@ -6,7 +6,7 @@ aio``: a grpc.aio server in Python).  Each measurement is a fresh client process
 drives satpoint's real open-loop dispatcher (``engine.dispatcher.OpenLoopDispatcher``) at a constant
 rate for ``--duration`` seconds through one transport:
 
-* ``wire``: ``satpoint.transports.grpc_wire.GrpcPool`` (raw HTTP/2 on uvloop, pre-encoded frames);
+* ``wire``: ``satpoint.transports.grpc.wire.GrpcPool`` (raw HTTP/2 on uvloop, pre-encoded frames);
 * ``aio``: ``benchmarks/grpc_aio.py``'s ``GrpcAioPool`` (grpc.aio unary calls, pre-serialized bytes).
 
 Reported per run, over the window from 0.5 s after the start to the last due time: client CPU
@@ -120,8 +120,8 @@ IRIS_DOC = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], 
 def _messages() -> tuple[bytes, bytes]:
     sys.path.insert(0, str(ROOT / "src"))
     # the encoded request and a canned answer for the fixed C++ server: no public API builds raw messages
-    from satpoint.transports.grpc_codec import encode_infer_request
-    from satpoint.transports.grpc_proto import message
+    from satpoint.transports.grpc.codec import encode_infer_request
+    from satpoint.transports.grpc.grpc_proto import message
 
     req = encode_infer_request(IRIS_DOC, "sim")
     resp = message("ModelInferResponse")(model_name="sim", id="1")
@@ -218,7 +218,7 @@ async def _client(
     # below the API on purpose: two transports compared under the same dispatcher (satpoint.run picks one)
     from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
     from satpoint.metrics.records import Outcome, Records
-    from satpoint.transports.grpc_wire import GrpcPool
+    from satpoint.transports.grpc.wire import GrpcPool
 
     sys.path.insert(0, str(HERE))
     from grpc_aio import GrpcAioPool  # benchmarks/grpc_aio.py, beside this script (not in the package)

@@ -28,8 +28,8 @@ from satpoint.config import LoadOptions
 from satpoint.endpoints.prepare import prepare
 from satpoint.metrics.stats import stage_metrics
 from satpoint.plan import Stage, spans
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import run_segment
+from satpoint.procedures.session import run_segment
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
 
 def pauser(pid: int, mode: str, stop: threading.Event) -> None:

@@ -1,5 +1,5 @@
 """Memory of the embedded MLServer against the number of models it holds, per ``parallel_workers`` value:
-no load, only start, readiness and the process tree's memory (``servers.many_models.tree_memory``).
+no load, only start, readiness and the process tree's memory (``servers.models.many.tree_memory``).
 
 For each worker count and each model count, starts the embedded MLServer with that many independent
 copies of a demo model (``--demo-models``), reads the tree's RSS/PSS once ready and again after
@@ -11,7 +11,7 @@ processes (the parallel workers, plus multiprocessing's resource tracker). A hea
 
     PYTHONPATH=src python benchmarks/many_models_memory.py --demo-model digits-forest --counts 1,10,30 --workers 1,2
 
-Loopback only; bounded (each start waits at most ``servers.many_models.ready_timeout_s``); every server
+Loopback only; bounded (each start waits at most ``servers.models.many.ready_timeout_s``); every server
 is stopped. Run it alone (under the heavy lock): the copies are trained here first (0.66 s each for the
 forest), and memory readings do not need a quiet machine but the start times do.
 """
@@ -22,9 +22,9 @@ import argparse
 import json
 import time
 
-from satpoint.analysis.model_memory import memory_fit
-from satpoint.servers.many_models import tree_memory
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+from satpoint.analysis.models.memory import memory_fit
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
+from satpoint.servers.models.many import tree_memory
 
 
 def main() -> None:

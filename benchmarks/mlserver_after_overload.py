@@ -15,8 +15,8 @@ from pathlib import Path
 
 from satpoint import api
 from satpoint.config import LoadOptions, ObserveOptions
-from satpoint.servers.mlserver import MLServerTarget
-from satpoint.servers.mlserver_settings import MLServerSettings
+from satpoint.servers.mlserver.server import MLServerTarget
+from satpoint.servers.mlserver.settings import MLServerSettings
 
 
 def main() -> None:

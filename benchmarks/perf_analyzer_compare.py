@@ -43,14 +43,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.server_side import interpret
+from satpoint.analysis.server.server_side import interpret
 from satpoint.metrics.observed import Scrape
 from satpoint.observe.triton_stats import stats_samples
-from satpoint.payloads.build import from_metadata
-from satpoint.servers.triton import TritonSettings, TritonTarget, pytriton_available
-from satpoint.transports import rest_control
 from satpoint.payloads.binary import encode_binary_body
-from satpoint.transports.rest import encode_json_body
+from satpoint.payloads.build import from_metadata
+from satpoint.servers.triton.server import TritonSettings, TritonTarget, pytriton_available
+from satpoint.transports.rest import rest_control
+from satpoint.transports.rest.pool import encode_json_body
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "satpoint-bench" / "perf_analyzer"
 MEMBER = "tritonclient-2.49.0.data/data/bin/perf_analyzer"

@@ -28,8 +28,8 @@ import uvloop
 
 from satpoint.engine import dispatcher as dispatcher_mod
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
-from satpoint.transports import rest as rest_mod
-from satpoint.transports.rest import RestPool
+from satpoint.transports.rest import pool as rest_mod
+from satpoint.transports.rest.pool import RestPool
 
 ANSWER = (
     b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Fri, 04 Dec 2026 12:00:00 GMT\r\n"

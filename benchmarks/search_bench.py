@@ -3,18 +3,18 @@
 Targets are ``satpoint sim`` servers (``c`` slots of mean service time ``S``: capacity exactly ``c/S``).
 Two ways to find the highest stable rate are compared:
 
-* **satpoint**: ``satpoint.saturation.run_search`` (geometric staircase, then bisection to ``precision``),
+* **satpoint**: ``satpoint.procedures.saturation.run_search`` (geometric staircase, then bisection to ``precision``),
   with ``FindOptions(cooldown_s=1.0)`` and a cool-down that just sleeps;
 * **linear**: one monotonic sequence of stages at ``start, start+Δ, start+2Δ, ...`` with
   ``Δ = precision × c/S`` (it is told the true capacity, which a real user does not know), stopping at
   the first stage that is not stable; its answer is the last stable rate.
 
 Both use the same ``measure`` (one segment per stage, each stage ramping from the previous target), the
-same stage lengths (``FindOptions.ramp_s`` and ``analysis.search.hold_for``), the same verdict rules
+same stage lengths (``FindOptions.ramp_s`` and ``analysis.search.steps.hold_for``), the same verdict rules
 (``VerdictRules()``, with the low-load p50 baseline taken from the first stable stage, as ``satpoint
 find`` does) and the same start rate.
 
-``--mode real`` (default): each method gets a fresh ``python -m satpoint.servers.sim`` subprocess pinned
+``--mode real`` (default): each method gets a fresh ``python -m satpoint.servers.sim.server`` subprocess pinned
 to core 0; the generator runs in this process pinned to core 1, through the same code as ``satpoint
 find`` without the live view::
 
@@ -25,7 +25,7 @@ find`` without the live view::
 (``abort_when`` is ``satpoint find``'s early stop of clearly overloaded stages; ``--no-early-stop``
 turns it off.)  The start rate comes from ``probe_service_s`` + ``start_rate_from_probe``, as in find.
 
-``--mode offline``: the same searches on ``satpoint.servers.offline.simulate`` (the sim's queueing
+``--mode offline``: the same searches on ``satpoint.servers.sim.offline.simulate`` (the sim's queueing
 model without a network: simulated seconds, no early stop), over ``--seeds`` seeds; start rate
 ``start_rate_from_probe(S)``.
 
@@ -36,7 +36,7 @@ offline: load seconds + cool-downs), number of stages, the estimate and its rati
     python benchmarks/search_bench.py --mode real --sims 4:10:const,2:5:exp,50:20:lognormal
     python benchmarks/search_bench.py --mode offline --seeds 5
 
-Loopback only; every stage is bounded in time; every sim process (``satpoint.servers.sim_process.SimServer``)
+Loopback only; every stage is bounded in time; every sim process (``satpoint.servers.sim.process.SimServer``)
 is stopped with its whole process group.
 """
 
@@ -58,16 +58,17 @@ from typing import Any
 # folder, each stage ramping from the previous target, the same cool-down), the linear staircase needs
 # per-stage verdicts and start_rps, and offline mode drives run_search with a fake measure; the public
 # API (satpoint.find / satpoint.run) runs whole searches and runs against a live target only.
-from satpoint.analysis.search import hold_for
-from satpoint.analysis.summary import build_summary, segment_stage_metrics
-from satpoint.analysis.verdicts import Verdict
+from satpoint.analysis.search.steps import hold_for
+from satpoint.analysis.search.verdicts import Verdict
+from satpoint.analysis.summary.build import build_summary, segment_stage_metrics
 from satpoint.config import FindOptions, RunConfig, VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, new_header
 from satpoint.plan import Stage
-from satpoint.saturation import Measure, SearchRun, overload_rule, run_search, start_rate_from_probe
-from satpoint.servers.sim_model import SimConfig
-from satpoint.servers.sim_process import SimServer
+from satpoint.procedures.saturation import overload_rule, run_search, start_rate_from_probe
+from satpoint.procedures.search_run import Measure, SearchRun
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.process import SimServer
 
 SIM_CORE, GEN_CORE = 0, 1
 
@@ -126,7 +127,7 @@ def wait_quiet(limit: float, max_wait_s: float, idle_busy: float = 0.10) -> floa
 # the sim server
 # --------------------------------------------------------------------------------------------------
 def sim_server(spec: SimSpec, seed: int) -> SimServer:
-    """``python -m satpoint.servers.sim`` pinned to one core (started on enter, its group stopped on exit)."""
+    """``python -m satpoint.servers.sim.server`` pinned to one core (started on enter, its group stopped on exit)."""
     return SimServer(spec.slots, spec.service_ms, dist=spec.dist, seed=seed, cpus=[SIM_CORE])
 
 
@@ -135,7 +136,7 @@ def sim_server(spec: SimSpec, seed: int) -> SimServer:
 # --------------------------------------------------------------------------------------------------
 def real_measure(prepared: Any, results: Results, early_stop: bool) -> Measure:
     from satpoint.config import LoadOptions
-    from satpoint.session import run_segment
+    from satpoint.procedures.session import run_segment
 
     opts = LoadOptions(max_inflight=256, drain_s=5)
 
@@ -156,7 +157,7 @@ def real_measure(prepared: Any, results: Results, early_stop: bool) -> Measure:
 
 
 def offline_measure(cfg: SimConfig) -> Measure:
-    from satpoint.servers.offline import simulate
+    from satpoint.servers.sim.offline import simulate
 
     def measure(stages: list[Stage], start_rps: float, index: int, purpose: str) -> Segment:
         due = due_times(stages, "constant", seed=index, start_rps=start_rps)

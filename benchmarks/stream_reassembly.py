@@ -5,7 +5,7 @@ no server; the frames go straight to ``data_received``) and prints the time per 
 PATH`` the ``grpc_stream`` module is loaded from PATH instead (e.g. an older version from ``git show``), so
 two versions are measured by the same harness:
 
-    git show <commit>:src/satpoint/transports/grpc_stream.py > /tmp/grpc_stream_old.py
+    git show <commit>:src/satpoint/transports/grpc/stream.py > /tmp/grpc_stream_old.py
     python benchmarks/stream_reassembly.py --size-mib 16 --frame-kib 16 --module /tmp/grpc_stream_old.py
     python benchmarks/stream_reassembly.py --size-mib 16 --frame-kib 16
 """
@@ -25,10 +25,10 @@ import numpy as np
 from hpack import Encoder
 
 from satpoint.metrics.records import Records
-from satpoint.transports import grpc_stream as current
-from satpoint.transports import grpc_wire as gw
-from satpoint.transports.grpc_codec import encode_infer_request, grpc_frame
-from satpoint.transports.grpc_proto import message
+from satpoint.transports.grpc import stream as current
+from satpoint.transports.grpc import wire as gw
+from satpoint.transports.grpc.codec import encode_infer_request, grpc_frame
+from satpoint.transports.grpc.grpc_proto import message
 
 
 class _Wire:

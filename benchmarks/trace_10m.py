@@ -44,7 +44,7 @@ def gen(path: str, n: int = 10_000_000, hours: float = 12.0) -> None:
 
 
 def plan(path: str, peak: str | None) -> None:
-    from satpoint.trace_replay import plan_trace
+    from satpoint.procedures.trace_replay import plan_trace
     from satpoint.traffic.trace_plan import TraceOptions
 
     t = time.perf_counter()

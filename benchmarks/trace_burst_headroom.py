@@ -8,7 +8,7 @@ start of every minute) is replayed against ``satpoint sim`` (``--slots`` x ``--s
    client-side overhead the replay's queue prediction measured), and the summary's own prediction
    (``trace.prediction``: measured service times);
 2. the queue model's headroom: the highest speed at which the offline simulation of the same server
-   (``servers.offline``), judged by the same verdict rules (``build_summary``), holds every minute;
+   (``servers.sim.offline``), judged by the same verdict rules (``build_summary``), holds every minute;
 3. ``find --trace``'s headroom against the sim.
 
     python benchmarks/trace_burst_headroom.py --minutes 2 --speed 4
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary.build import build_summary
 from satpoint.config import RunConfig
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header, write_header
 from satpoint.plan import TRACE_ARRIVAL
-from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
+from satpoint.servers.sim.process import SimServer
 from satpoint.traffic.queue_sim import fifo_sojourn
 from satpoint.traffic.trace_plan import TraceOptions, at_speed, build
 

@@ -13,10 +13,10 @@ import pytest
 from pydantic import BaseModel
 
 import satpoint
-from satpoint.analysis.summary import build_summary
-from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
-from satpoint.servers.sim_model import SimConfig
-from tests.reports.test_html import make_find, make_run
+from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.summary.model import FindSummary, RunSummary, parse_summary
+from satpoint.servers.sim.model import SimConfig
+from tests.reports.html.test_html import make_find, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,27 +21,27 @@ FACADE = ("satpoint.api", "satpoint.cli", "satpoint.config", "satpoint.errors", 
 #: an entry that is no longer used fails the test, a new reach into the library fails it too
 ENTRY_POINTS = {
     ("coldstart_cmd.py", "satpoint.experiments.coldstart"): "run_coldstart and its options",
-    ("common.py", "satpoint.analysis.summary_model"): "RunSummary, rendered",
-    ("common.py", "satpoint.analysis.thresholds"): "format_result, rendered",
-    ("common.py", "satpoint.servers.demo_model"): "the demo models' names for --demo-model's help",
+    ("common.py", "satpoint.analysis.summary.model"): "RunSummary, rendered",
+    ("common.py", "satpoint.analysis.search.thresholds"): "format_result, rendered",
+    ("common.py", "satpoint.servers.models.demo"): "the demo models' names for --demo-model's help",
     ("compare_cmd.py", "satpoint.experiments.compare"): "run_compare and its configuration",
     ("demo_cmd.py", "satpoint.experiments.co_demo"): "run_co_demo and its configuration",
-    ("find_cmd.py", "satpoint.analysis.trace_headroom"): "search_params: find --trace's options",
+    ("find_cmd.py", "satpoint.analysis.traffic.headroom"): "search_params: find --trace's options",
     ("find_cmd.py", "satpoint.servers.embedded"): "embedded_settings: the embedded server's options",
-    ("find_cmd.py", "satpoint.trace_headroom"): "find_headroom: find --trace",
-    ("main.py", "satpoint.trace_replay"): "run_trace: run --trace",
+    ("find_cmd.py", "satpoint.procedures.trace_headroom"): "find_headroom: find --trace",
+    ("main.py", "satpoint.procedures.trace_replay"): "run_trace: run --trace",
     ("overcommit_opts.py", "satpoint.endpoints.overcommit"): (
         "record_loaded/LoadedSet: --resident's restore of a --url server's models, kept and put back from cli/ "
         "(orchestration: belongs behind api.run/api.find)"
     ),
     ("pipeline_cmd.py", "satpoint.pipeline.find"): "find_pipeline: each step alone, then the pipeline",
     ("pipeline_cmd.py", "satpoint.pipeline.specs"): "dag_from_options: the spec file or the --step chain",
-    ("sim_cmd.py", "satpoint.servers.sim"): "the simulated server is the command",
-    ("sim_cmd.py", "satpoint.servers.sim_grpc"): "the simulated server over gRPC",
-    ("sim_cmd.py", "satpoint.servers.sim_model"): "model_names: sim --models",
-    ("sim_cmd.py", "satpoint.servers.sim_rates"): "sim --metastable's options",
-    ("sim_cmd.py", "satpoint.servers.sim_tls"): "sim's TLS options",
-    ("sweep_cmd.py", "satpoint.analysis.artefact_choice"): "--max-quality-loss's default and help",
+    ("sim_cmd.py", "satpoint.servers.sim.server"): "the simulated server is the command",
+    ("sim_cmd.py", "satpoint.servers.sim.grpc_server"): "the simulated server over gRPC",
+    ("sim_cmd.py", "satpoint.servers.sim.model"): "model_names: sim --models",
+    ("sim_cmd.py", "satpoint.servers.sim.rates"): "sim --metastable's options",
+    ("sim_cmd.py", "satpoint.servers.sim.tls"): "sim's TLS options",
+    ("sweep_cmd.py", "satpoint.analysis.sweep.artefact_choice"): "--max-quality-loss's default and help",
     ("sweep_cmd.py", "satpoint.experiments.sweep"): "run_sweep, its configuration and state",
     ("sweep_cmd.py", "satpoint.experiments.sweep_config"): "env_items: --server-env",
     ("sweep_cmd.py", "satpoint.experiments.sweep_servers"): "BaseServer: the swept server's options",
@@ -131,7 +131,7 @@ def test_the_command_line_only_parses_options_calls_the_library_and_renders() ->
     makes one call that does its work per mode (two such calls are in different branches of one ``if``, or
     the first in an ``if`` that returns)."""
     used: set[tuple[str, str]] = set()
-    found = [v for p in sorted((SRC / "cli").glob("*.py")) for v in _violations(p.name, p.read_text(), used)]
+    found = [v for p in sorted((SRC / "cli").rglob("*.py")) for v in _violations(p.name, p.read_text(), used)]
     assert found == []
     assert used == set(ENTRY_POINTS), f"entry points no longer used (drop them): {sorted(set(ENTRY_POINTS) - used)}"
 
@@ -161,7 +161,7 @@ def test_the_rule_sees_orchestration() -> None:
 
 
 def test_command_modules_stay_readable() -> None:
-    for p in (SRC / "cli").glob("*.py"):
+    for p in (SRC / "cli").rglob("*.py"):
         assert _lines(p) < 300, f"cli/{p.name} has {_lines(p)} lines: move orchestration into the library"
 
 
@@ -170,3 +170,79 @@ def test_long_modules_say_why_at_their_top() -> None:
         if _lines(path) > 500:
             head = path.read_text().split('"""')[1]
             assert "Why this module is long" in head, f"{path.relative_to(SRC)}: over 500 lines without a reason"
+
+
+#: the most modules (``__init__.py`` counted) one folder of the package may hold
+MAX_MODULES = 15
+
+
+def test_no_folder_holds_more_than_fifteen_modules() -> None:
+    folders = [SRC, *(p for p in SRC.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+    counts = {str(d.relative_to(SRC)): len([m for m in d.glob("*.py") if "_pb2" not in m.name]) for d in folders}
+    assert {d: n for d, n in counts.items() if n > MAX_MODULES} == {}
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circle() -> None:
+    """No modules import each other in a loop, type-only and function-level imports included (import-linter's
+    contracts leave type-only imports out)."""
+    import grimp
+
+    graph = grimp.build_graph("satpoint", exclude_type_checking_imports=False, cache_dir=None)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _circles(edges) == []
+
+
+def test_the_circle_rule_sees_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_architecture_md_has_one_line_per_package() -> None:
+    """ARCHITECTURE.md's table names every package (the root is ``satpoint``), and no package that is gone."""
+    text = (SRC.parents[1] / "ARCHITECTURE.md").read_text()
+    table = text.split("## Packages, one line each")[1].split("\n## ")[0]
+    listed = {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}
+    packages = {".".join(("satpoint", *p.parent.relative_to(SRC).parts)) for p in SRC.rglob("__init__.py")}
+    assert {p.removeprefix("satpoint.") for p in packages if p != "satpoint"} | {"satpoint"} == listed

@@ -12,8 +12,8 @@ import uvloop
 
 from satpoint.errors import TargetConnectFailed, TargetUnreachable
 from satpoint.metrics.records import Records
-from satpoint.session import LOST_ERRORS
-from satpoint.transports.rest import RestPool
+from satpoint.procedures.session import LOST_ERRORS
+from satpoint.transports.rest.pool import RestPool
 
 
 def test_the_target_lost_is_the_target_unreachable_not_any_connection_error() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary.build import build_summary
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.metrics.results import Results
@@ -21,7 +21,7 @@ from satpoint.redact import (
     redact_url,
     secret_values,
 )
-from satpoint.reports.html_tables import target_pairs
+from satpoint.reports.html.tables import target_pairs
 
 TOKEN = "sk-TEST-SECRET-123"
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
-from satpoint.cli.overcommit_opts import keep_loaded
+from satpoint.cli.opts.overcommit_opts import keep_loaded
 from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
 from satpoint.transports.repository import ModelState

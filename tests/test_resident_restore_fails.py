@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import typer
 
-from satpoint.cli.overcommit_opts import guarded_keeping, keep_loaded
+from satpoint.cli.opts.overcommit_opts import guarded_keeping, keep_loaded
 from satpoint.endpoints.spec import Target
 from satpoint.payloads.mix import ModelMix
 from satpoint.transports.repository import ModelState

@@ -23,9 +23,9 @@ _EXPORTS = {
     # targets
     "Target": "satpoint.endpoints.spec",
     "ModelMix": "satpoint.payloads.mix",
-    "SimServer": "satpoint.servers.sim_process",
+    "SimServer": "satpoint.servers.sim.process",
     "EmbeddedMLServer": "satpoint.api",
-    "MLServerSettings": "satpoint.servers.mlserver",
+    "MLServerSettings": "satpoint.servers.mlserver.server",
     # plans and options
     "Stage": "satpoint.plan",
     "LoadOptions": "satpoint.config",
@@ -52,16 +52,16 @@ _EXPORTS = {
     "RunResult": "satpoint.api",
     "FindResult": "satpoint.api",
     "LoadedResults": "satpoint.api",
-    "RunSummary": "satpoint.analysis.summary_model",
-    "FindSummary": "satpoint.analysis.summary_model",
-    "StageResult": "satpoint.analysis.summary_model",
-    "Verdict": "satpoint.analysis.verdicts",
+    "RunSummary": "satpoint.analysis.summary.model",
+    "FindSummary": "satpoint.analysis.summary.model",
+    "StageResult": "satpoint.analysis.summary.model",
+    "Verdict": "satpoint.analysis.search.verdicts",
     # progress events
-    "Event": "satpoint.progress",
-    "SegmentStarted": "satpoint.progress",
-    "Snapshot": "satpoint.progress",
-    "SegmentFinished": "satpoint.progress",
-    "Message": "satpoint.progress",
+    "Event": "satpoint.procedures.progress",
+    "SegmentStarted": "satpoint.procedures.progress",
+    "Snapshot": "satpoint.procedures.progress",
+    "SegmentFinished": "satpoint.procedures.progress",
+    "Message": "satpoint.procedures.progress",
     # errors
     "SatpointError": "satpoint.errors",
     "TargetUnreachable": "satpoint.errors",
@@ -132,8 +132,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from satpoint.analysis.summary_model import FindSummary, RunSummary, StageResult
-    from satpoint.analysis.verdicts import Verdict
+    from satpoint.analysis.search.verdicts import Verdict
+    from satpoint.analysis.summary.model import FindSummary, RunSummary, StageResult
     from satpoint.api import (
         EmbeddedMLServer,
         FindResult,
@@ -165,6 +165,6 @@ if TYPE_CHECKING:
     from satpoint.experiments.sweep_servers import BaseServer
     from satpoint.payloads.mix import ModelMix
     from satpoint.plan import PlanError, Stage
-    from satpoint.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
-    from satpoint.servers.mlserver import MLServerSettings
-    from satpoint.servers.sim_process import SimServer
+    from satpoint.procedures.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot
+    from satpoint.servers.mlserver.server import MLServerSettings
+    from satpoint.servers.sim.process import SimServer

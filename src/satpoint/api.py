@@ -1,7 +1,7 @@
 """The public Python API: run, find, load and report, as functions that return typed results.
 
 Everything the command line does goes through here (``cli/`` only parses options and renders).  The
-library never writes to the terminal: pass ``on_event`` to see progress (see ``satpoint.progress``)
+library never writes to the terminal: pass ``on_event`` to see progress (see ``satpoint.procedures.progress``)
 and ``stop`` (a ``threading.Event``) to end a run early with its results kept.  Every call writes a
 results folder (``summary.json``, ``results.json``, the recorded rows, ``intervals.csv`` and, unless
 ``html=False``, ``report.html``) and returns its typed summary together with the folder.
@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from satpoint.analysis.capacity import Recommendation
-from satpoint.analysis.summary import build_summary
-from satpoint.analysis.summary_model import FindSummary, RunSummary, parse_summary
-from satpoint.analysis.target_lost import HEADER_KEY as TARGET_LOST_KEY
-from satpoint.analysis.thresholds import STREAM_METRICS, parse_slo, parse_thresholds
+from satpoint.analysis.search.capacity import Recommendation
+from satpoint.analysis.search.target_lost import HEADER_KEY as TARGET_LOST_KEY
+from satpoint.analysis.search.thresholds import STREAM_METRICS, parse_slo, parse_thresholds
+from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.summary.model import FindSummary, RunSummary, parse_summary
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
@@ -40,16 +40,23 @@ from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
 from satpoint.observe.pyspy import preflight as flamegraph_preflight
 from satpoint.plan import Stage, validate_plan
-from satpoint.progress import OnEvent, say
-from satpoint.reports.files import write_all
-from satpoint.reports.k8s import max_replicas_choice, write_k8s
-from satpoint.saturation import search_target
+from satpoint.procedures.progress import OnEvent, say
+from satpoint.procedures.saturation import search_target
+from satpoint.procedures.session import (
+    LOST_ERRORS,
+    Session,
+    announce_target,
+    check_plan_fits,
+    open_fleet,
+    require_generator,
+)
+from satpoint.procedures.target_hold import hold_from_idle, run_target_stage
+from satpoint.reports.files.k8s import max_replicas_choice, write_k8s
+from satpoint.reports.files.results import write_all
 from satpoint.servers.embedded import EmbeddedSettings
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.servers.triton import TritonSettings, TritonTarget
-from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
-from satpoint.session import LOST_ERRORS, Session, announce_target, check_plan_fits, open_fleet, require_generator
-from satpoint.target_hold import hold_from_idle, run_target_stage
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
+from satpoint.servers.triton.repo import TritonRepoSettings, TritonRepoTarget
+from satpoint.servers.triton.server import TritonSettings, TritonTarget
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -179,7 +186,7 @@ def run(
     py-spy records the server during the hold of its ``stage`` (1-based; default the last) into
     ``flamegraph.svg`` and ``profile.speedscope.json`` (``summary.flamegraph``).  ``hold_rps`` (``run
     --baseline``: the baseline's per-replica target): after the stages, that rate is held alone from idle,
-    one more segment (``satpoint.target_hold``; the first stage's ramp, the plan's longest hold).
+    one more segment (``satpoint.procedures.target_hold``; the first stage's ramp, the plan's longest hold).
 
     Raises ``satpoint.errors.SatpointError`` (or ``ValueError``) on bad input
     before any load is sent (also a plan whose rows would not fit in memory).  Once measuring has
@@ -294,7 +301,7 @@ def find(
     ``observe.flamegraph``, one more stage after the search holds 95 % of the saturation point while
     py-spy records the server (``flamegraph.svg``, ``profile.speedscope.json``, ``summary.flamegraph``).
     ``hold_rps`` (``find --baseline``: the baseline's per-replica target): after the search, that rate is
-    held alone from idle, one more segment after the search (``satpoint.target_hold``), planned into the
+    held alone from idle, one more segment after the search (``satpoint.procedures.target_hold``), planned into the
     budget."""
     if target is not None and server is not None:  # as the CLI: --server names the embedded server
         raise ConfigError("server= describes the embedded server satpoint starts: give it with target=None")
@@ -432,7 +439,7 @@ def load(out_dir: Path | str) -> LoadedResults:
 def report(dirs: Sequence[Path | str], out: Path | str | None = None) -> Path:
     """Rewrite ``summary.json`` and ``intervals.csv`` of each folder and write one ``report.html``
     (several folders overlay, e.g. before/after); returns the report's path."""
-    from satpoint.reports.html import write_report
+    from satpoint.reports.html.report import write_report
 
     paths = [Path(d) for d in dirs]
     if not paths:

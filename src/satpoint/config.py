@@ -149,7 +149,7 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class VerdictRules:
-    """The thresholds stage verdicts are judged by (``analysis.verdicts``)."""
+    """The thresholds stage verdicts are judged by (``analysis.search.verdicts``)."""
 
     max_error_rate: float = 0.01
     #: the outstanding-request count may grow by at most this fraction of the offered rate
@@ -206,7 +206,7 @@ class VerdictRules:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-#: ``FindOptions.budget_s``'s default: planned from (``analysis.budget_plan``) unless given
+#: ``FindOptions.budget_s``'s default: planned from (``analysis.search.budget_plan``) unless given
 DEFAULT_FIND_BUDGET_S = 270.0
 
 
@@ -220,7 +220,7 @@ class FindOptions:
     max_rps: float = 50_000.0
     #: the whole find's time cap; unless ``budget_given``, what one search and its profile get: every
     #: further search (``repeats``) and every extra (flame graph, hysteresis, a baseline's hold) grows it
-    #: (``analysis.budget_plan``)
+    #: (``analysis.search.budget_plan``)
     budget_s: float = DEFAULT_FIND_BUDGET_S
     #: ``budget_s`` was given (``--budget-s``): a budget that cannot hold the work asked for is refused, and
     #: none is planned; None (the default): given when ``budget_s`` is not the default (``budget_fixed``), so
@@ -251,7 +251,7 @@ class FindOptions:
     @property
     def budget_fixed(self) -> bool:
         """``budget_s`` is the cap asked for (``budget_given``, or a ``budget_s`` other than the default),
-        not a figure ``analysis.budget_plan`` plans from."""
+        not a figure ``analysis.search.budget_plan`` plans from."""
         return self.budget_given if self.budget_given is not None else self.budget_s != DEFAULT_FIND_BUDGET_S
 
     def validate(self) -> FindOptions:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from satpoint.analysis.diagnosis import diagnose
-from satpoint.analysis.server_side import stage_throttling
-from satpoint.analysis.sweep_space import grid, parse_set
+from satpoint.analysis.server.diagnosis import diagnose
+from satpoint.analysis.server.server_side import stage_throttling
+from satpoint.analysis.sweep.space import grid, parse_set
 
 
 def test_limit_knobs_and_knobs_joined_by_plus_vary_together() -> None:
@@ -80,7 +80,7 @@ def test_a_sweep_with_a_limit_this_machine_cannot_apply_is_refused_before_it_sta
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from satpoint.experiments.sweep_config import SweepConfig
-    from satpoint.servers import cgroups
+    from satpoint.servers.limits import cgroups
 
     why = "cgroup v2 at /sys/fs/cgroup offers no cpu controller here (cgroup.controllers: hugetlb)"
     monkeypatch.setattr(cgroups, "process_dirs", lambda pid, controllers: ({}, dict.fromkeys(controllers, why)))

@@ -8,16 +8,16 @@ import errno
 
 import pytest
 
-from satpoint.analysis.target_lost import stopped_answering_at
-from satpoint.analysis.verdicts import apply, judge_fd_limit
+from satpoint.analysis.search.target_lost import stopped_answering_at
+from satpoint.analysis.search.verdicts import apply, judge_fd_limit
 from satpoint.config import VerdictRules
 from satpoint.engine.inflight import SHARD_FD_RESERVE, fit_to_fd_limit
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records, connect_failure
 from satpoint.metrics.stats import stage_metrics
 from satpoint.plan import Stage, spans
-from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
 
 RULES = VerdictRules()
 STAGES = [Stage(200, 0, 6)]

@@ -6,17 +6,18 @@ from pathlib import Path
 
 import numpy as np
 
-from satpoint.analysis.holds import Budget, profile_reserve
-from satpoint.analysis.search import Bracket, counted, published
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.search.holds import Budget, profile_reserve
+from satpoint.analysis.search.steps import Bracket, counted, published
+from satpoint.analysis.summary.build import build_summary
 from satpoint.config import FindOptions, VerdictRules
 from satpoint.metrics.records import Outcome
 from satpoint.metrics.results import Segment
 from satpoint.plan import Stage
-from satpoint.saturation import SearchRun, run_find
-from satpoint.servers.sim_model import SimConfig
-from tests.analysis.test_budget_plan import _results
-from tests.analysis.test_search import FakeClock, offline_measure, timed_measure
+from satpoint.procedures.saturation import run_find
+from satpoint.procedures.search_run import SearchRun
+from satpoint.servers.sim.model import SimConfig
+from tests.analysis.search.test_budget_plan import _results
+from tests.analysis.search.test_search import FakeClock, offline_measure, timed_measure
 
 CFG = SimConfig(slots=3, service_ms=10.0)  # 300 rps
 FAST = FindOptions(budget_s=1e9, cooldown_s=0, ramp_s=1, min_hold_s=3, max_hold_s=4, min_requests=400)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from satpoint.analysis.summary import CUT_MIN_WINDOW_S, build_summary
+from satpoint.analysis.summary.build import CUT_MIN_WINDOW_S, build_summary
 from satpoint.config import RunConfig
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, new_header
 from satpoint.plan import Stage
-from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
 
 TARGET = {"url": "http://127.0.0.1:1", "model": "sim", "protocol": "rest"}
 

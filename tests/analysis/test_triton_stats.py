@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from satpoint.analysis.server_side import interpret, source_of
+from satpoint.analysis.server.server_side import interpret, source_of
 from satpoint.metrics.observed import Scrape
 from satpoint.observe.triton_stats import is_stats_url, stats_samples
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from satpoint.analysis.hosts import judge_hosts
-from satpoint.analysis.verdicts import Verdict
+from satpoint.analysis.search.hosts import judge_hosts
+from satpoint.analysis.search.verdicts import Verdict
 from satpoint.config import VerdictRules
 from satpoint.distributed.clock import ClockSample, estimate_offset
 from satpoint.distributed.coordinator import run_on_hosts

@@ -25,8 +25,8 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import load_results
 from satpoint.plan import Stage
-from satpoint.progress import SegmentFinished, Snapshot
-from satpoint.servers.sim_process import SimServer
+from satpoint.procedures.progress import SegmentFinished, Snapshot
+from satpoint.servers.sim.process import SimServer
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
-from satpoint.cli.ray_opts import bare_ray
+from satpoint.cli.opts.ray_opts import bare_ray
 from satpoint.config import LoadOptions, RayOptions, RunConfig, ray_options
 from satpoint.distributed import ray_fleet
 from satpoint.distributed.host import ShardJob

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

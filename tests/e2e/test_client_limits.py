@@ -15,7 +15,7 @@ import pytest
 
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import load_results
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
-from satpoint.reports.co_demo import print_co_demo
-from satpoint.reports.progress import EventPrinter
+from satpoint.reports.terminal.co_demo import print_co_demo
+from satpoint.reports.terminal.progress import EventPrinter
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def sim_children() -> list[psutil.Process]:
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if "satpoint.servers.sim" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+        if "satpoint.servers.sim.server" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
     ]
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from satpoint.analysis.diff_verdict import DiffDoc
-from satpoint.servers.sim_process import SimServer
+from satpoint.analysis.diff.verdict import DiffDoc
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
@@ -63,9 +63,9 @@ SHORT_FIND = ["--min-hold", "2", "--max-hold", "3", "--no-profile"]
 @pytest.fixture(scope="module")
 def base_find(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A find folder of a 300 rps server (the offline queue twin: no server, under a second)."""
-    from satpoint.reports.files import write_all
-    from satpoint.servers.sim_model import SimConfig
-    from tests.reports.test_html import make_find
+    from satpoint.reports.files.results import write_all
+    from satpoint.servers.sim.model import SimConfig
+    from tests.reports.html.test_html import make_find
 
     out = tmp_path_factory.mktemp("gate") / "base-300"
     write_all(out, make_find(out, SimConfig(slots=3, service_ms=10.0, dist="const", seed=1), 100.0), html=False)

@@ -40,7 +40,7 @@ from satpoint.engine.schedule import due_times
 from satpoint.metrics.checkpoint import read_shard_file
 from satpoint.metrics.records import Outcome
 from satpoint.plan import Stage
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 SATPOINT = [sys.executable, "-m", "satpoint"]

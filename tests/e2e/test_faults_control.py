@@ -30,7 +30,7 @@ from satpoint.cli.main import app
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome
 from satpoint.plan import Stage
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 SATPOINT = [sys.executable, "-m", "satpoint"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 # the sim drains at once: no rest between stages (the idle probes still check it)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

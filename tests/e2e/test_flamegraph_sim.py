@@ -16,7 +16,7 @@ import satpoint
 from satpoint.config import FlamegraphOptions, ObserveOptions
 from satpoint.errors import ConfigError
 from satpoint.observe.pyspy import find_py_spy
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 
 def py_spies() -> set[int]:

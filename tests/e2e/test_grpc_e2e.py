@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from satpoint.servers.process import ManagedProcess
-from satpoint.servers.sim_process import SimServer
-from satpoint.transports import grpc_control as ctl
+from satpoint.servers.sim.process import SimServer
+from satpoint.transports.grpc import grpc_control as ctl
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def test_grpc_errors_are_classified(tmp_path: Path) -> None:
 
 
 def test_grpc_run_on_embedded_mlserver(tmp_path: Path) -> None:
-    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+    from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
     with MLServerTarget(MLServerSettings()) as server:
         r = run_cli(

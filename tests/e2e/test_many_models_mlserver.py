@@ -14,7 +14,7 @@ from satpoint import api
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.coldstart import ColdStartOptions, attach, measure
 from satpoint.metrics.records import Outcome
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome
 from satpoint.payloads.mix import ModelMix, ResolvedMix
 from satpoint.plan import Stage
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import satpoint
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

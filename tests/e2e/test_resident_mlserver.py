@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from satpoint import api
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.transports.repository import RepositoryClient
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
+from satpoint.transports.rest.repository import RepositoryClient
 
 _LINE = re.compile(r"^(model_infer_request_(?:success|failure))(?:_total)?\{([^}]*)\}\s+([0-9.eE+-]+)$")
 

@@ -25,7 +25,7 @@ import pytest
 
 import satpoint
 from satpoint.metrics.checkpoint import read_shard_file
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 SATPOINT = [sys.executable, "-m", "satpoint"]

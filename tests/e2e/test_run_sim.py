@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from satpoint.metrics.results import load_results
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2

@@ -20,7 +20,7 @@ import pytest
 
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 from tests.http_stub import QuietHandler, serving
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from satpoint import api
 from satpoint.endpoints.spec import Target
 from satpoint.metrics.results import load_results
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from satpoint.cli.main import app
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.sweep import SWEEP_FILE, SweepConfig, SweepState, run_sweep
 from satpoint.experiments.sweep_servers import BaseServer
-from satpoint.progress import Event, Message, SegmentStarted
+from satpoint.procedures.progress import Event, Message, SegmentStarted
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,7 @@ def test_cli_checks_the_grid_before_starting_anything(tmp_path: Path) -> None:
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
     """A reconfigure command that fails marks that point failed, with the command's output, and the next
     point is still measured (remote mode against a sim started here)."""
-    from satpoint.servers.sim_process import SimServer
+    from satpoint.servers.sim.process import SimServer
 
     with SimServer(slots=2, service_ms=SERVICE_MS) as sim:
         cfg = SweepConfig(
@@ -149,7 +149,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> No
 def test_a_remote_https_server_with_a_private_ca_is_swept(tmp_path: Path) -> None:
     """--ca-cert reaches every call a remote sweep makes (readiness, the search, the cool-down probes);
     without it the certificate is refused and the point fails with the reason."""
-    from satpoint.servers.sim_process import SimServer
+    from satpoint.servers.sim.process import SimServer
     from tests.certs import make_pki
 
     pki = make_pki(tmp_path / "pki")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 from tests.certs import Pki, make_pki
 
 pytestmark = pytest.mark.slow

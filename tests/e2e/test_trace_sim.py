@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from satpoint.metrics.results import load_results
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from satpoint.servers.process import TargetError
-from satpoint.servers.triton import TritonSettings, TritonTarget, pytriton_available
+from satpoint.servers.triton.server import TritonSettings, TritonTarget, pytriton_available
 
 pytestmark = [
     pytest.mark.slow,
@@ -151,7 +151,7 @@ def test_ctrl_c_during_a_search_stops_triton(tmp_path: Path) -> None:
 
 def test_the_repository_api_needs_the_servers_token_and_the_statistics_stay_open() -> None:
     from satpoint.endpoints import triton
-    from satpoint.transports import rest_control
+    from satpoint.transports.rest import rest_control
 
     with TritonTarget(TritonSettings(max_batch_size=8)) as server:
         url, model = server.rest_url, server.model_name

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from satpoint.servers.triton import ACCESS_HEADER, RESTRICTED_ENDPOINTS, pytriton_available
-from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget, restriction
-from satpoint.transports import rest_control
+from satpoint.servers.triton.repo import TritonRepoSettings, TritonRepoTarget, restriction
+from satpoint.servers.triton.server import ACCESS_HEADER, RESTRICTED_ENDPOINTS, pytriton_available
+from satpoint.transports.rest import rest_control
 
 
 def test_the_restriction_is_pytriton_s_list_with_the_token() -> None:

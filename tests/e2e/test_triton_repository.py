@@ -22,8 +22,8 @@ from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.experiments.sweep_servers import BaseServer, point_server
 from satpoint.servers.process import ManagedProcess, free_ports
-from satpoint.servers.triton import python_backend_env, pytriton_available, triton_env
-from satpoint.transports import rest_control
+from satpoint.servers.triton.server import python_backend_env, pytriton_available, triton_env
+from satpoint.transports.rest import rest_control
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,7 +14,7 @@ from satpoint.cli.main import app
 from satpoint.config import LoadOptions, RunConfig
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 
 @pytest.fixture(scope="module")

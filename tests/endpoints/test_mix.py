@@ -14,8 +14,8 @@ from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.endpoints.spec import PreparedTarget, Target
 from satpoint.errors import ConfigError, ModelNotFound, PayloadError, TargetUnreachable
 from satpoint.payloads.mix import ModelMix
-from satpoint.transports import rest_control
-from satpoint.transports.grpc_control import GrpcTarget
+from satpoint.transports.grpc.grpc_control import GrpcTarget
+from satpoint.transports.rest import rest_control
 
 
 def index(monkeypatch: pytest.MonkeyPatch, status: int, doc: Any) -> None:

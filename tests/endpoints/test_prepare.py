@@ -108,7 +108,7 @@ class _Channel:
 def test_the_grpc_probe_times_calls_over_one_channel(monkeypatch: pytest.MonkeyPatch) -> None:
     # a channel per call (its set-up: milliseconds) made a small model's baseline several times the load's
     from satpoint.endpoints.grpc import GrpcFactoryBuilder
-    from satpoint.transports import grpc_control
+    from satpoint.transports.grpc import grpc_control
 
     monkeypatch.setattr(grpc_control, "open_channel", _Channel)
     _Channel.opened = _Channel.calls = 0

@@ -23,7 +23,7 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_shard
 from satpoint.metrics.records import Outcome
-from satpoint.transports import rest
+from satpoint.transports.rest import pool as rest
 
 META = {"name": "m", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}], "outputs": []}
 

@@ -13,7 +13,7 @@ import pytest
 from satpoint.endpoints import triton
 from satpoint.errors import ConfigError
 from satpoint.payloads.binary import encode_binary_body
-from satpoint.transports import rest_control
+from satpoint.transports.rest import rest_control
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "triton"
 

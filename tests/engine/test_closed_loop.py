@@ -10,14 +10,14 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary.build import build_summary
 from satpoint.config import RunConfig
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, closed_loop_segment, run_closed_loop
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, new_header
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 from satpoint.transports.base import TransportFactory
 
 perf = time.perf_counter

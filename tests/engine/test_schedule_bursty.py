@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from satpoint.analysis.sweep_space import knob_for, parse_set
+from satpoint.analysis.sweep.space import knob_for, parse_set
 from satpoint.config import LoadOptions
 from satpoint.engine.schedule import due_times, onoff_switches
 from satpoint.plan import PlanError, RateCurve, Stage, parse_arrival

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from satpoint import SCHEMA_VERSION, __version__
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary.build import build_summary
 from satpoint.api import load
 from satpoint.metrics.checkpoint import (
     RowCheckpoint,

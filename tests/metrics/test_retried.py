@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from satpoint.analysis.summary import build_summary
-from satpoint.analysis.summary_model import parse_summary
+from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.summary.model import parse_summary
 from satpoint.config import RunConfig
 from satpoint.engine.closed_loop import _grow
 from satpoint.metrics.records import Outcome, Records

@@ -9,8 +9,8 @@ from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stats import LATE_S, PCTS, intervals, pct_ms, queue_growth_rps, settle_s, stage_metrics
 from satpoint.plan import Stage, spans
-from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
 
 # --- pct_ms ---------------------------------------------------------------------------------
 

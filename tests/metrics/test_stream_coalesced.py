@@ -9,7 +9,7 @@ import numpy as np
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.stream_records import COALESCED_COLUMN, StreamRecords, attach
 from satpoint.metrics.stream_stats import stream_window
-from satpoint.reports.stream_terminal import stream_line
+from satpoint.reports.terminal.stream import stream_line
 
 
 def _rec() -> Records:

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from satpoint.analysis.thresholds import ThresholdError, evaluate, parse_slo, parse_threshold, parse_thresholds
-from satpoint.analysis.verdicts import apply
+from satpoint.analysis.search.thresholds import ThresholdError, evaluate, parse_slo, parse_threshold, parse_thresholds
+from satpoint.analysis.search.verdicts import apply
 from satpoint.config import VerdictRules
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.records import Outcome, Records
@@ -17,8 +17,8 @@ from satpoint.metrics.stats import stage_metrics
 from satpoint.metrics.stream_records import attach
 from satpoint.metrics.stream_stats import ttfc_s
 from satpoint.plan import Stage, spans
-from satpoint.servers.offline_stream import simulate_stream
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline_stream import simulate_stream
 
 # 4 slots, each stream 20 ms to its first chunk then 9 gaps of 5 ms: 65 ms a slot, capacity 61.5 streams/s
 SIM = SimConfig(slots=4, stream=True, stream_first_ms=20, stream_gap_ms=5, stream_chunks=10)

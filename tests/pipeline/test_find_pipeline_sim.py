@@ -11,7 +11,7 @@ from satpoint.config import FindOptions, LoadOptions
 from satpoint.errors import ModelNotFound
 from satpoint.pipeline.find import find_pipeline
 from satpoint.pipeline.specs import load_spec
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from satpoint.analysis.summary_model import FindSummary, LatencyAt, Percentiles
+from satpoint.analysis.summary.model import FindSummary, LatencyAt, Percentiles
 from satpoint.errors import ConfigError
 from satpoint.pipeline.dag import PipelineDag, PipelineStep
 from satpoint.pipeline.find import called_as, pipeline_block

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.process import SimServer
 
 URL = "http://127.0.0.1:9"  # nothing listens: a refusal must come before any connection
 CYCLE = """\

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from satpoint.errors import ConfigError
-from satpoint.servers.sim import SimConfig, pipeline_from_options
-from satpoint.servers.sim_metastable import Ticket
-from satpoint.servers.sim_pipeline import PipelineRunner, SimPipeline
-from satpoint.servers.sim_process import SimServer
+from satpoint.servers.sim.metastable import Ticket
+from satpoint.servers.sim.pipeline import PipelineRunner, SimPipeline
+from satpoint.servers.sim.process import SimServer
+from satpoint.servers.sim.server import SimConfig, pipeline_from_options
 
 DIAMOND_YAML = """\
 apiVersion: mlops.seldon.io/v1alpha1

@@ -1,6 +1,6 @@
 """report.html in headless Chromium: every plot draws, no script or console error, no network needed.
 
-The page publishes what drew in ``<body data-plots data-drawn data-errors>`` (see reports/html.py);
+The page publishes what drew in ``<body data-plots data-drawn data-errors>`` (see reports/html/report.py);
 ``--dump-dom`` after a virtual-time budget returns the DOM with those attributes set.  Chromium runs
 with name resolution disabled, so any external resource would fail and be reported as an error.
 Skipped when no Chromium is installed (Debian: ``apt-get install -y chromium``).
@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from satpoint.plan import Stage
-from satpoint.reports.html import write_report
-from satpoint.reports.html_plots import PLOTS
-from satpoint.servers.sim_model import SimConfig
-from tests.reports.test_html import add_server_side, make_find, make_run
+from satpoint.reports.html.plots import PLOTS
+from satpoint.reports.html.report import write_report
+from satpoint.servers.sim.model import SimConfig
+from tests.reports.html.test_html import add_server_side, make_find, make_run
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """``find --baseline`` and ``run --baseline`` on the command line, and ``diff --tail-tolerance``.
 
-The measurement is replaced by the queue twin of the simulator (``tests.reports.test_html``): a fake
+The measurement is replaced by the queue twin of the simulator (``tests.reports.html.test_html``): a fake
 ``api.find``/``api.run`` writes the folder a real one would (its search or stages, then the hold at the
 target it was given), so what is tested is the command: the baseline's target read and handed to the
 measurement, the diff against the baseline after it, the target hold judged, the exit code."""
@@ -15,21 +15,21 @@ import pytest
 from typer.testing import CliRunner
 
 from satpoint import api
-from satpoint.analysis import diff_bootstrap
-from satpoint.analysis.diff import Folder, diff_folders
-from satpoint.analysis.diff_target import TARGET_HOLD_PURPOSE, baseline_target
-from satpoint.analysis.diff_verdict import DiffDoc
-from satpoint.analysis.summary_model import FindSummary, RunSummary
+from satpoint.analysis.diff import bootstrap as diff_bootstrap
+from satpoint.analysis.diff.compare import Folder, diff_folders
+from satpoint.analysis.diff.target import TARGET_HOLD_PURPOSE, baseline_target
+from satpoint.analysis.diff.verdict import DiffDoc
+from satpoint.analysis.summary.model import FindSummary, RunSummary
 from satpoint.cli.main import app
 from satpoint.config import RunConfig
 from satpoint.metrics.results import Results, append_segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.reports.diff_files import load_folder
-from satpoint.reports.files import write_all
-from satpoint.servers.sim_model import SimConfig
-from satpoint.target_hold import run_target_stage
+from satpoint.procedures.target_hold import run_target_stage
+from satpoint.reports.files.diff import load_folder
+from satpoint.reports.files.results import write_all
+from satpoint.servers.sim.model import SimConfig
+from tests.reports.html.test_html import make_find, offline_measure
 from tests.reports.test_diff_cli import run_folder
-from tests.reports.test_html import make_find, offline_measure
 
 SIM_300 = SimConfig(slots=3, service_ms=10.0, dist="const", seed=1)  # capacity 300 rps
 SIM_200 = SimConfig(slots=2, service_ms=10.0, dist="const", seed=2)  # 200 rps: cannot hold a 255 rps target

@@ -11,14 +11,14 @@ from junitparser import Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
 from satpoint import SCHEMA_VERSION, __version__, api
-from satpoint.analysis.diff_verdict import DiffDoc
+from satpoint.analysis.diff.verdict import DiffDoc
 from satpoint.cli.common import console
 from satpoint.cli.diff_cmd import baseline_gate
 from satpoint.cli.main import app
 from satpoint.metrics.records import Outcome, Records
 from satpoint.metrics.results import Results, Segment, append_segment, write_header
 from satpoint.plan import Stage
-from satpoint.reports.diff_files import noted_baseline_target
+from satpoint.reports.files.diff import noted_baseline_target
 
 
 def run_folder(

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from satpoint.analysis.diff_verdict import DiffDoc
+from satpoint.analysis.diff.verdict import DiffDoc
 from satpoint.cli.main import app
-from satpoint.servers.sim_model import SimConfig
-from tests.reports.test_html import make_find
+from satpoint.servers.sim.model import SimConfig
+from tests.reports.html.test_html import make_find
 
 
 @pytest.fixture(scope="module")

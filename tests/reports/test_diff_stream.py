@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from satpoint.analysis.diff import diff_folders
-from satpoint.analysis.diff_verdict import DEFAULT_TAIL_TOLERANCE
+from satpoint.analysis.diff.compare import diff_folders
+from satpoint.analysis.diff.verdict import DEFAULT_TAIL_TOLERANCE
 from satpoint.config import RunConfig
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header
 from satpoint.plan import Stage
-from satpoint.reports.diff_files import load_folder
-from satpoint.reports.files import write_all
-from satpoint.servers.offline import simulate
-from satpoint.servers.offline_stream import simulate_stream
-from satpoint.servers.sim_model import SimConfig
+from satpoint.reports.files.diff import load_folder
+from satpoint.reports.files.results import write_all
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
+from satpoint.servers.sim.offline_stream import simulate_stream
 
 STAGES = [Stage(20, 1, 6)]
 

@@ -14,8 +14,8 @@ from rich.console import Console
 
 from satpoint.experiments.sweep import SweepConfig, analyse
 from satpoint.experiments.sweep_servers import BaseServer
+from satpoint.reports.html.sweep import numeric_knobs, render_sweep, write_sweep_report
 from satpoint.reports.sweep import csv_rows, print_sweep, write_sweep_csv
-from satpoint.reports.sweep_html import numeric_knobs, render_sweep, write_sweep_report
 from tests.reports.test_browser import Browser, chromium_binary
 
 

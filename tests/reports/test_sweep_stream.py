@@ -9,13 +9,13 @@ from typing import Any
 
 from rich.console import Console
 
-from satpoint.analysis.diff import sweep_points_diff
-from satpoint.analysis.sweep import measurement_figures
+from satpoint.analysis.diff.compare import sweep_points_diff
+from satpoint.analysis.sweep.conclusions import measurement_figures
 from satpoint.experiments.compare import compare_rows
 from satpoint.experiments.sweep import SweepConfig, analyse
-from satpoint.reports.compare import compare_table
+from satpoint.reports.html.sweep import render_sweep
 from satpoint.reports.sweep import csv_rows, print_sweep, write_sweep_csv
-from satpoint.reports.sweep_html import render_sweep
+from satpoint.reports.terminal.compare import compare_table
 from tests.reports.test_sweep_report import make_doc
 
 

@@ -12,14 +12,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from satpoint.analysis.artefact_choice import artefact_choice, attach_quality
-from satpoint.analysis.sweep_space import parse_set
+from satpoint.analysis.sweep.artefact_choice import artefact_choice, attach_quality
+from satpoint.analysis.sweep.space import parse_set
 from satpoint.experiments.sweep_config import SweepConfig
 from satpoint.experiments.sweep_quality import sweep_quality
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.reports.sweep import csv_rows, sweep_table
-from satpoint.servers import artefact_quality as aq
-from satpoint.servers.demo_model import (
+from satpoint.servers.artefacts import quality as aq
+from satpoint.servers.mlserver.settings import MLServerSettings
+from satpoint.servers.models.demo import (
     DEMO_MODELS,
     build_onnx_bytes,
     check_runtime,
@@ -28,7 +29,6 @@ from satpoint.servers.demo_model import (
     prune_mlp,
     to_onnx_bytes,
 )
-from satpoint.servers.mlserver_settings import MLServerSettings
 
 
 def _small_mlp(name: str = "digits-mlp") -> Any:
@@ -290,7 +290,7 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.settings import ModelParameters, ModelSettings
 from mlserver.types import InferenceRequest, RequestInput
-from satpoint.servers.openvino_runtime import OpenVinoModel
+from satpoint.servers.artefacts.openvino_runtime import OpenVinoModel
 
 uri, rows_file = sys.argv[1], sys.argv[2]
 rows = np.load(rows_file)

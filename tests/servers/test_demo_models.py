@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from satpoint.cli.main import app
 from satpoint.experiments.compare import CompareConfig
-from satpoint.servers.demo_model import (
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
+from satpoint.servers.models.demo import (
     DEMO_MODELS,
     ONNX_INPUT_NAME,
     ONNX_LABEL_OUTPUT,
@@ -28,7 +29,6 @@ from satpoint.servers.demo_model import (
     train_demo_model,
     write_demo_artifact,
 )
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
 
 EXPECTED_FEATURES = {"iris": 4, "digits-mlp": 64, "digits-forest": 64, "digits-mlp-pca16": 64}
 
@@ -49,7 +49,9 @@ def fitted() -> dict[str, Any]:
 @pytest.mark.slow
 def test_three_demo_models_with_their_feature_counts(fitted: dict[str, Any]) -> None:
     assert CLASSIFIERS == ["iris", "digits-mlp", "digits-forest", "digits-mlp-pca16"]
-    assert [name for name, m in DEMO_MODELS.items() if m.streaming] == ["textgen"]  # tests/servers/test_textgen.py
+    assert [name for name, m in DEMO_MODELS.items() if m.streaming] == [
+        "textgen"
+    ]  # tests/servers/models/test_textgen.py
     with pytest.raises(ValueError, match="text generator"):
         fit_demo_model("textgen")
     for name, model in fitted.items():
@@ -142,7 +144,7 @@ def test_info_describes_the_demo_model_before_start() -> None:
     model = info["model"]
     assert model["estimator"].startswith("sklearn.ensemble.RandomForestClassifier")
     assert model["dataset"] == "sklearn.datasets.load_digits"
-    assert model["implementation"] == "satpoint.servers.onnx_runtime.OnnxModel"
+    assert model["implementation"] == "satpoint.servers.artefacts.onnx_runtime.OnnxModel"
     assert model["inputs"] == [{"name": "input-0", "datatype": "FP32", "shape": [-1, 64]}]
     assert model["onnx"]["intra_op_num_threads"] == 2 and model["onnx"]["threads_from"] == "OMP_NUM_THREADS"
     assert info["versions"]["onnxruntime"] and info["versions"]["skl2onnx"]

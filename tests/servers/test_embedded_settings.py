@@ -6,8 +6,8 @@ import pytest
 
 from satpoint.errors import ConfigError
 from satpoint.servers.embedded import embedded_settings
-from satpoint.servers.mlserver import MLServerSettings
-from satpoint.servers.triton import TritonSettings
+from satpoint.servers.mlserver.server import MLServerSettings
+from satpoint.servers.triton.server import TritonSettings
 
 
 def test_mlserver_by_default_with_its_options() -> None:

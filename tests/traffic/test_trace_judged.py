@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from satpoint.analysis.summary import build_summary
+from satpoint.analysis.summary.build import build_summary
 from satpoint.config import RunConfig
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header, write_header
 from satpoint.plan import TRACE_ARRIVAL
-from satpoint.servers.offline import simulate
-from satpoint.servers.sim_model import SimConfig
+from satpoint.servers.sim.model import SimConfig
+from satpoint.servers.sim.offline import simulate
 from satpoint.traffic.queue_sim import fifo_sojourn
 from satpoint.traffic.trace_plan import stages_for
 
@@ -56,7 +56,7 @@ def test_a_trace_in_flight_cap_is_sized_from_its_busiest_second() -> None:
 
     from satpoint.config import LoadOptions
     from satpoint.plan import Stage
-    from satpoint.session import planned_inflight
+    from satpoint.procedures.session import planned_inflight
 
     # one 60 s stage at 50 rps on average, 2 000 of its requests in one second
     due = np.sort(np.concatenate([np.linspace(0.0, 60.0, 1000, endpoint=False), 30.0 + np.arange(2000) / 2000]))

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from satpoint.errors import TargetUnreachable
-from satpoint.transports import rest_control
+from satpoint.transports.rest import rest_control
 from tests.http_stub import QuietHandler, serving
 
 TOKEN = "sk-REDIRECT-SECRET-1"

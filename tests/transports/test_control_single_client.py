@@ -15,42 +15,43 @@ from typing import Any
 import grpc
 import pytest
 
-from satpoint import saturation
 from satpoint.config import FindOptions, LoadOptions, VerdictRules
 from satpoint.endpoints.spec import Target
-from satpoint.servers.sim_process import SimServer
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
-from satpoint.transports.grpc_repository import GrpcRepositoryClient
-from satpoint.transports.repository import RepositoryClient
+from satpoint.procedures import saturation
+from satpoint.servers.sim.process import SimServer
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.grpc.grpc_repository import GrpcRepositoryClient
+from satpoint.transports.rest.control_rest import RestControl
+from satpoint.transports.rest.repository import RepositoryClient
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "satpoint"
 
 #: the control implementation: the clients and the calls below them
 CONTROL = {
     "transports/control.py",
-    "transports/control_rest.py",
-    "transports/control_grpc.py",
-    "transports/rest_control.py",
-    "transports/grpc_control.py",
-    "transports/grpc_unary.py",
+    "transports/rest/control_rest.py",
+    "transports/grpc/control_grpc.py",
+    "transports/rest/rest_control.py",
+    "transports/grpc/grpc_control.py",
+    "transports/grpc/grpc_unary.py",
     "transports/repository.py",
-    "transports/grpc_repository.py",
+    "transports/grpc/grpc_repository.py",
+    "transports/rest/repository.py",
 }
 #: who may call each connection constructor, and why
 OPENERS: dict[str, set[str]] = {
     "build_opener": {
-        "transports/rest_control.py",
+        "transports/rest/rest_control.py",
         "observe/prom.py",  # the observer's Prometheus scrapes: any metrics URL, not the inference protocol
         "servers/embedded_base.py",  # a server satpoint starts itself: its launch waits for its port
     },
     "urlopen": set(),
-    "HTTPConnection": {"transports/rest_control.py"},
-    "HTTPSConnection": {"transports/rest_control.py"},
-    "insecure_channel": {"transports/grpc_control.py"},
-    "secure_channel": {"transports/grpc_control.py"},
+    "HTTPConnection": {"transports/rest/rest_control.py"},
+    "HTTPSConnection": {"transports/rest/rest_control.py"},
+    "insecure_channel": {"transports/grpc/grpc_control.py"},
+    "secure_channel": {"transports/grpc/grpc_control.py"},
     # sockets: the TLS control calls (grpc_unary); the load's own clients (asyncio's loop.create_connection)
-    "create_connection": {"transports/grpc_unary.py", "transports/rest.py", "transports/grpc_wire.py"},
+    "create_connection": {"transports/grpc/grpc_unary.py", "transports/rest/pool.py", "transports/grpc/wire.py"},
     "open_connection": set(),
     "Client": set(),
     "AsyncClient": set(),
@@ -100,7 +101,7 @@ def _control_uses(tree: ast.Module) -> Iterator[tuple[int, str, str]]:
         if isinstance(node, ast.ImportFrom) and node.module is not None:
             last = node.module.rsplit(".", 1)[-1]
             for a in node.names:
-                if node.module == "satpoint.transports" and a.name in PURE:
+                if node.module.startswith("satpoint.transports") and a.name in PURE:
                     aliases[a.asname or a.name] = a.name
                 elif node.module.startswith("satpoint.transports.") and last in PURE:
                     yield node.lineno, last, a.name
@@ -127,8 +128,8 @@ def test_no_module_outside_the_control_implementation_calls_the_servers_itself()
 def test_the_rules_see_a_control_call_and_a_connection_written_elsewhere() -> None:
     # the two rules above, shown a module that breaks them
     tree = ast.parse(
-        "from satpoint.transports import rest_control\n"
-        "from satpoint.transports.grpc_control import server_ready\n"
+        "from satpoint.transports.rest import rest_control\n"
+        "from satpoint.transports.grpc.grpc_control import server_ready\n"
         "rest_control.call_json('http://h', '/v2')\n"
     )
     assert {(m, n) for _, m, n in _control_uses(tree)} == {

@@ -22,15 +22,15 @@ import uvloop
 from satpoint.engine.dispatcher import DispatchOptions, OpenLoopDispatcher
 from satpoint.errors import ConfigError, ModelNotFound, PayloadError
 from satpoint.metrics.records import Outcome, Records
-from satpoint.servers.sim_process import SimServer
-from satpoint.transports import grpc_control as ctl
-from satpoint.transports.grpc_codec import (
+from satpoint.servers.sim.process import SimServer
+from satpoint.transports.grpc import grpc_control as ctl
+from satpoint.transports.grpc.codec import (
     decode_infer_request,
     encode_infer_request,
     normalize_metadata,
 )
-from satpoint.transports.grpc_proto import SERVICE, message
-from satpoint.transports.grpc_wire import GrpcPool, client_ssl_context, grpc_factory
+from satpoint.transports.grpc.grpc_proto import SERVICE, message
+from satpoint.transports.grpc.wire import GrpcPool, client_ssl_context, grpc_factory
 
 LINE_RE = re.compile(r"^satpoint sim listening on grpc://127\.0\.0\.1:(\d+) \(capacity ([0-9.e+]+) rps\)$")
 DOC = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1.0, 2.0, 3.0, 4.0]}]}
@@ -377,7 +377,7 @@ def test_tls(tmp_path: Path) -> None:
 # a real MLServer -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_mlserver_iris_over_grpc() -> None:
-    mlserver = pytest.importorskip("satpoint.servers.mlserver")
+    mlserver = pytest.importorskip("satpoint.servers.mlserver.server")
     with mlserver.MLServerTarget() as target:
         t = ctl.parse_target(target.grpc_address)
         deadline = time.monotonic() + 30

@@ -9,8 +9,8 @@ import asyncio
 import numpy as np
 
 from satpoint.metrics.records import Outcome, Records
-from satpoint.transports import grpc_wire as gw
-from satpoint.transports.grpc_wire import GrpcPool
+from satpoint.transports.grpc import wire as gw
+from satpoint.transports.grpc.wire import GrpcPool
 from tests.transports.test_grpc_streams import MSG, H2Listener, H2Server, on_uvloop, until
 
 NGINX_502 = b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"

@@ -21,10 +21,10 @@ import uvloop
 from hpack import Encoder
 
 from satpoint.metrics.records import Outcome, Records
-from satpoint.transports import grpc_wire as gw
-from satpoint.transports.grpc_codec import encode_infer_request, grpc_frame
-from satpoint.transports.grpc_proto import SERVICE
-from satpoint.transports.grpc_wire import GrpcPool
+from satpoint.transports.grpc import wire as gw
+from satpoint.transports.grpc.codec import encode_infer_request, grpc_frame
+from satpoint.transports.grpc.grpc_proto import SERVICE
+from satpoint.transports.grpc.wire import GrpcPool
 
 DOC = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}]}
 MSG = encode_infer_request(DOC, "m")

@@ -16,7 +16,6 @@ import pytest
 
 from satpoint.errors import ModelNotFound
 from satpoint.transports.repository import (
-    RepositoryClient,
     RepositoryError,
     RepositoryRefused,
     RepositoryTimeout,
@@ -24,6 +23,7 @@ from satpoint.transports.repository import (
     loaded_models,
     parse_index,
 )
+from satpoint.transports.rest.repository import RepositoryClient
 from tests.http_stub import QuietHandler, serving
 
 

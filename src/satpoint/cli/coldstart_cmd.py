@@ -8,23 +8,6 @@ from typing import Annotated
 import typer
 
 from satpoint.api import default_out, split_cpus
-from satpoint.cli.coldstart_opts import (
-    CallTimeoutOpt,
-    ColdModelOpt,
-    ColdServerOpt,
-    ColdUrlOpt,
-    DemoModelOpt,
-    DemoModelsOpt,
-    DuringRpsOpt,
-    MixOpt,
-    OcDurationOpt,
-    OcRateOpt,
-    RepeatsOpt,
-    ResidentOpt,
-    SloOpt,
-    SloP99Opt,
-    WarmOpt,
-)
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -45,10 +28,27 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.modes import refuse_for_coldstart
+from satpoint.cli.opts.coldstart_opts import (
+    CallTimeoutOpt,
+    ColdModelOpt,
+    ColdServerOpt,
+    ColdUrlOpt,
+    DemoModelOpt,
+    DemoModelsOpt,
+    DuringRpsOpt,
+    MixOpt,
+    OcDurationOpt,
+    OcRateOpt,
+    RepeatsOpt,
+    ResidentOpt,
+    SloOpt,
+    SloP99Opt,
+    WarmOpt,
+)
 from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, parse_slo_p99, run_coldstart
-from satpoint.reports.coldstart import print_coldstart
-from satpoint.reports.progress import EventPrinter
+from satpoint.reports.html.coldstart import print_coldstart
+from satpoint.reports.terminal.progress import EventPrinter
 
 
 def coldstart(

@@ -25,13 +25,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from satpoint.analysis.summary_model import FindSummary, RunSummary
-from satpoint.analysis.thresholds import format_result
+from satpoint.analysis.search.thresholds import format_result
+from satpoint.analysis.summary.model import FindSummary, RunSummary
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.plan import ARRIVAL_HELP
 from satpoint.redact import redact_text, secret_values
-from satpoint.servers.demo_model import DEMO_MODELS, RUNTIME_CHOICES_TEXT
+from satpoint.servers.models.demo import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 #: ``find`` without an answer: no rate was held (every stage failed), or ``find --trace`` found no headroom

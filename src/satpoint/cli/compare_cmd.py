@@ -32,12 +32,12 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
-from satpoint.cli.stream_opts import StreamOpt
+from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
-from satpoint.reports.compare import print_compare
-from satpoint.reports.progress import EventPrinter
+from satpoint.reports.terminal.compare import print_compare
+from satpoint.reports.terminal.progress import EventPrinter
 
 
 def compare(

@@ -11,8 +11,8 @@ from satpoint.api import default_out
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, console, guarded, interruptible
 from satpoint.cli.contract import EXIT_CODES_HELP
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
-from satpoint.reports.co_demo import print_co_demo
-from satpoint.reports.progress import EventPrinter
+from satpoint.reports.terminal.co_demo import print_co_demo
+from satpoint.reports.terminal.progress import EventPrinter
 
 demo_app = typer.Typer(no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
 

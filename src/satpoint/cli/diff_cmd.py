@@ -1,4 +1,4 @@
-"""``satpoint diff``: the regression gate between two results folders (``analysis.diff``), for CI."""
+"""``satpoint diff``: the regression gate between two results folders (``analysis.diff.compare``), for CI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from satpoint._version import __version__
 from satpoint.cli.common import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
-from satpoint.reports.diff_files import (
+from satpoint.reports.files.diff import (
     HELP,
     baseline_diff,
     compare,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from satpoint import api
-from satpoint.analysis.trace_headroom import search_params
+from satpoint.analysis.traffic.headroom import search_params
 from satpoint.cli.common import (
     ArrivalOpt,
     BatchOpt,
@@ -52,14 +52,14 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
-from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
-from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.modes import refuse_for_find
-from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
-from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
-from satpoint.cli.stream_opts import StreamOpt
-from satpoint.cli.trace_opts import (
+from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
+from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
+from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
+from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.cli.opts.stream_opts import StreamOpt
+from satpoint.cli.opts.trace_opts import (
     StartSpeedOpt,
     TraceFormatOpt,
     TraceModelOpt,
@@ -74,13 +74,13 @@ from satpoint.cli.trace_opts import (
 )
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target, resolve_protocol
-from satpoint.reports.diff_files import noted_baseline_target
-from satpoint.reports.find_terminal import print_find
-from satpoint.reports.headroom_terminal import print_headroom
-from satpoint.reports.progress import EventPrinter
-from satpoint.reports.terminal import print_summary
+from satpoint.procedures.trace_headroom import find_headroom
+from satpoint.reports.files.diff import noted_baseline_target
+from satpoint.reports.terminal.console import print_summary
+from satpoint.reports.terminal.find import print_find
+from satpoint.reports.terminal.headroom import print_headroom
+from satpoint.reports.terminal.progress import EventPrinter
 from satpoint.servers.embedded import embedded_settings
-from satpoint.trace_headroom import find_headroom
 
 
 def find(

@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 
 from satpoint import api
-from satpoint.cli import trace_opts as to
 from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
     EXIT_INTERRUPTED,
@@ -56,22 +55,23 @@ from satpoint.cli.contract import EXIT_CODES_HELP
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
-from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.modes import refuse_for_run
-from satpoint.cli.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
-from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.opts import trace_opts as to
+from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
+from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
+from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
+from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.cli.pipeline_cmd import pipeline
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.results_cmd import analyze, print_version, report, version_cmd
 from satpoint.cli.sim_cmd import sim
-from satpoint.cli.stream_opts import StreamOpt
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
 from satpoint.endpoints.spec import Target, resolve_protocol
-from satpoint.reports.diff_files import noted_baseline_target
-from satpoint.reports.progress import EventPrinter
-from satpoint.reports.terminal import print_summary
-from satpoint.trace_replay import run_trace
+from satpoint.procedures.trace_replay import run_trace
+from satpoint.reports.files.diff import noted_baseline_target
+from satpoint.reports.terminal.console import print_summary
+from satpoint.reports.terminal.progress import EventPrinter
 
 app = typer.Typer(
     add_completion=False,

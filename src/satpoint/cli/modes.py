@@ -7,7 +7,7 @@ from __future__ import annotations
 import typer
 
 from satpoint.cli.contract import reasons, refuse_unused
-from satpoint.cli.trace_opts import refuse_for_trace
+from satpoint.cli.opts.trace_opts import refuse_for_trace
 
 _RUN_COMMON = frozenset(
     (

@@ -26,8 +26,8 @@ from satpoint.endpoints.spec import resolve_protocol
 from satpoint.errors import ConfigError
 from satpoint.pipeline.find import PIPELINE_FILE, find_pipeline
 from satpoint.pipeline.specs import dag_from_options
-from satpoint.reports.pipeline_terminal import print_pipeline
-from satpoint.reports.progress import EventPrinter
+from satpoint.reports.terminal.pipeline import print_pipeline
+from satpoint.reports.terminal.progress import EventPrinter
 
 
 def pipeline(

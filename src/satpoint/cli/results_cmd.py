@@ -10,8 +10,8 @@ import typer
 from satpoint import api
 from satpoint._version import __version__
 from satpoint.cli.common import EXIT_FAILED, EXIT_OK, console, guarded
-from satpoint.reports.find_terminal import print_find
-from satpoint.reports.terminal import print_summary
+from satpoint.reports.terminal.console import print_summary
+from satpoint.reports.terminal.find import print_find
 
 
 def report(

@@ -8,14 +8,14 @@ from typing import Annotated
 import typer
 
 from satpoint.cli.common import ProtocolOpt, fail
-from satpoint.cli.stream_opts import (
+from satpoint.cli.opts.stream_opts import (
     SimStreamOpt,
     StreamChunksOpt,
     StreamFirstMsOpt,
     StreamGapMsOpt,
     sim_stream_fields,
 )
-from satpoint.servers.sim_rates import METASTABLE_HELP, metastable_fields
+from satpoint.servers.sim.rates import METASTABLE_HELP, metastable_fields
 
 
 def sim(
@@ -84,11 +84,11 @@ def sim(
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
-    from satpoint.servers.sim import SimConfig, pipeline_from_options
-    from satpoint.servers.sim import run as run_rest
-    from satpoint.servers.sim_grpc import run as run_grpc
-    from satpoint.servers.sim_model import model_names
-    from satpoint.servers.sim_tls import SimTls
+    from satpoint.servers.sim.grpc_server import run as run_grpc
+    from satpoint.servers.sim.model import model_names
+    from satpoint.servers.sim.server import SimConfig, pipeline_from_options
+    from satpoint.servers.sim.server import run as run_rest
+    from satpoint.servers.sim.tls import SimTls
 
     if protocol not in ("rest", "grpc"):
         raise fail("--protocol must be rest or grpc")

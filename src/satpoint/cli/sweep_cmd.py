@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from satpoint.analysis.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP, MAX_QUALITY_LOSS_HELP
+from satpoint.analysis.sweep.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP, MAX_QUALITY_LOSS_HELP
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
     EXIT_FAILED,
@@ -33,11 +33,11 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
-from satpoint.cli.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
-from satpoint.cli.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
-from satpoint.cli.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
-from satpoint.cli.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
-from satpoint.cli.stream_opts import StreamOpt
+from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
+from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
+from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
+from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
+from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
@@ -51,8 +51,8 @@ from satpoint.experiments.sweep import (
 from satpoint.experiments.sweep_config import env_items
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.redact import is_secret_name
-from satpoint.reports.progress import EventPrinter
 from satpoint.reports.sweep import print_sweep
+from satpoint.reports.terminal.progress import EventPrinter
 
 _Str = Annotated[str | None, typer.Option()]
 

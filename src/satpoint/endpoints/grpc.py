@@ -12,9 +12,9 @@ from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.control_call import Inference
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.grpc_codec import encode_infer_request, normalize_metadata
-from satpoint.transports.grpc_control import GrpcTarget, parse_target
+from satpoint.transports.grpc.codec import encode_infer_request, normalize_metadata
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.grpc.grpc_control import GrpcTarget, parse_target
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class GrpcFactoryBuilder:
     metadata: tuple[tuple[str, str], ...] = field(repr=False)  # it carries the credentials: not in reprs
     #: HTTP/2 connections: None = automatic (two, more while the server's MAX_CONCURRENT_STREAMS binds)
     connections: int | None = None
-    #: streamed answers (``ModelStreamInfer``, ``transports.grpc_stream``) and how its messages decode
+    #: streamed answers (``ModelStreamInfer``, ``transports.grpc.stream``) and how its messages decode
     stream: bool = False
     decoder: str = "mlserver"
     #: the target's control client, the pre-flight's (its probes); None: one built from ``target``
@@ -38,10 +38,10 @@ class GrpcFactoryBuilder:
         return replace(self, max_inflight=max_inflight)
 
     def __call__(self) -> TransportFactory:
-        from satpoint.transports.grpc_wire import grpc_factory
+        from satpoint.transports.grpc.wire import grpc_factory
 
         if self.stream:
-            from satpoint.transports.grpc_stream import grpc_stream_factory
+            from satpoint.transports.grpc.stream import grpc_stream_factory
 
             return grpc_stream_factory(
                 self.target.host,

@@ -20,8 +20,8 @@ from satpoint.errors import ConfigError, ModelNotFound, PayloadError, SatpointEr
 from satpoint.payloads.mix import ModelMix, ResolvedMix, mix_weights, natural_order
 from satpoint.redact import redact_url
 from satpoint.transports.control import control_for
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.rest.control_rest import RestControl
 
 #: prepares one model (``prepare``'s single-model path)
 PrepareOne = Callable[[Target], PreparedTarget]

@@ -15,9 +15,9 @@ from satpoint.payloads.binary import BINARY_HEADER, encode_binary_body
 from satpoint.redact import redact_text
 from satpoint.transports.control import control_for
 from satpoint.transports.control_call import Inference
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
-from satpoint.transports.rest import encode_json_body
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.rest.control_rest import RestControl
+from satpoint.transports.rest.pool import encode_json_body
 
 
 def prepare(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from satpoint.endpoints.spec import PROTOCOLS, Target, resolve_protocol
 from satpoint.transports.control import control_for
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.rest.control_rest import RestControl
 
 __all__ = ["PROTOCOLS", "repository_client", "resolve_protocol"]
 

@@ -16,9 +16,9 @@ from satpoint.payloads.build import from_file, from_metadata
 from satpoint.redact import redact_url
 from satpoint.transports.base import TransportFactory
 from satpoint.transports.control_call import Inference
-from satpoint.transports.control_rest import RestControl
-from satpoint.transports.rest import RestPool, encode_json_body, encode_request, infer_path, parse_url
-from satpoint.transports.rest_stream import (
+from satpoint.transports.rest.control_rest import RestControl
+from satpoint.transports.rest.pool import RestPool, encode_json_body, encode_request, infer_path, parse_url
+from satpoint.transports.rest.stream import (
     ACCEPT_EVENT_STREAM,
     RestStreamPool,
     is_chunk,
@@ -39,7 +39,7 @@ class RestFactoryBuilder:
     requests: tuple[bytes, ...] = field(repr=False)  # they carry the credentials: not in reprs
     max_inflight: int
     tls: TlsOptions | None = None
-    stream: bool = False  # server-sent event streams (``transports.rest_stream``)
+    stream: bool = False  # server-sent event streams (``transports.rest.stream``)
 
     def with_max_inflight(self, max_inflight: int) -> Self:
         """The same recipe with another in-flight cap (each generator process gets its share)."""

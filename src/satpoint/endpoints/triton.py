@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satpoint.errors import ConfigError, TargetUnreachable
-from satpoint.transports.control_rest import RestControl
+from satpoint.transports.rest.control_rest import RestControl
 from satpoint.transports.tls import TlsOptions
 
 #: the knobs of a Triton model configuration a sweep can set

@@ -1,14 +1,14 @@
 """How fast the generator's machine ran, measured by a fixed reference workload before each segment.
 
 A local server's figures are the machine's as much as the version's.  Other processes on the machine show
-as other work (``analysis.machine_busy``); a machine that runs slower with nothing to show for it does not:
+as other work (``analysis.server.machine_busy``); a machine that runs slower with nothing to show for it does not:
 a neighbour VM on the same host, a busy hyperthread sibling outside this VM, a lower clock.  Two runs of one
 unchanged server measured 16 % apart in service time that way, with the generator's CPU per request 1.3x
 higher at every rate (benchmarks/RESULTS.md).  So before each segment, with the server idle, the generator
 times a fixed interpreter-bound workload (dictionary and integer work, like its own bookkeeping) ``REPS``
 times and records the median in microseconds (``reference_us`` in the segment's generator block): the same
 work on both sides of a ``satpoint diff``, whatever the server version, so a ratio far from 1 means the
-machine changed, not the server (``analysis.machine_speed``).  It costs about 10 ms per segment.
+machine changed, not the server (``analysis.server.machine_speed``).  It costs about 10 ms per segment.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from satpoint.endpoints.rest import RestFactoryBuilder
 from satpoint.errors import TargetUnreachable
 from satpoint.metrics.records import Outcome, Records
 from satpoint.transports.base import HotTransport, TransportFactory
-from satpoint.transports.rest import RestPool
+from satpoint.transports.rest.pool import RestPool
 
 perf = time.perf_counter
 

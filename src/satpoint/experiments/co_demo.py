@@ -23,11 +23,11 @@ from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, run_closed_loop
 from satpoint.engine.runner import FactoryBuilder
 from satpoint.plan import Stage
-from satpoint.progress import OnEvent, say
-from satpoint.reports.co_demo import comparison
-from satpoint.reports.files import write_all
-from satpoint.servers.sim_process import SimServer
-from satpoint.session import Session
+from satpoint.procedures.progress import OnEvent, say
+from satpoint.procedures.session import Session
+from satpoint.reports.files.results import write_all
+from satpoint.reports.terminal.co_demo import comparison
+from satpoint.servers.sim.process import SimServer
 
 COMPARISON_FILE = "comparison.json"
 
@@ -154,7 +154,7 @@ def run_co_demo(
     )
     report: Path | None = None
     if cfg.html:
-        from satpoint.reports.html import write_report
+        from satpoint.reports.html.report import write_report
 
         report = write_report([open_dir, closed_dir], out_dir / "report.html")
     cmp["report"] = str(report) if report else None

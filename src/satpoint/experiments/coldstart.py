@@ -1,7 +1,7 @@
 """``satpoint coldstart``: what a cold model costs, measured through the server's repository API.
 
 Against a URL (MLServer, or Triton in explicit model-control mode) or, with no target, an embedded server
-with several demo models (MLServer: ``demo_models``; Triton: ``servers.triton_repo``), for each of
+with several demo models (MLServer: ``demo_models``; Triton: ``servers.triton.repo``), for each of
 ``repeats`` rounds and each model in turn:
 
 1. unload the model (``POST /v2/repository/models/M/unload``) and wait until it no longer answers ready
@@ -19,7 +19,7 @@ requests, the share of cold requests, and the smallest K whose p99 met ``slo_p99
 
 Over REST or gRPC (``protocol``: a ``grpc://``/``grpcs://`` URL, ``--protocol grpc``, or the embedded
 server's gRPC port): over gRPC every call is (``RepositoryIndex``/``RepositoryModelLoad``/
-``RepositoryModelUnload`` through ``transports.grpc_repository``, ``ModelReady``, ``ModelInfer`` for the
+``RepositoryModelUnload`` through ``transports.grpc.grpc_repository``, ``ModelReady``, ``ModelInfer`` for the
 inferences, the stream during a load and the overcommit runs), and the summary's ``target.protocol`` says so.
 
 Everything is written to the results folder: ``coldstart.json`` (every repetition, every overcommit
@@ -42,14 +42,14 @@ from typing import Any
 import numpy as np
 
 from satpoint._version import __version__
-from satpoint.analysis.coldstart import (
+from satpoint.analysis.models.coldstart import (
     Repetition,
     coldstart_summary,
     during_rows,
     overcommit_summary,
     recommend,
 )
-from satpoint.analysis.thresholds import parse_slo
+from satpoint.analysis.search.thresholds import parse_slo
 from satpoint.endpoints.grpc import GrpcFactoryBuilder
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.repository import PROTOCOLS, repository_client, resolve_protocol
@@ -60,17 +60,17 @@ from satpoint.engine.runner import run_schedule
 from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
 from satpoint.metrics.records import Outcome, Records
-from satpoint.progress import OnEvent, say
+from satpoint.procedures.progress import OnEvent, say
+from satpoint.procedures.session import announce_target
 from satpoint.redact import redact_doc, redact_text, redact_url
-from satpoint.reports.coldstart import write_html
-from satpoint.session import announce_target
+from satpoint.reports.html.coldstart import write_html
 from satpoint.transports.control_call import Inference
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
-from satpoint.transports.grpc_repository import GRPC_HEADER_PREFIX
+from satpoint.transports.grpc.control_grpc import GrpcControl
+from satpoint.transports.grpc.grpc_repository import GRPC_HEADER_PREFIX
 from satpoint.transports.overcommit import OvercommitBuilder, load_failed, settle
 from satpoint.transports.repository import RepositoryError, loaded_models
-from satpoint.transports.rest import encode_json_body
+from satpoint.transports.rest.control_rest import RestControl
+from satpoint.transports.rest.pool import encode_json_body
 
 SUMMARY_FILE = "summary.json"
 DATA_FILE = "coldstart.json"
@@ -447,7 +447,7 @@ def attach(target: Target, opts: ColdStartOptions) -> Iterator[_Served]:
 def embedded(opts: ColdStartOptions) -> Iterator[_Served]:
     """The embedded server with ``opts.demo_models`` demo models (MLServer, or Triton in explicit mode)."""
     if opts.server == "triton":
-        from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
+        from satpoint.servers.triton.repo import TritonRepoSettings, TritonRepoTarget
 
         with TritonRepoTarget(TritonRepoSettings(opts.demo_model, opts.demo_models, cpus=opts.server_cpus)) as tserver:
             headers = tuple(tserver.access_headers.items())
@@ -458,7 +458,7 @@ def embedded(opts: ColdStartOptions) -> Iterator[_Served]:
             client = repository_client(spec, opts.call_timeout_s)
             yield _Served(url, tserver.model_names, client, spec, _server_info(tserver.info()))
         return
-    from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+    from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
     with MLServerTarget(
         MLServerSettings(demo_model=opts.demo_model, demo_models=opts.demo_models, cpus=opts.server_cpus)

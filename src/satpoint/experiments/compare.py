@@ -14,15 +14,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.summary import build_summary
-from satpoint.analysis.sweep_measurement import stream_figures
+from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.sweep.measurement import stream_figures
 from satpoint.config import FindOptions, LoadOptions, VerdictRules
 from satpoint.endpoints.spec import Target
-from satpoint.progress import OnEvent, say
-from satpoint.reports.files import write_all
-from satpoint.saturation import profile_session, search_target
-from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
-from satpoint.session import Session, require_generator
+from satpoint.procedures.progress import OnEvent, say
+from satpoint.procedures.saturation import profile_session, search_target
+from satpoint.procedures.session import Session, require_generator
+from satpoint.reports.files.results import write_all
+from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
 COMPARE_FILE = "compare.json"
 PROTOCOLS = ("rest", "grpc")
@@ -156,7 +156,7 @@ def run_compare(
         addr: dict[str, str | None] = {"rest": cfg.url, "grpc": cfg.grpc_url}
         name = cfg.model
         if cfg.url is None and cfg.server == "triton":
-            from satpoint.servers.triton import TritonSettings, TritonTarget
+            from satpoint.servers.triton.server import TritonSettings, TritonTarget
 
             tsettings = TritonSettings(demo_model=cfg.demo_model or "iris", cpus=cfg.server_cpus)
             say(on_event, f"starting the embedded Triton ({tsettings.demo_model} model)")
@@ -196,7 +196,7 @@ def run_compare(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / COMPARE_FILE).write_text(json.dumps(doc, indent=2))
     if len(sessions) > 1:
-        from satpoint.reports.html import write_report
+        from satpoint.reports.html.report import write_report
 
         write_report([out_dir / p for p in sessions], out_dir / "report.html")
     return CompareOutcome(doc, out_dir, {p: out_dir / p for p in sessions}, stop.is_set())

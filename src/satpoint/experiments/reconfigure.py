@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from satpoint.analysis.sweep_space import template_parts
+from satpoint.analysis.sweep.space import template_parts
 from satpoint.errors import SatpointError
-from satpoint.progress import OnEvent, say
+from satpoint.procedures.progress import OnEvent, say
 from satpoint.redact import redact_text
 
 _OUTPUT_TAIL = 4000  # characters of a reconfigure command's output kept in sweep.json

@@ -5,7 +5,7 @@ folder under ``out_dir/points/``.  ``sweep.json`` is rewritten after every measu
 one running), so a sweep cut off by Ctrl-C or a crash keeps everything measured and continues with
 ``resume``.  After the first pass the leaders (by the chosen objective) are measured again until each
 has at least two measurements; every figure is then a median with its range, and two points whose
-ranges overlap are reported as tied (``analysis.sweep``).
+ranges overlap are reported as tied (``analysis.sweep.conclusions``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.artefact_choice import attach_quality
-from satpoint.analysis.model_memory import models_analysis, models_lines
-from satpoint.analysis.sweep import (
+from satpoint.analysis.models.memory import models_analysis, models_lines
+from satpoint.analysis.search.thresholds import parse_slo
+from satpoint.analysis.sweep.artefact_choice import attach_quality
+from satpoint.analysis.sweep.conclusions import (
     Objective,
     PointInput,
     add_scaling,
@@ -34,17 +35,16 @@ from satpoint.analysis.sweep import (
     recommendation_lines,
     remeasure_plan,
 )
-from satpoint.analysis.sweep_space import Point
-from satpoint.analysis.thresholds import parse_slo
+from satpoint.analysis.sweep.space import Point
 from satpoint.config import ObserveOptions, VerdictRules
 from satpoint.errors import SatpointError
 from satpoint.experiments.sweep_config import SweepConfig as SweepConfig  # re-exported: the public name
 from satpoint.experiments.sweep_servers import PointServer, point_server
 from satpoint.observe.observer import Observer
-from satpoint.progress import OnEvent, say
-from satpoint.reports.files import write_all
-from satpoint.saturation import search_target
-from satpoint.session import Fleet, open_fleet, require_generator
+from satpoint.procedures.progress import OnEvent, say
+from satpoint.procedures.saturation import search_target
+from satpoint.procedures.session import Fleet, open_fleet, require_generator
+from satpoint.reports.files.results import write_all
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -428,8 +428,8 @@ def _live_line(point: Point, m: Mapping[str, Any]) -> str:
 
 
 def _write_outputs(state: SweepState) -> None:
+    from satpoint.reports.html.sweep import write_sweep_report
     from satpoint.reports.sweep import write_sweep_csv
-    from satpoint.reports.sweep_html import write_sweep_report
 
     write_sweep_csv(state.doc, state.out_dir / SWEEP_CSV)
     write_sweep_report(state.doc, state.out_dir / "report.html")

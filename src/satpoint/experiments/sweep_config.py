@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP
-from satpoint.analysis.sweep import OBJECTIVES, Objective
-from satpoint.analysis.sweep_space import (
+from satpoint.analysis.search.thresholds import parse_slo
+from satpoint.analysis.sweep.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP
+from satpoint.analysis.sweep.conclusions import OBJECTIVES, Objective
+from satpoint.analysis.sweep.space import (
     SERVER_KINDS,
     Point,
     check_artefact_point,
@@ -19,12 +20,11 @@ from satpoint.analysis.sweep_space import (
     grid,
     parse_set,
 )
-from satpoint.analysis.thresholds import parse_slo
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import Target
 from satpoint.experiments.sweep_servers import BaseServer, point_limits
-from satpoint.servers.cgroups import ResourceLimits, check_available
 from satpoint.servers.embedded import MODEL_REPO_ON_TRITON
+from satpoint.servers.limits.cgroups import ResourceLimits, check_available
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SweepConfig:
     load: LoadOptions = field(default_factory=lambda: LoadOptions(drain_s=5.0))
     #: the accuracy (percentage points, held-out split) an artefact may lose and still be recommended
     max_quality_loss_pp: float = DEFAULT_MAX_QUALITY_LOSS_PP
-    #: a user's model folders judged on these requests (``servers.folder_quality``), against this folder
+    #: a user's model folders judged on these requests (``servers.mlserver.folder_quality``), against this folder
     #: (None: the first point's)
     eval_data: str | None = None
     reference_model_dir: str | None = None
@@ -144,8 +144,8 @@ class SweepConfig:
     def _validate_eval_data(self, points: list[Point]) -> None:
         """``--eval-data`` judges model folders on the embedded MLServer: every point serves one, the file
         reads as requests, the reference is a model folder."""
-        from satpoint.servers.folder_quality import read_eval_data
-        from satpoint.servers.mlserver_settings import read_model_folder
+        from satpoint.servers.mlserver.folder_quality import read_eval_data
+        from satpoint.servers.mlserver.settings import read_model_folder
 
         if self.server.kind != "mlserver" or any(
             p.values.get("model_dir", self.server.model_dir) is None for p in points

@@ -2,13 +2,13 @@
 
 For an embedded-MLServer sweep over demo-model artefacts (the ``runtime`` and ``demo_model`` knobs; a
 point serving the user's ``model_dir`` has none), every distinct artefact is run offline on the held-out
-split (``servers.artefact_quality``) and the figures are kept per point in ``sweep.json``
+split (``servers.artefacts.quality``) and the figures are kept per point in ``sweep.json``
 (``artefact_quality``, shown as each point's ``quality``). A sweep of one plain ``sklearn`` artefact
 computes nothing. A failure is a warning: the sweep measures speed all the same.
 
 With ``--eval-data FILE`` the points serve the user's model folders instead: each distinct folder (and
 ``--reference-model-dir``) is run offline on FILE's requests through its own MLServer runtime
-(``servers.folder_quality``), with the same figures per point. There a failure (the file's requests do not
+(``servers.mlserver.folder_quality``), with the same figures per point. There a failure (the file's requests do not
 fit the model) stops the sweep before any server starts: the user asked for the comparison.
 """
 
@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from satpoint.analysis.sweep_space import Point
+from satpoint.analysis.sweep.space import Point
 from satpoint.experiments.sweep_config import SweepConfig
-from satpoint.progress import OnEvent, say
+from satpoint.procedures.progress import OnEvent, say
 
 __all__ = ["point_artefacts", "point_folders", "sweep_quality"]
 
 
 def point_artefacts(cfg: SweepConfig, points: Sequence[Point]) -> dict[str, tuple[str, str]]:
     """Point id → (demo model, runtime) for the points that serve a demo model on the embedded MLServer."""
-    from satpoint.servers.mlserver_settings import DEFAULT_DEMO_MODEL, DEFAULT_RUNTIME
+    from satpoint.servers.mlserver.settings import DEFAULT_DEMO_MODEL, DEFAULT_RUNTIME
 
     base = cfg.server
     if base.kind != "mlserver":
@@ -57,8 +57,8 @@ def sweep_quality(cfg: SweepConfig, points: Sequence[Point], on_event: OnEvent |
     """Point id → its artefact's quality figures (``{"error": …}`` when they could not be computed);
     empty when the sweep is not over artefacts."""
     if cfg.eval_data is not None:
-        from satpoint.servers.folder_quality import variant_quality
-        from satpoint.servers.mlserver_settings import DEFAULT_RUNTIME
+        from satpoint.servers.mlserver.folder_quality import variant_quality
+        from satpoint.servers.mlserver.settings import DEFAULT_RUNTIME
 
         folders = point_folders(cfg, points)
         by_id = {p.id: p for p in points}
@@ -80,7 +80,7 @@ def sweep_quality(cfg: SweepConfig, points: Sequence[Point], on_event: OnEvent |
     if not distinct or (len(distinct) == 1 and next(iter(distinct))[1] == "sklearn"):
         return {}
     say(on_event, f"quality of {len(distinct)} artefact(s) on the demo data's held-out split (run offline, once each)")
-    from satpoint.servers.artefact_quality import artefact_quality
+    from satpoint.servers.artefacts.quality import artefact_quality
 
     try:
         figures = artefact_quality(sorted(distinct))

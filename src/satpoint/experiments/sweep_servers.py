@@ -16,16 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from satpoint.analysis.sweep_space import ENV_PREFIX, NO_LIMIT, TRITON_KNOBS, ServerKind, placeholders
+from satpoint.analysis.sweep.space import ENV_PREFIX, NO_LIMIT, TRITON_KNOBS, ServerKind, placeholders
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import SatpointError, TargetUnreachable
 from satpoint.experiments.reconfigure import run_reconfigure
 from satpoint.payloads.mix import ModelMix
-from satpoint.progress import OnEvent, say
+from satpoint.procedures.progress import OnEvent, say
 from satpoint.redact import REDACTED, is_secret_name, redact_text, redact_url, secret_values
-from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
+from satpoint.servers.limits.cgroups import parse_cpu_limit, parse_memory
 
 TRITON_KNOB_NAMES = frozenset(k.name for k in TRITON_KNOBS)
 
@@ -207,7 +207,7 @@ class PointServer:
     #: what satpoint can watch of this server: its process tree's root pids, its Prometheus endpoints
     pids: tuple[int, ...] = ()
     metrics_urls: tuple[str, ...] = ()
-    #: the cgroup of an embedded server run with a CPU or memory limit (``servers.cgroups.ChildCgroup``)
+    #: the cgroup of an embedded server run with a CPU or memory limit (``servers.limits.cgroups.ChildCgroup``)
     cgroup: Any = None
 
 
@@ -268,7 +268,7 @@ def point_server(
         fields["payload_file"] = Path(base.payload_file)
     with ExitStack() as stack:
         if base.kind == "mlserver":
-            from satpoint.servers.mlserver import MLServerSettings, MLServerTarget
+            from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
             cpus = cores_for(base, knobs)
             _warn_shared(cpus, on_event)
@@ -313,7 +313,7 @@ def point_server(
             yield stack.enter_context(_triton_point(base, knobs, protocol, fields, on_event))
             return
         if base.kind == "sim":
-            from satpoint.servers.sim_process import SimServer
+            from satpoint.servers.sim.process import SimServer
 
             cpus = cores_for(base, knobs)
             sim = SimServer(
@@ -385,8 +385,8 @@ def _triton_point(
 ) -> Iterator[PointServer]:
     """The embedded Triton started with a point's knobs (over the base's); with a ``models`` knob (else the
     base's ``demo_models``), that many copies of the demo model in a model repository."""
-    from satpoint.servers.triton import TritonSettings, TritonTarget
-    from satpoint.servers.triton_repo import TritonRepoSettings, TritonRepoTarget
+    from satpoint.servers.triton.repo import TritonRepoSettings, TritonRepoTarget
+    from satpoint.servers.triton.server import TritonSettings, TritonTarget
 
     cpus = cores_for(base, knobs)
     _warn_shared(cpus, on_event)

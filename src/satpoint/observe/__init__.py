@@ -5,5 +5,5 @@ The watching happens in a separate process (``agent``), started by ``Observer`` 
 run, so the generator's own CPU and timing are untouched: it samples the process tree a few times a
 second, scrapes the metrics endpoints at each segment's start and end (on request) and a few times in
 between, and appends everything to files in the results folder (``metrics.observed``).  What the
-numbers mean per stage is worked out later, from those files (``analysis.server_side``).
+numbers mean per stage is worked out later, from those files (``analysis.server.server_side``).
 """

@@ -4,7 +4,7 @@
 memory through ptrace), so the server needs no change.  The observer process (``agent``) starts it at
 the beginning of a stage's hold and stops it at the hold's end (``PySpyRecording``); py-spy writes
 one format per recording: satpoint asks for speedscope JSON (every sample's stack, with files and
-line numbers) and draws the SVG flame graph from it itself (``reports.flamegraph_svg``).
+line numbers) and draws the SVG flame graph from it itself (``reports.files.flamegraph_svg``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Triton's statistics endpoint (``GET /v2/models/M/stats``) as samples like a Prometheus scrape's, so the
-observer records it beside the metrics endpoints and ``analysis.server_side`` takes deltas per stage.
+observer records it beside the metrics endpoints and ``analysis.server.server_side`` takes deltas per stage.
 
 Each model version's cumulative figures become ``triton_stats_<phase>_ns`` / ``triton_stats_<phase>_count``
 (phases: success, fail, queue, compute_input, compute_infer, compute_output) and

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from satpoint import api
-from satpoint.analysis.summary_model import FindSummary
+from satpoint.analysis.summary.model import FindSummary
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.pipeline.dag import PipelineDag
 from satpoint.pipeline.predict import critical_path, predict_capacity, size_pipeline
-from satpoint.progress import OnEvent, say
+from satpoint.procedures.progress import OnEvent, say
 
 SELDON_HEADER = "Seldon-Model"
 PIPELINE_FILE = "pipeline.json"

@@ -19,7 +19,7 @@ path, and the measured end-to-end latency minus its sum is what the pipeline mac
 percentiles is not the percentile of a sum: use medians or means for the path, and compare like with like.)
 
 **Sizing.**  For a target rate ``R`` with margin ``m``, step ``i`` needs ``ceil(R / (C_i (1 - m)))`` replicas
-(``satpoint.analysis.capacity.recommend``, one step at a time), assuming replicas add capacity; the pipeline
+(``satpoint.analysis.search.capacity.recommend``, one step at a time), assuming replicas add capacity; the pipeline
 then carries ``min_i r_i C_i``.  Without a target, the fastest step's own per-replica target
 ``max_i C_i (1 - m)``: the replicas that keep every step level with the fastest one.  No replicas from a lower
 bound.
@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from satpoint.analysis.capacity import recommend
+from satpoint.analysis.search.capacity import recommend
 from satpoint.pipeline.dag import PipelineDag
 
 

@@ -1,6 +1,6 @@
 """A model mix in the reports: the terminal's per-model table and the HTML report's section (a table and a
 plot of each model's p99 against the offered rate), both from summary.json's ``models`` block
-(``analysis.per_model``)."""
+(``analysis.models.per_model``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 if TYPE_CHECKING:  # the HTML side's imports (plotly) stay out of the terminal's
     import plotly.graph_objects as go
 
-    from satpoint.reports.html_data import FolderData
+    from satpoint.reports.html.data import FolderData
 
 #: the terminal shows at most this many stages (the lowest, the first that saturated, the highest stable,
 #: the last) and models (by weight) ...
@@ -138,7 +138,7 @@ def p99_plot(f: FolderData) -> go.Figure:
     """Each model's p99 latency (from the intended time) against the stage's offered rate."""
     import plotly.graph_objects as go
 
-    from satpoint.reports.html_plots import _axis, _layout, _log_ms_axis
+    from satpoint.reports.html.plots import _axis, _layout, _log_ms_axis
 
     block = f.summary["models"]
     stages = by_rate(block)
@@ -163,7 +163,7 @@ def p99_plot(f: FolderData) -> go.Figure:
 
 def model_table(f: FolderData) -> str:
     """Per model: weight, requests and z over the run, then p50/p99 and answered rps in each shown stage."""
-    from satpoint.reports.html_tables import esc
+    from satpoint.reports.html.tables import esc
 
     block = f.summary["models"]
     stages = shown_stages(block, 8)
@@ -194,7 +194,7 @@ def model_table(f: FolderData) -> str:
 
 def models_section(folders: list[FolderData], figure_html: Any) -> list[str]:
     """The report's "Models" section: per folder with a mix, what was counted, who rose first, a plot, a table."""
-    from satpoint.reports.html_tables import esc
+    from satpoint.reports.html.tables import esc
 
     mine = [f for f in folders if has_models(f)]
     if not mine:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from satpoint.analysis.sweep_measurement import STREAM_FIELDS
+from satpoint.analysis.sweep.measurement import STREAM_FIELDS
 
 
 def _num(v: Any, spec: str = ".1f") -> str:

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from satpoint.errors import ConfigError
-from satpoint.servers.cgroups import parse_cpu_limit, parse_memory
-from satpoint.servers.mlserver import MLServerSettings
-from satpoint.servers.triton import TritonSettings
-from satpoint.servers.triton_repo import TritonRepoSettings
+from satpoint.servers.limits.cgroups import parse_cpu_limit, parse_memory
+from satpoint.servers.mlserver.server import MLServerSettings
+from satpoint.servers.triton.repo import TritonRepoSettings
+from satpoint.servers.triton.server import TritonSettings
 
 SERVERS = ("mlserver", "triton")
 #: why ``--model-repo`` is refused with ``--server triton``
@@ -54,7 +54,7 @@ def embedded_settings(
     """The settings of the embedded ``server`` (``mlserver`` or ``triton``) from command-line options;
     ``served`` holds the model options given (demo_model/runtime/model_dir, demo_models/model_repo). A
     ``ConfigError`` names the options the chosen server does not take.  Triton with ``demo_models``: the
-    copies in a model repository (``servers.triton_repo``), with the same knobs."""
+    copies in a model repository (``servers.triton.repo``), with the same knobs."""
     if server not in SERVERS:
         raise ConfigError(f"--server: {' or '.join(SERVERS)}, got {server!r}")
     triton = {"max_queue_delay_us": max_queue_delay_us, "instances": instances}

@@ -61,3 +61,12 @@ def merge_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             else:
                 out[key] += value
     return out
+
+
+def generator_resources_message(host: str, port: int, exc: BaseException) -> str:
+    """Why none of the first connections could be opened when the generator ran out of its own resources."""
+    what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"the generator cannot open a connection to {host}:{port}: {what} (a limit of the generator's "
+        "process, not the server's: raise the open-files limit, `ulimit -n`, or lower --max-inflight)"
+    )

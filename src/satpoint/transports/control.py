@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
 from satpoint.transports.control_call import Inference
-from satpoint.transports.control_grpc import GrpcControl
-from satpoint.transports.control_rest import RestControl
+from satpoint.transports.grpc.control_grpc import GrpcControl
 from satpoint.transports.repository import ModelState
+from satpoint.transports.rest.control_rest import RestControl
 from satpoint.transports.tls import TlsOptions
 
 #: a repository call (a load of a large model, from a slow disk) may take this long by default

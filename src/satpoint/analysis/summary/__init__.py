@@ -1,0 +1,1 @@
+"""``summary.json`` and its typed mirror, with the plain-language hints drawn from it."""

@@ -1,0 +1,1 @@
+"""The option groups the commands share (typer annotations and their parsing)."""

@@ -1,0 +1,1 @@
+"""What is printed: live lines, summary tables, the renderer of progress events."""

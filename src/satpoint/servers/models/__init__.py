@@ -1,0 +1,1 @@
+"""The demo models (and the text generator) the embedded servers serve."""
