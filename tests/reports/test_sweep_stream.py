@@ -76,7 +76,7 @@ def test_sweep_points_carry_ttfc_and_gap_p99_in_json_csv_and_tables(tmp_path: Pa
 
 def test_a_sweep_diff_compares_ttfc_at_rps() -> None:
     doc = make_doc()
-    for row, ttfc in zip(doc["points"][:2], (20.0, 30.0), strict=True):
+    for row, ttfc in zip(doc["points"][:2], (20.0, 40.0), strict=True):
         row["at_rps"] = {k: {"median": v, "min": v * 0.99, "max": v * 1.01, "n": 2}
                          for k, v in (("p50_ms", 5.0), ("p99_ms", 9.0), ("ttfc_p99_ms", ttfc))}  # fmt: skip
     verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc, "s", "p01", "p02", 0.05).metrics}

@@ -278,9 +278,12 @@ def test_a_sweeps_p99_at_rps_uses_the_tail_tolerance() -> None:
     for row, (p50, p99) in zip(doc_in["points"], ((10.0, 20.0), (12.0, 23.0)), strict=True):
         row["at_rps"] = {k: {"median": v, "min": v * 0.99, "max": v * 1.01, "n": 3}
                          for k, v in (("p50_ms", p50), ("p99_ms", p99))}  # fmt: skip
-    verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
+    # the rule alone (--run-spread 0): a 20 % p50 change lies within the default spread's light-load allowance
+    verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, run_spread=0).metrics}
     assert verdicts == {"saturation_rps": "no_change", "latency_p50_ms": "regression", "latency_p99_ms": "no_change"}
-    tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05)
+    spread = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
+    assert spread["latency_p50_ms"] == "inconclusive"
+    tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05, run_spread=0)
     assert {m.metric: m.verdict for m in tight.metrics}["latency_p99_ms"] == "regression"
     assert tight.tail_tolerance == 0.05
 

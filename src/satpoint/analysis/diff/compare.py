@@ -53,8 +53,10 @@ from satpoint.analysis.diff.saturation import (
 )
 from satpoint.analysis.diff.saturation import find_answers as find_answers
 from satpoint.analysis.diff.saturation import saturation_side as saturation_side
+from satpoint.analysis.diff.spread import latency_allowance
 from satpoint.analysis.diff.target import TARGET_HOLD_PURPOSE, judge_target_hold
 from satpoint.analysis.diff.verdict import (
+    ALL_TAIL_METRICS,
     DEFAULT_ERROR_TOLERANCE,
     DEFAULT_RUN_SPREAD,
     DEFAULT_TAIL_TOLERANCE,
@@ -62,7 +64,6 @@ from satpoint.analysis.diff.verdict import (
     DiffDoc,
     MetricDiff,
     Side,
-    latency_allowance,
     make_doc,
     metric_diff,
     tolerance_for,
@@ -192,9 +193,9 @@ def diff_folders(
 ) -> DiffDoc:
     """Compare two folders (``_diff_once``).  When the machine's speed changed between them
     (``machine_speed``), the diff is also taken with the run spread widened by the change, and a verdict the
-    machine can explain is held back (``diff_busy.machine_explains``): on a slower new machine a regression
-    that the wider spread no longer calls; on a slower base a no_change, or an improvement it no longer calls.
-    A change beyond what the machine explains keeps its verdict."""
+    machine can explain is held back (``diff_busy.machine_explains``): a no_change, or a regression or an
+    improvement the wider spread no longer calls, whichever side was slower.  A change beyond what the
+    machine explains keeps its verdict."""
     args = (tolerance, error_tolerance, tool_version, tail_tolerance)
     doc = _diff_once(base, new, *args, run_spread)
     ratio = speed_ratio(base.doc, new.doc) if base.kind != "sweep" else None
@@ -203,7 +204,7 @@ def diff_folders(
         return doc
     shift = ratio - 1 if ratio > 1 else 1 / ratio - 1
     wide = _diff_once(base, new, *args, run_spread + shift)
-    explained = machine_explains(doc.metrics, wide.metrics, new_slower=ratio > 1)
+    explained = machine_explains(doc.metrics, wide.metrics)
     return _diff_once(base, new, *args, run_spread, (explained, changed)) if explained else doc
 
 
@@ -394,7 +395,7 @@ def point_diffs(
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
         metric = key if key in STREAM_FIELDS else f"latency_{key}"
         tol = tolerance_for(metric, tolerance, tail_tolerance)
-        allow_ms = latency_allowance(run_spread, _mm1_queueing(at_rate, bs_.value))
+        allow_ms = latency_allowance(run_spread, _mm1_queueing(at_rate, bs_.value), metric in ALL_TAIL_METRICS)
         out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method,
                                allowance=allow_ms))  # fmt: skip
     return out

@@ -38,10 +38,11 @@ from satpoint.analysis.diff.bootstrap import (
     mean_estimate,
     quantile_estimate,
 )
+from satpoint.analysis.diff.spread import latency_allowance
 from satpoint.analysis.diff.verdict import (
+    ALL_TAIL_METRICS,
     DEFAULT_TAIL_TOLERANCE,
     MetricDiff,
-    latency_allowance,
     sampled_diff,
     tolerance_for,
 )
@@ -182,7 +183,7 @@ def _quantile_diffs(
     point: str,
     tols: Sequence[float],
     caveat: str,
-    allowance: float = 0.0,
+    allowances: Sequence[float],
 ) -> list[MetricDiff]:
     rows_word = "gaps" if field == "gap_s" else "requests"
     qs = [q for _, q in metrics]
@@ -197,7 +198,7 @@ def _quantile_diffs(
         details = [_detail(st, e, rows_word) for st, e in zip((base, new), ests, strict=True)]
         out.append(sampled_diff(metric, point, "ms", "lower", ests[0], ests[1], details, 1000.0, tols[j],
                                 BOOTSTRAP_METHOD, (len(base), len(new)), caveat=caveat,
-                                allowance=allowance))  # fmt: skip
+                                allowance=allowances[j]))  # fmt: skip
     return out
 
 
@@ -221,7 +222,8 @@ def load_diffs(
     for latency and service time (``queueing``: the base's ``queueing_factor`` at this rate).  Only between
     stable stages: a rate the base held and the new side did not is no drift."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
-    lat_allow, tp_allow = (0.0, 0.0) if unstable else (latency_allowance(run_spread, queueing), run_spread)
+    spread = 0.0 if unstable else run_spread
+    tp_allow = spread
     caveat = ""
     if unstable:
         caveat = (
@@ -234,7 +236,8 @@ def load_diffs(
         groups += list(_STREAM_QUANTILES)
     for i, (field, metrics) in enumerate(groups):
         tols = [tolerance_for(m, tolerance, tail_tolerance) for m, _ in metrics]
-        out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat, lat_allow))
+        allows = [latency_allowance(spread, queueing, m in ALL_TAIL_METRICS) for m, _ in metrics]
+        out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat, allows))
         if field == "service_s":  # the error rate and the throughput after latency and service time
             out.append(_error_diff(base, new, point, error_tolerance, caveat))
             out.append(_throughput_diff(base, new, point, tolerance, caveat, tp_allow))

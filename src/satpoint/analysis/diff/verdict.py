@@ -223,15 +223,6 @@ def judge(base: Side, new: Side, tolerance: float, better: Better, absolute: boo
     return Judgement("inconclusive", change, gap, "the ranges overlap, but the change is larger than")
 
 
-def latency_allowance(run_spread: float, queueing: float) -> float:
-    """How far latency at a rate moves when the capacity moves by ``run_spread`` between runs: for an M/M/1
-    whose latency there is ``queueing`` times its idle latency (1 / (1 − ρ)), s·k / (1 − s·k) (the worse
-    direction); at most 0.95 (a doubling is always judged, whatever the queueing: the saturation point and the
-    idle rates judge a server that slow)."""
-    x = run_spread * max(1.0, queueing)
-    return 0.0 if x <= 0 else 0.95 if x >= 0.5 else min(0.95, x / (1 - x))
-
-
 def within_run_spread(change: float, gap: float | None, allowance: float) -> Judgement:
     """A change beyond the tolerance but within what an unchanged server moves between runs: not a verdict."""
     return Judgement("inconclusive", change, gap, (

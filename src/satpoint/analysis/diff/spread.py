@@ -1,0 +1,32 @@
+"""How far latency at a rate moves between two runs of an unchanged server, one run a side: the allowance a
+change must exceed before the diff calls it (``--run-spread``)."""
+
+from __future__ import annotations
+
+import math
+
+#: how far the light-load answer time of an unchanged server moves between two runs, in log terms, per unit of
+#: ``run_spread``, beside what the capacity's spread moves through the queueing (``latency_allowance``).  Measured
+#: on the embedded MLServer (A/A pairs of find, one search a side, 2-core machine; benchmarks/RESULTS.md): p50 at
+#: 100-400 rps moved with a standard deviation of 0.14 in log ratio (15 matched rates of 5 pairs; up to +27 % in
+#: one pair), p90 with 0.18 (up to +54 %), while the capacity moved 4-16 %: the allowance sits at 2.5 standard
+#: deviations of that, 0.35 and 0.45 at the default 10 % run spread, for the dozens of figures one diff judges
+LIGHT_LOAD_JITTER = 3.5
+#: the same for a tail (``ALL_TAIL_METRICS``)
+TAIL_JITTER = 4.5
+
+
+def latency_allowance(run_spread: float, queueing: float, tail: bool = False) -> float:
+    """How far latency at a rate moves between two runs of an unchanged server, one run a side: the capacity
+    moving by ``run_spread`` moves it through the queueing (for an M/M/1 whose latency there is ``queueing``
+    times its idle latency, 1 / (1 − s·k)), and the light-load answer time moves on its own besides
+    (``LIGHT_LOAD_JITTER`` × ``run_spread``, in log terms; ``TAIL_JITTER`` for a tail): the two combined in
+    quadrature on the log scale.  At most 0.95 (a doubling is always judged, whatever the queueing: the
+    saturation point and the idle rates judge a server that slow); 0 when ``run_spread`` is 0 (the rule off)."""
+    if run_spread <= 0:
+        return 0.0
+    x = run_spread * max(1.0, queueing)
+    if x >= 0.5:
+        return 0.95
+    jitter = (TAIL_JITTER if tail else LIGHT_LOAD_JITTER) * run_spread
+    return min(0.95, math.expm1(math.hypot(jitter, -math.log1p(-x))))
