@@ -166,3 +166,30 @@ def test_a_target_hold_lost_on_a_busy_or_slower_machine_is_not_judged_but_errors
     assert kept_faster is not None and kept_faster.held is None  # kept on a faster machine: the machine's help?
     kept_slower = judge_target_hold(hold_summary("stable", machine_speed=speed(480)), purposes, base)
     assert kept_slower is not None and kept_slower.held is True  # kept even on a slower machine
+
+
+def test_held_figures_are_counted_in_diff_json_as_junit_errors_and_not_in_the_calibration(tmp_path: Path) -> None:
+    """A script reads ``unjudged`` from diff.json (exit 1 is also an incomplete run's); a CI reader sees each held
+    figure as an error of type ``unjudged``, not a skip; ``--calibrate`` leaves them out of its false-alarm rate."""
+    from junitparser import Error, JUnitXml
+
+    from satpoint.analysis.diff.calibration import calibrated
+
+    base = with_reference(recorded_run(tmp_path / "base", 10.0, seed=0), 400.0)
+    faster = with_reference(recorded_run(tmp_path / "same", 10.0, seed=2), 330.0)
+    equal = with_reference(recorded_run(tmp_path / "same3", 10.0, seed=5), 404.0)
+    xml, out = tmp_path / "j.xml", tmp_path / "d.json"
+    r = CliRunner().invoke(app, ["diff", str(base), str(faster), "--no-html", "--junit", str(xml), "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    raw = json.loads(out.read_text())
+    doc = DiffDoc.model_validate(raw)
+    held = [m for m in doc.metrics if m.busy]
+    assert held and raw["unjudged"] == len(held) == doc.unjudged
+    assert json.loads(doc.model_dump_json())["unjudged"] == len(held)  # read back: computed once, not twice
+    cases = {c.name: c for s in JUnitXml.fromfile(str(xml)) for c in s}
+    errors = {n for n, c in cases.items() if any(isinstance(x, Error) and x.type == "unjudged" for x in c.result)}
+    assert errors == {f"{m.metric} @ {m.point}" for m in held}
+    cal = calibrated(doc).calibration
+    assert cal is not None and cal["held_by_machine"] == len(held) and cal["metrics"] == len(doc.metrics) - len(held)
+    r = CliRunner().invoke(app, ["diff", str(base), str(equal), "--no-html", "--json", str(out)])
+    assert r.exit_code == 0 and json.loads(out.read_text())["unjudged"] == 0

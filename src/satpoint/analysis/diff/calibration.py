@@ -11,17 +11,21 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
     ``improvement`` is a false alarm.  Adds the false-alarm rate at the tolerances used, and the smallest
     tolerance that would have called none of them (the widest gap between two ranges): over every relative
     metric, per metric, and separately for the two groups (``--tolerance``: saturation point, p50, service
-    p50, throughput; ``--tail-tolerance``: ``TAIL_METRICS`` and ``STREAM_TAIL_METRICS``)."""
-    alarms = [m for m in doc.metrics if m.verdict in ("regression", "improvement")]
-    relative = [m for m in doc.metrics if not m.absolute and m.gap is not None]
+    p50, throughput; ``--tail-tolerance``: ``TAIL_METRICS`` and ``STREAM_TAIL_METRICS``).  A figure the
+    machine held back (busy, or its speed changed: ``busy``) was not judged: it counts in neither the rate nor
+    the quiet tolerances (``held_by_machine`` says how many)."""
+    judged = [m for m in doc.metrics if not m.busy]
+    alarms = [m for m in judged if m.verdict in ("regression", "improvement")]
+    relative = [m for m in judged if not m.absolute and m.gap is not None]
     central = [m for m in relative if m.metric not in ALL_TAIL_METRICS]
     tails = [m for m in relative if m.metric in ALL_TAIL_METRICS]
-    n = len(doc.metrics)
+    n = len(judged)
     cal = {
         "metrics": n,
+        "held_by_machine": len(doc.metrics) - n,
         "false_alarms": [f"{m.metric} @ {m.point}: {m.verdict}" for m in alarms],
         "false_alarm_rate": round(len(alarms) / n, 4) if n else None,
-        "inconclusive": sum(m.verdict == "inconclusive" for m in doc.metrics),
+        "inconclusive": sum(m.verdict == "inconclusive" for m in judged),
         # a tolerance above the widest gap would have called no false alarm on this pair (relative metrics)
         "quiet_tolerance": round(max((_alarm_at(m) for m in relative), default=0.0), 4),
         # the same per group: what --tolerance and --tail-tolerance would each need on this pair

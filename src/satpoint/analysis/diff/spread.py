@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import math
 
+#: how far one run's figures move between two runs of one configuration on a shared machine: a figure that rests
+#: on one run a side (one search, one stage) must change by more than this to be called a change.  Measured: the
+#: embedded MLServer's saturation point moved -8.3 % and +9.1 % between two finds of one search (A/A pairs,
+#: benchmarks/RESULTS.md), beyond each search's 4 % bracket; with ``find --repeats`` the searches' own spread is
+#: used instead (``diff_saturation.saturation_allowance``)
+DEFAULT_RUN_SPREAD = 0.10
 #: how far the light-load answer time of an unchanged server moves between two runs, in log terms, per unit of
 #: ``run_spread``, beside what the capacity's spread moves through the queueing (``latency_allowance``).  Measured
 #: on the embedded MLServer (A/A pairs of find, one search a side, 2-core machine; benchmarks/RESULTS.md): p50 at

@@ -24,9 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from satpoint.analysis.diff.bootstrap import LEVEL, Estimate, change_of
+from satpoint.analysis.diff.spread import DEFAULT_RUN_SPREAD as DEFAULT_RUN_SPREAD
 from satpoint.analysis.diff.target import TargetHold
 from satpoint.analysis.search import brackets
 
@@ -45,12 +46,6 @@ STREAM_TAIL_METRICS = ("ttfc_p99_ms", "gap_p99_ms")
 ALL_TAIL_METRICS = (*TAIL_METRICS, *STREAM_TAIL_METRICS)
 #: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
 DEFAULT_ERROR_TOLERANCE = 0.005
-#: how far one run's figures move between two runs of one configuration on a shared machine: a figure that rests
-#: on one run a side (one search, one stage) must change by more than this to be called a change.  Measured: the
-#: embedded MLServer's saturation point moved -8.3 % and +9.1 % between two finds of one search (A/A pairs,
-#: benchmarks/RESULTS.md), beyond each search's 4 % bracket; with ``find --repeats`` the searches' own spread is
-#: used instead (``diff_saturation.saturation_allowance``)
-DEFAULT_RUN_SPREAD = 0.10
 #: the family-wise level of the Holm-adjusted regression/improvement verdicts
 ALPHA = 1 - LEVEL
 DIFF_FILE = "diff.json"
@@ -140,6 +135,19 @@ class DiffDoc(BaseModel):
     #: ``--run-spread``: how far one run's figures move between runs (``DEFAULT_RUN_SPREAD``); None in a
     #: diff.json written before it existed
     run_spread: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _computed_not_read(cls, data: Any) -> Any:  # ``unjudged`` is computed: read back, it is not set twice
+        return {k: v for k, v in data.items() if k != "unjudged"} if isinstance(data, dict) else data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def unjudged(self) -> int:
+        """Figures (and the target's hold) the machine held back (busy, speed changed): the gate exits 1."""
+        return sum(1 for m in self.metrics if m.busy) + int(
+            self.target_hold is not None and bool(self.target_hold.busy)
+        )
 
     @property
     def regressed(self) -> bool:

@@ -1,13 +1,15 @@
 """``satpoint diff --junit FILE``: one JUnit test case per metric and point (junitparser).
 
-A regression is a failure; an inconclusive verdict is skipped (a failure with ``--fail-on-inconclusive``);
-improvements and no change pass.  The evidence is each case's message and ``system-out``."""
+A regression is a failure; a figure the machine held back (busy, or its speed changed: the gate exits 1 on
+it) an error of type ``unjudged``; another inconclusive verdict is skipped (a failure with
+``--fail-on-inconclusive``); improvements and no change pass.  The evidence is each case's message and
+``system-out``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from junitparser import Failure, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from satpoint.analysis.diff.verdict import DiffDoc
 
@@ -25,8 +27,10 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
         suite.add_property(key, str(value))
     for m in doc.metrics:
         case = TestCase(f"{m.metric} @ {m.point}", classname=f"satpoint.diff.{doc.compared}", time=0.0)
-        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive):
+        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive and not m.busy):
             case.result = [Failure(m.text, m.verdict)]
+        elif m.busy:
+            case.result = [Error(m.text, "unjudged")]
         elif m.verdict == "inconclusive":
             case.result = [Skipped(m.text)]
         case.system_out = m.text
@@ -34,8 +38,10 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
     hold = doc.target_hold
     if hold is not None:
         case = TestCase(f"baseline target @ {hold.rate_rps:g} rps", classname=f"satpoint.diff.{doc.compared}", time=0.0)
-        if hold.held is False or (hold.held is None and fail_on_inconclusive):
+        if hold.held is False or (hold.held is None and fail_on_inconclusive and not hold.busy):
             case.result = [Failure(hold.text, "regression" if hold.held is False else "inconclusive")]
+        elif hold.held is None and hold.busy:
+            case.result = [Error(hold.text, "unjudged")]
         elif hold.held is None:
             case.result = [Skipped(hold.text)]
         case.system_out = hold.text
