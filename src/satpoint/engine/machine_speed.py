@@ -4,7 +4,7 @@ A local server's figures are the machine's as much as the version's.  Other proc
 as other work (``analysis.server.machine_busy``); a machine that runs slower with nothing to show for it does not:
 a neighbour VM on the same host, a busy hyperthread sibling outside this VM, a lower clock.  Two runs of one
 unchanged server measured 16 % apart in service time that way, with the generator's CPU per request 1.3x
-higher at every rate (benchmarks/RESULTS.md).  So before each segment, with the server idle, the generator
+higher at every rate (benchmarks/RESULTS.md).  So before each segment, on the generator's CPUs, the generator
 times a fixed interpreter-bound workload (dictionary and integer work, like its own bookkeeping) ``REPS``
 times and records the median in microseconds (``reference_us`` in the segment's generator block): the same
 work on both sides of a ``satpoint diff``, whatever the server version, so a ratio far from 1 means the
@@ -13,8 +13,10 @@ machine changed, not the server (``analysis.server.machine_speed``).  It costs a
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from collections.abc import Sequence
 
 #: timed repetitions of the workload; the median of 15 is steady within a few percent on a quiet machine
 REPS = 15
@@ -31,11 +33,18 @@ def _work() -> int:
     return acc + len(table)
 
 
-def reference_us(reps: int = REPS) -> float:
-    """The median wall time of one repetition of the reference workload, in microseconds."""
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter_ns()
-        _work()
-        times.append(time.perf_counter_ns() - t0)
+def reference_us(reps: int = REPS, cpus: Sequence[int] | None = None) -> float:
+    """The median wall time of one repetition of the reference workload, in microseconds, timed on ``cpus``
+    (``--generator-cpus``: where the generator runs, not the server's cores; None: where the caller runs)."""
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            _work()
+            times.append(time.perf_counter_ns() - t0)
+    finally:
+        os.sched_setaffinity(0, before)
     return round(statistics.median(times) / 1e3, 2)

@@ -386,10 +386,10 @@ class Session:
         max_inflight: int | None = None,
     ) -> CheckpointSpec:
         """Record the segment as running in ``results.json``; returns where its rows are checkpointed.
-        First, with the server idle, the machine's speed (``engine.machine_speed``; not with a fleet: the
+        First, on the generator's CPUs, the machine's speed (``engine.machine_speed``; not with a fleet: the
         load runs on other hosts)."""
         load = self.config.load
-        self._reference_us = reference_us() if self.fleet is None else None
+        self._reference_us = reference_us(cpus=load.generator_cpus) if self.fleet is None else None
         shell = Segment(
             index=index,
             purpose=purpose,

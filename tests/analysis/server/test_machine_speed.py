@@ -24,8 +24,17 @@ def speed(us: float) -> dict[str, object]:
     return {"reference_us": us, "segments": {0: us}}
 
 
-def test_the_reference_workload_is_timed_and_its_median_kept() -> None:
+def test_the_reference_workload_is_timed_and_its_median_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     assert reference_us(5) > 0
+    # timed on the generator's CPUs (not the server's), the caller's own CPUs restored after
+    import os
+
+    before, seen = os.sched_getaffinity(0), []
+    real = os.sched_setaffinity
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: (seen.append(set(cpus)), real(pid, cpus)))
+    cpu = min(before)
+    assert reference_us(3, cpus=[cpu]) > 0
+    assert seen == [{cpu}, before] and os.sched_getaffinity(0) == before
     block = machine_speed_block([(0, {"reference_us": 400.0}), (1, {"procs": 1}), (2, {"reference_us": 500.0}),
                                  (3, {"reference_us": 420.0})])  # fmt: skip
     assert block == {"reference_us": 420.0, "segments": {0: 400.0, 2: 500.0, 3: 420.0}}
