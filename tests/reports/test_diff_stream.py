@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from satpoint.analysis.diff.compare import diff_folders
-from satpoint.analysis.diff.verdict import DEFAULT_TAIL_TOLERANCE
+from satpoint.analysis.diff.tolerances import DEFAULT_TAIL_TOLERANCE
 from satpoint.config import RunConfig
 from satpoint.engine.schedule import due_times
 from satpoint.metrics.results import Results, Segment, append_segment, load_results, new_header

@@ -19,13 +19,8 @@ from satpoint.analysis.diff.compare import (
 )
 from satpoint.analysis.diff.rows import StageRows, load_diffs, stage_rows
 from satpoint.analysis.diff.target import TARGET_HOLD_PURPOSE, baseline_target
-from satpoint.analysis.diff.verdict import (
-    DEFAULT_TAIL_TOLERANCE,
-    TAIL_METRICS,
-    Side,
-    judge,
-    make_doc,
-)
+from satpoint.analysis.diff.tolerances import DEFAULT_TAIL_TOLERANCE, TAIL_METRICS
+from satpoint.analysis.diff.verdict import Side, judge, make_doc
 from satpoint.metrics.records import Outcome, Records
 
 
@@ -278,12 +273,16 @@ def test_a_sweeps_p99_at_rps_uses_the_tail_tolerance() -> None:
     for row, (p50, p99) in zip(doc_in["points"], ((10.0, 20.0), (12.0, 23.0)), strict=True):
         row["at_rps"] = {k: {"median": v, "min": v * 0.99, "max": v * 1.01, "n": 3}
                          for k, v in (("p50_ms", p50), ("p99_ms", p99))}  # fmt: skip
-    # the rule alone (--run-spread 0): a 20 % p50 change lies within the default spread's light-load allowance
-    verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, run_spread=0).metrics}
+    # three measurements a side: their own ranges hold the spread between them, no run-spread allowance
+    verdicts = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
     assert verdicts == {"saturation_rps": "no_change", "latency_p50_ms": "regression", "latency_p99_ms": "no_change"}
-    spread = {m.metric: m.verdict for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
-    assert spread["latency_p50_ms"] == "inconclusive"
-    tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05, run_spread=0)
+    for row in doc_in["points"]:  # one measurement a side: +20 % at p50 lies within the light-load allowance
+        row["at_rps"] = {k: {**v, "n": 1} for k, v in row["at_rps"].items()}
+    one = {m.metric: m for m in sweep_points_diff(doc_in, "s", "p01", "p02", 0.05).metrics}
+    assert one["latency_p50_ms"].verdict == "inconclusive" and (one["latency_p50_ms"].allowance or 0) > 0.4
+    for row in doc_in["points"]:
+        row["at_rps"] = {k: {**v, "n": 3} for k, v in row["at_rps"].items()}
+    tight = sweep_points_diff(doc_in, "s", "p01", "p02", 0.05, tail_tolerance=0.05)
     assert {m.metric: m.verdict for m in tight.metrics}["latency_p99_ms"] == "regression"
     assert tight.tail_tolerance == 0.05
 

@@ -5,6 +5,7 @@ several searches on both sides, the base's own spread is that noise."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -197,3 +198,54 @@ def test_the_base_saturation_point_does_not_widen_the_latency_allowance() -> Non
     )
     assert p50_at(worse, "400 rps").verdict == "regression"
     assert latency_allowance(0.1, 1 / (1 - 400 / 541.7)) > 0.6
+
+
+def test_the_light_load_jitter_applies_to_one_stage_a_side_only() -> None:
+    """Pooled stages (find --repeats: one stage per search at a rate) are the spread between runs themselves:
+    +30 % at p50 over three stages a side is a regression; over one stage a side it lies within the jitter."""
+    from satpoint.analysis.diff.rows import load_diffs
+
+    def p50(base_ms: list[float], new_ms: list[float]) -> Any:
+        base = [stage_of(ms, i) for i, ms in enumerate(base_ms)]
+        new = [stage_of(ms, 10 + i) for i, ms in enumerate(new_ms)]
+        got = load_diffs(base, new, "100 rps", 0.05, 0.005, run_spread=DEFAULT_RUN_SPREAD)
+        return next(m for m in got if m.metric == "latency_p50_ms")
+
+    three = p50([10.0, 10.2, 9.9], [13.0, 13.1, 12.9])
+    assert three.verdict == "regression" and three.allowance == pytest.approx(
+        latency_allowance(0.1, 1.0, jitter=False), abs=1e-5
+    )
+    one = p50([10.0], [13.0])
+    assert one.verdict == "inconclusive" and one.within_spread
+    assert one.allowance == pytest.approx(latency_allowance(0.1, 1.0), abs=1e-5)
+
+
+def test_a_worse_change_within_the_run_spread_does_not_pass_the_gate(tmp_path: Path) -> None:
+    """+30 % at p50 with one run a side: real within each run, beyond the tolerance, within what an unchanged
+    server moves between runs: not a regression, but not a pass either (exit 1, said, counted, a JUnit error);
+    the same change for the better passes (exit 0)."""
+    from junitparser import Error, JUnitXml
+    from typer.testing import CliRunner
+
+    from satpoint.analysis.diff.verdict import DiffDoc
+    from satpoint.cli.main import app
+    from tests.reports.test_diff_cli import run_folder as recorded_run
+
+    base = recorded_run(tmp_path / "base", 10.0, seed=0)
+    worse = recorded_run(tmp_path / "worse", 13.0, seed=1)
+    better = recorded_run(tmp_path / "better", 7.7, seed=2)
+    out, xml = tmp_path / "d.json", tmp_path / "j.xml"
+    r = CliRunner().invoke(app, ["diff", str(base), str(worse), "--no-html", "--json", str(out), "--junit", str(xml)])
+    assert r.exit_code == 1, r.output
+    assert "real changes for the worse within what an unchanged server moves between runs" in " ".join(r.output.split())
+    doc = DiffDoc.model_validate_json(out.read_text())
+    spread = {f"{m.metric} @ {m.point}" for m in doc.metrics if m.within_spread}
+    assert "latency_p50_ms @ 100 rps" in spread and doc.unjudged == len(spread) and doc.verdict == "inconclusive"
+    cases = {c.name: c for s in JUnitXml.fromfile(str(xml)) for c in s}
+    assert {n for n, c in cases.items() if any(isinstance(x, Error) for x in c.result)} == spread
+    r = CliRunner().invoke(app, ["diff", str(base), str(better), "--no-html", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert not any(m.within_spread for m in DiffDoc.model_validate_json(out.read_text()).metrics)
+    # --run-spread 0 trusts one run: the same +30 % is a regression (exit 3)
+    r = CliRunner().invoke(app, ["diff", str(base), str(worse), "--no-html", "--run-spread", "0"])
+    assert r.exit_code == 3, r.output

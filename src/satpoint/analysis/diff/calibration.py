@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from satpoint.analysis.diff.verdict import ALL_TAIL_METRICS, ALPHA, DEFAULT_TAIL_TOLERANCE, DiffDoc, MetricDiff
+from satpoint.analysis.diff.tolerances import ALL_TAIL_METRICS, DEFAULT_TAIL_TOLERANCE
+from satpoint.analysis.diff.verdict import ALPHA, DiffDoc, MetricDiff
 
 
 def calibrated(doc: DiffDoc) -> DiffDoc:

@@ -55,19 +55,14 @@ from satpoint.analysis.diff.saturation import find_answers as find_answers
 from satpoint.analysis.diff.saturation import saturation_side as saturation_side
 from satpoint.analysis.diff.spread import latency_allowance
 from satpoint.analysis.diff.target import TARGET_HOLD_PURPOSE, judge_target_hold
-from satpoint.analysis.diff.verdict import (
+from satpoint.analysis.diff.tolerances import (
     ALL_TAIL_METRICS,
     DEFAULT_ERROR_TOLERANCE,
-    DEFAULT_RUN_SPREAD,
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TOLERANCE,
-    DiffDoc,
-    MetricDiff,
-    Side,
-    make_doc,
-    metric_diff,
     tolerance_for,
 )
+from satpoint.analysis.diff.verdict import DEFAULT_RUN_SPREAD, DiffDoc, MetricDiff, Side, make_doc, metric_diff
 from satpoint.analysis.search.rates import same_load
 from satpoint.analysis.search.summary import SEARCH_PURPOSES
 from satpoint.analysis.server.machine_busy import busy_segments
@@ -203,7 +198,7 @@ def diff_folders(
     if ratio is None or changed is None:
         return doc
     shift = ratio - 1 if ratio > 1 else 1 / ratio - 1
-    wide = _diff_once(base, new, *args, run_spread + shift)
+    wide = _diff_once(base, new, *args, run_spread, shift=shift)
     explained = machine_explains(doc.metrics, wide.metrics)
     return _diff_once(base, new, *args, run_spread, (explained, changed)) if explained else doc
 
@@ -217,6 +212,7 @@ def _diff_once(
     tail_tolerance: float,
     run_spread: float,
     held: tuple[set[tuple[str, str]], str] | None = None,
+    shift: float = 0.0,
 ) -> DiffDoc:
     """Compare two folders of the same kind (find, run or sweep); ``tail_tolerance`` judges p90 and p99;
     ``run_spread``: how far one run's figures move between runs of an unchanged server (``DEFAULT_RUN_SPREAD``),
@@ -243,7 +239,7 @@ def _diff_once(
         metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance, run_spread)
     else:
         if base.kind == new.kind == "find":
-            metrics.append(_find_saturation(base, new, tolerance, run_spread))
+            metrics.append(_find_saturation(base, new, tolerance, run_spread + shift))
         base_stages, new_stages = base.stages(), new.stages()
         matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)
@@ -251,7 +247,7 @@ def _diff_once(
         busy_b, busy_n = busy_segments(base.doc), busy_segments(new.doc)
         for rate, b, n in matched:
             k = queueing_factor(b, low)
-            at = load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance, run_spread, k)
+            at = load_diffs(b, n, f"{rate:.4g} rps", tolerance, error_tolerance, tail_tolerance, run_spread, k, shift)
             metrics.extend(not_from_busy(x, busy_at(b, busy_b), busy_at(n, busy_n)) for x in at)
         metrics.extend(_unjudged(base, new, new_stages, tolerance))
         if not matched:
@@ -395,7 +391,9 @@ def point_diffs(
         method = "the range of the measurements' figures at --at-rps (each a find's profile stage)"
         metric = key if key in STREAM_FIELDS else f"latency_{key}"
         tol = tolerance_for(metric, tolerance, tail_tolerance)
-        allow_ms = latency_allowance(run_spread, _mm1_queueing(at_rate, bs_.value), metric in ALL_TAIL_METRICS)
+        # several measurements a side: their own ranges hold the spread between them (no allowance)
+        k, tail = _mm1_queueing(at_rate, bs_.value), metric in ALL_TAIL_METRICS
+        allow_ms = 0.0 if bs.n >= 2 and ns.n >= 2 else latency_allowance(run_spread, k, tail)
         out.append(metric_diff(metric, f"{point} at --at-rps", "ms", "lower", bs, ns, tol, method,
                                allowance=allow_ms))  # fmt: skip
     return out

@@ -39,13 +39,8 @@ from satpoint.analysis.diff.bootstrap import (
     quantile_estimate,
 )
 from satpoint.analysis.diff.spread import latency_allowance
-from satpoint.analysis.diff.verdict import (
-    ALL_TAIL_METRICS,
-    DEFAULT_TAIL_TOLERANCE,
-    MetricDiff,
-    sampled_diff,
-    tolerance_for,
-)
+from satpoint.analysis.diff.tolerances import ALL_TAIL_METRICS, DEFAULT_TAIL_TOLERANCE, tolerance_for
+from satpoint.analysis.diff.verdict import MetricDiff, sampled_diff
 from satpoint.analysis.search.rates import same_load
 from satpoint.metrics.records import Records
 from satpoint.metrics.stream_stats import ttfc_s
@@ -211,6 +206,7 @@ def load_diffs(
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE,
     run_spread: float = 0.0,
     queueing: float = 1.0,
+    shift: float = 0.0,
 ) -> list[MetricDiff]:
     """Latency, service time, error rate and throughput of two sets of stages at the same offered rate
     (p90 and p99 judged with ``tail_tolerance``), and time to first chunk and gaps between chunks when every
@@ -220,10 +216,12 @@ def load_diffs(
     A change must also exceed what an unchanged server moves between runs, which no interval within a run
     (nor stages pooled from one find's searches) sees: ``run_spread`` for the throughput, ``latency_allowance``
     for latency and service time (``queueing``: the base's ``queueing_factor`` at this rate).  Only between
-    stable stages: a rate the base held and the new side did not is no drift."""
+    stable stages: a rate the base held and the new side did not is no drift.  ``shift``: the machine's change
+    of speed between the runs (``diff_folders``), added to the capacity's spread; the light-load jitter only
+    when a side rests on one stage at this rate (several are the spread between them)."""
     unstable = [s.verdict for s in (*base, *new) if s.verdict != "stable"]
-    spread = 0.0 if unstable else run_spread
-    tp_allow = spread
+    spread, shift = (0.0, 0.0) if unstable else (run_spread, shift)
+    tp_allow, one = spread + shift, len(base) == 1 or len(new) == 1
     caveat = ""
     if unstable:
         caveat = (
@@ -236,7 +234,7 @@ def load_diffs(
         groups += list(_STREAM_QUANTILES)
     for i, (field, metrics) in enumerate(groups):
         tols = [tolerance_for(m, tolerance, tail_tolerance) for m, _ in metrics]
-        allows = [latency_allowance(spread, queueing, m in ALL_TAIL_METRICS) for m, _ in metrics]
+        allows = [latency_allowance(spread, queueing, m in ALL_TAIL_METRICS, shift, one) for m, _ in metrics]
         out.extend(_quantile_diffs(base, new, field, metrics, 10 * i, point, tols, caveat, allows))
         if field == "service_s":  # the error rate and the throughput after latency and service time
             out.append(_error_diff(base, new, point, error_tolerance, caveat))

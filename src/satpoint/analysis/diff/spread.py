@@ -22,17 +22,20 @@ LIGHT_LOAD_JITTER = 3.5
 TAIL_JITTER = 4.5
 
 
-def latency_allowance(run_spread: float, queueing: float, tail: bool = False) -> float:
-    """How far latency at a rate moves between two runs of an unchanged server, one run a side: the capacity
-    moving by ``run_spread`` moves it through the queueing (for an M/M/1 whose latency there is ``queueing``
-    times its idle latency, 1 / (1 − s·k)), and the light-load answer time moves on its own besides
-    (``LIGHT_LOAD_JITTER`` × ``run_spread``, in log terms; ``TAIL_JITTER`` for a tail): the two combined in
-    quadrature on the log scale.  At most 0.95 (a doubling is always judged, whatever the queueing: the
-    saturation point and the idle rates judge a server that slow); 0 when ``run_spread`` is 0 (the rule off)."""
-    if run_spread <= 0:
+def latency_allowance(
+    run_spread: float, queueing: float, tail: bool = False, shift: float = 0.0, jitter: bool = True
+) -> float:
+    """How far latency at a rate moves between two runs of an unchanged server: the capacity moving by
+    ``run_spread`` (plus ``shift``, the machine's change of speed between the runs) moves it through the
+    queueing (for an M/M/1 whose latency there is ``queueing`` times its idle latency, 1 / (1 − s·k)), and, when
+    a side rests on one stage there (``jitter``), the light-load answer time moves on its own besides
+    (``LIGHT_LOAD_JITTER`` × ``run_spread`` in log terms; ``TAIL_JITTER`` for a tail; not scaled by ``shift``):
+    the two combined in quadrature on the log scale.  At most 0.95 (a doubling is always judged, whatever the
+    queueing: the saturation point and the idle rates judge a server that slow); 0 when both are 0."""
+    x = (run_spread + shift) * max(1.0, queueing)
+    j = (TAIL_JITTER if tail else LIGHT_LOAD_JITTER) * run_spread if jitter else 0.0
+    if x <= 0 and j <= 0:
         return 0.0
-    x = run_spread * max(1.0, queueing)
     if x >= 0.5:
         return 0.95
-    jitter = (TAIL_JITTER if tail else LIGHT_LOAD_JITTER) * run_spread
-    return min(0.95, math.expm1(math.hypot(jitter, -math.log1p(-x))))
+    return min(0.95, math.expm1(math.hypot(j, -math.log1p(-x))))

@@ -1,21 +1,16 @@
 """``satpoint diff``'s verdict on one metric, and the typed ``diff.json`` (``DiffDoc``).
 
-- figures sampled from rows (latency, service time, error rate, throughput at equal offered load;
-  ``rule`` "bootstrap", ``judge_change``): the interval of the change new/base (new − base for the error rate)
-  from a block bootstrap of both sides (``diff_bootstrap``), and its p-value for "no change", Holm-adjusted
-  across every such metric of the diff (``holm``, in ``make_doc``: the family-wise chance of one false
-  regression or improvement stays at 5 %).  ``regression`` / ``improvement``: the adjusted p-value is below
-  ``ALPHA`` (the interval at the adjusted level lies beyond no change) in the worse / better direction **and**
-  the change is larger than the tolerance; ``no_change``: the whole 95 % interval lies within ± the tolerance
-  (equivalence; the overall verdict is ``no_change`` only when every metric is, an intersection-union test,
-  which needs no adjustment); else ``inconclusive``, with the reason;
-- ranges (``judge``): a sweep's figures at ``--at-rps`` (``rule`` "ranges", ``strict``): the ranges do not
-  overlap and the change of the central values is larger than the tolerance; ``no_change`` only when every
-  change the two ranges allow is within the tolerance.  Search brackets (the saturation point, whose range is
-  the search's resolution, not sampling noise; ``rule`` "brackets"): the ranges do not overlap (the sweep's
-  tie rule) and the change is larger than the tolerance; ``no_change`` when the change is within it;
-- otherwise ``inconclusive`` (a lower bound whose range is open upwards and reaches the other side, a side
-  without a figure): never reported as ``no_change``.
+- figures sampled from rows (``rule`` "bootstrap", ``judge_change``): the interval of the change new/base (new −
+  base for the error rate) from a block bootstrap of both sides (``diff_bootstrap``), its p-value for "no change"
+  Holm-adjusted across the diff (``holm``, in ``make_doc``).  ``regression`` / ``improvement``: the adjusted
+  p-value below ``ALPHA`` in the worse / better direction **and** the change beyond the tolerance; ``no_change``:
+  the whole 95 % interval within ± the tolerance (equivalence; overall only when every metric is); else
+  ``inconclusive``, with the reason;
+- ranges (``judge``): a sweep's figures at ``--at-rps`` (``rule`` "ranges", ``strict``): apart, with a change
+  beyond the tolerance; ``no_change`` only when every change the ranges allow is within it.  Search brackets
+  (the saturation point, ``rule`` "brackets"): apart (the sweep's tie rule) with a change beyond the tolerance;
+  ``no_change`` when the change is within it;
+- otherwise ``inconclusive`` (a lower bound open upwards, a side without a figure): never ``no_change``.
 """
 
 from __future__ import annotations
@@ -29,23 +24,11 @@ from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 from satpoint.analysis.diff.bootstrap import LEVEL, Estimate, change_of
 from satpoint.analysis.diff.spread import DEFAULT_RUN_SPREAD as DEFAULT_RUN_SPREAD
 from satpoint.analysis.diff.target import TargetHold
+from satpoint.analysis.diff.tolerances import DEFAULT_TAIL_TOLERANCE
 from satpoint.analysis.search import brackets
 
 Outcome = Literal["regression", "improvement", "no_change", "inconclusive"]
 Better = Literal["higher", "lower"]
-#: the default tolerance: a change smaller than 5 % does not matter
-DEFAULT_TOLERANCE = 0.05
-#: the default tolerance of tail latency (p90, p99 of latency and service time): on a shared machine the tails
-#: of two runs of one server differ by 15-20 % at low load (A/A pairs on the sim, benchmarks/RESULTS.md)
-#: while p50 and the saturation point hold within 5 %
-DEFAULT_TAIL_TOLERANCE = 0.20
-#: the metrics ``--tail-tolerance`` applies to (the rest use ``--tolerance``; the error rate its own)
-TAIL_METRICS = ("latency_p90_ms", "latency_p99_ms", "service_p90_ms", "service_p99_ms")
-#: the tails of streamed answers (``--stream``: time to first chunk, gaps between chunks), judged as ``TAIL_METRICS``
-STREAM_TAIL_METRICS = ("ttfc_p99_ms", "gap_p99_ms")
-ALL_TAIL_METRICS = (*TAIL_METRICS, *STREAM_TAIL_METRICS)
-#: error rates are compared in absolute terms: a change of less than 0.5 percentage points does not matter
-DEFAULT_ERROR_TOLERANCE = 0.005
 #: the family-wise level of the Holm-adjusted regression/improvement verdicts
 ALPHA = 1 - LEVEL
 DIFF_FILE = "diff.json"
@@ -101,9 +84,18 @@ class MetricDiff(BaseModel):
     #: the change a figure resting on one run a side must exceed besides the tolerance (the between-run spread,
     #: ``DiffDoc.run_spread``, scaled by the queueing at that rate for latency); None or 0: the tolerance alone
     allowance: float | None = None
-    #: why the figure cannot be judged: measured on a busy machine (``diff_busy``); its verdict stays
-    #: inconclusive whatever the evidence (Holm's rejudging included)
+    #: why the figure cannot be judged: the machine was busy or changed speed (``diff_busy``); inconclusive always
     busy: str | None = None
+
+    @property
+    def within_spread(self) -> bool:
+        """A real change in the worse direction beyond the tolerance that only the run spread kept from a verdict:
+        one run a side cannot tell it from the noise between runs, so the gate does not pass on it."""
+        c = self.change
+        if self.verdict != "inconclusive" or self.busy or not self.allowance or c is None or abs(c) <= self.tolerance:
+            return False
+        real = self.p_adjusted is not None and self.p_adjusted <= ALPHA if self.rule == "bootstrap" else bool(self.gap)
+        return real and abs(c) <= self.allowance and (c > 0) == (self.better == "lower")
 
 
 class DiffDoc(BaseModel):
@@ -144,10 +136,10 @@ class DiffDoc(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def unjudged(self) -> int:
-        """Figures (and the target's hold) the machine held back (busy, speed changed): the gate exits 1."""
-        return sum(1 for m in self.metrics if m.busy) + int(
-            self.target_hold is not None and bool(self.target_hold.busy)
-        )
+        """Figures the gate cannot pass on (exit 1): held back by the machine (busy, speed changed: ``busy``, the
+        target's hold too), or a worse change within the run spread (``within_spread``)."""
+        hold = self.target_hold is not None and bool(self.target_hold.busy)
+        return sum(1 for m in self.metrics if m.busy or m.within_spread) + int(hold)
 
     @property
     def regressed(self) -> bool:
@@ -235,8 +227,9 @@ def within_run_spread(change: float, gap: float | None, allowance: float) -> Jud
     """A change beyond the tolerance but within what an unchanged server moves between runs: not a verdict."""
     return Judgement("inconclusive", change, gap, (
         f"the change is larger than the tolerance, but within the {allowance * 100:.0f} % an unchanged server "
-        "moves between runs here (--run-spread, at a loaded rate with its queueing): measure your setup's with "
-        "A/A pairs (diff --calibrate) and give --run-spread, or repeat both runs"))  # fmt: skip
+        "moves between runs here (--run-spread: its light-load jitter and, at a loaded rate, its queueing): "
+        "repeat both runs (find --repeats 3), or measure your setup's with A/A pairs (diff --calibrate) and give "
+        "--run-spread"))  # fmt: skip
 
 
 def _pct(x: float) -> str:
@@ -491,9 +484,3 @@ def make_doc(
         metrics=metrics,
         notes=notes,
     )
-
-
-def tolerance_for(metric: str, tolerance: float, tail_tolerance: float) -> float:
-    """The tolerance a relative metric is judged with: ``tail_tolerance`` for ``TAIL_METRICS`` and
-    ``STREAM_TAIL_METRICS``."""
-    return tail_tolerance if metric in ALL_TAIL_METRICS else tolerance

@@ -17,14 +17,8 @@ from satpoint.analysis.diff.busy import held_by_machine
 from satpoint.analysis.diff.calibration import calibrated
 from satpoint.analysis.diff.compare import SWEEP_FILE, Folder, diff_folders, parse_fraction, sweep_points_diff
 from satpoint.analysis.diff.target import baseline_target
-from satpoint.analysis.diff.verdict import (
-    DEFAULT_ERROR_TOLERANCE,
-    DEFAULT_RUN_SPREAD,
-    DEFAULT_TAIL_TOLERANCE,
-    DEFAULT_TOLERANCE,
-    DIFF_FILE,
-    DiffDoc,
-)
+from satpoint.analysis.diff.tolerances import DEFAULT_ERROR_TOLERANCE, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE
+from satpoint.analysis.diff.verdict import DEFAULT_RUN_SPREAD, DIFF_FILE, DiffDoc
 from satpoint.analysis.summary.build import build_summary
 from satpoint.analysis.summary.model import parse_summary
 from satpoint.metrics.results import RESULTS_FILE, load_results
@@ -220,5 +214,14 @@ def gate(
             "or one whose speed changed between the runs (see above): the gate cannot pass on them; measure both "
             "sides on one quiet machine"
         )
-        return "unjudged"
-    return "passed"
+    spread = sorted((m for m in doc.metrics if m.within_spread), key=lambda m: -abs(m.change or 0.0))
+    if spread:
+        top = spread[0]
+        console.print(
+            f"[bold yellow]not judged:[/] {len(spread)} real change{'s' if len(spread) > 1 else ''} for the worse "
+            f"within what an unchanged server moves between runs (largest {(top.change or 0) * 100:+.1f} % "
+            f"{top.metric} @ {top.point}): one run a side cannot tell {'them' if len(spread) > 1 else 'it'} from "
+            "that noise, so the gate cannot pass; repeat both runs (find --repeats 3) or give a --run-spread "
+            "measured with diff --calibrate"
+        )
+    return "unjudged" if held or spread else "passed"

@@ -1,9 +1,9 @@
 """``satpoint diff --junit FILE``: one JUnit test case per metric and point (junitparser).
 
-A regression is a failure; a figure the machine held back (busy, or its speed changed: the gate exits 1 on
-it) an error of type ``unjudged``; another inconclusive verdict is skipped (a failure with
-``--fail-on-inconclusive``); improvements and no change pass.  The evidence is each case's message and
-``system-out``."""
+A regression is a failure; a figure the gate cannot pass on (held back by the machine, busy or changed in
+speed, or a change for the worse within the run spread: exit 1) an error of type ``unjudged``; another
+inconclusive verdict is skipped (a failure with ``--fail-on-inconclusive``); improvements and no change pass.
+The evidence is each case's message and ``system-out``."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
         suite.add_property(key, str(value))
     for m in doc.metrics:
         case = TestCase(f"{m.metric} @ {m.point}", classname=f"satpoint.diff.{doc.compared}", time=0.0)
-        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive and not m.busy):
+        unjudged = bool(m.busy) or m.within_spread
+        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive and not unjudged):
             case.result = [Failure(m.text, m.verdict)]
-        elif m.busy:
+        elif unjudged:
             case.result = [Error(m.text, "unjudged")]
         elif m.verdict == "inconclusive":
             case.result = [Skipped(m.text)]
