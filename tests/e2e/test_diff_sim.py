@@ -24,7 +24,7 @@ from satpoint.servers.sim.process import SimServer
 
 pytestmark = pytest.mark.slow
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
-STAGE = "150:1:5"  # 4 slots of 10 ms: 400 rps, so 38 %; of 16 ms: 250 rps, 60 %
+STAGE = "150:1:5"  # 4 slots of 10 ms: 400 rps, so 38 %; of 20 ms: 200 rps, 75 %
 
 
 def satpoint(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -39,11 +39,12 @@ def run_against(service_ms: float, out: Path, *extra: str) -> subprocess.Complet
 
 
 def test_a_slower_service_at_equal_load_is_a_latency_regression(tmp_path: Path) -> None:
-    """A service 60 % slower: beyond what one run a side allows for (44 % at p50 with no queueing)."""
+    """A service twice as slow: a doubling is judged whatever one run a side allows for (at most 95 %), on a
+    machine whose speed changed between the runs too."""
     base, slower = tmp_path / "base", tmp_path / "slower"
     assert run_against(10.0, base).returncode == 0
     # run --baseline: measure, then the diff against the baseline folder; exit 3 on the regression
-    r = run_against(16.0, slower, "--baseline", str(base))
+    r = run_against(20.0, slower, "--baseline", str(base))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "verdict: regression" in r.stdout
     assert "latency_p50_ms" in (slower / "diff.html").read_text()  # the overlay page beside diff.json
