@@ -35,6 +35,12 @@ def test_the_reference_workload_is_timed_and_its_fastest_segment_kept(monkeypatc
     cpu = min(before)
     assert reference_us(3, cpus=[cpu]) > 0
     assert seen == [{cpu}, before] and os.sched_getaffinity(0) == before
+    # the fastest repetition, not the median (a slower one was preempted)
+    import satpoint.engine.machine_speed as ms
+
+    ticks = iter([0, 900_000, 0, 300_000, 0, 700_000])
+    monkeypatch.setattr(ms.time, "perf_counter_ns", lambda: next(ticks))
+    assert reference_us(3) == 300.0
     block = machine_speed_block([(0, {"reference_us": 400.0}), (1, {"procs": 1}), (2, {"reference_us": 500.0}),
                                  (3, {"reference_us": 420.0})])  # fmt: skip
     assert block == {"reference_us": 400.0, "segments": {0: 400.0, 2: 500.0, 3: 420.0}}  # the fastest segment
@@ -210,3 +216,19 @@ def test_held_figures_are_counted_in_diff_json_as_junit_errors_and_not_in_the_ca
     assert cal is not None and cal["held_by_machine"] == len(held) and cal["metrics"] == len(doc.metrics) - len(held)
     r = CliRunner().invoke(app, ["diff", str(base), str(equal), "--no-html", "--json", str(out)])
     assert r.exit_code == 0 and json.loads(out.read_text())["unjudged"] == 0
+
+
+def test_a_run_with_one_segment_is_compared_like_with_like_against_a_find() -> None:
+    """The fastest of fifteen segments is faster than one segment's time by chance alone: a run (one segment)
+    against a find is compared with the find's expected fastest of one segment, not its fastest of fifteen."""
+    from satpoint.analysis.server.machine_speed import expected_fastest
+
+    find = {"machine_speed": {"reference_us": 300.0, "segments": {i: 330.0 for i in range(14)} | {14: 300.0}}}
+    run = {"machine_speed": {"reference_us": 330.0, "segments": {0: 330.0}}}
+    assert speed_changed(330.0 / 300.0) is not None  # the fastest against the fastest: a "changed" machine
+    ratio = speed_ratio(find, run)
+    assert ratio == pytest.approx(330.0 / expected_fastest([330.0] * 14 + [300.0], 1)) and speed_changed(ratio) is None
+    assert expected_fastest([1.0, 2.0, 3.0], 2) == pytest.approx(4 / 3) and expected_fastest([3.0, 1.0], 5) == 1.0
+    # two finds: the fastest of each (as many segments a side, or the fewer of them)
+    other = {"machine_speed": {"reference_us": 360.0, "segments": {i: 360.0 for i in range(15)}}}
+    assert speed_ratio(find, other) == pytest.approx(360.0 / 300.0)

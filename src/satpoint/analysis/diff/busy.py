@@ -54,16 +54,18 @@ def not_from_changed_machine(m: MetricDiff, why: str | None) -> MetricDiff:
 def machine_explains(plain: Sequence[MetricDiff], wide: Sequence[MetricDiff]) -> set[tuple[str, str]]:
     """The figures whose verdict a change of the machine's speed explains (``plain``: judged with the run
     spread; ``wide``: with it widened by the speed change; one metric list each, in the same order): a
-    no_change (a faster machine can hide a regression, a slower one an improvement), and a regression or an
-    improvement the wider spread no longer calls; a larger change keeps its verdict.  Either direction: the
-    reference workload is timed before the stages, not during them, and A/A pairs showed a side timed slower
-    measuring the higher capacity (+29.7 % on a side timed 1.17x slower).  Never the error rate, nor a side
-    that held no rate (the server's doing)."""
+    no_change or an inconclusive figure (a faster machine can hide a regression, a slower one an improvement),
+    and a regression or an improvement the wider spread no longer calls; a larger change keeps its verdict.
+    Either direction: the reference workload is timed before the stages, not during them, and A/A pairs
+    showed a side timed slower measuring the higher capacity (+29.7 % on a side timed 1.17x slower).  Never
+    the error rate, nor a side that held no rate (the server's doing)."""
     out: set[tuple[str, str]] = set()
     for m, w in zip(plain, wide, strict=True):
         if m.metric == "error_rate" or m.base.value is None or m.new.value is None:
             continue
-        if m.verdict == "no_change" or (m.verdict in ("regression", "improvement") and w.verdict != m.verdict):
+        if m.verdict in ("no_change", "inconclusive") or (
+            m.verdict in ("regression", "improvement") and w.verdict != m.verdict
+        ):
             out.add((m.metric, m.point))
     return out
 

@@ -25,6 +25,10 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
         "metrics": n,
         "held_by_machine": len(doc.metrics) - n,
         "false_alarms": [f"{m.metric} @ {m.point}: {m.verdict}" for m in alarms],
+        # changes for the worse left undecided: the gate exits 1 on them, an A/A pair's false "unjudged"
+        "undecided_worse": [
+            f"{m.metric} @ {m.point}: {(m.change or 0) * 100:+.1f} %" for m in judged if m.worse_undecided
+        ],
         "false_alarm_rate": round(len(alarms) / n, 4) if n else None,
         "inconclusive": sum(m.verdict == "inconclusive" for m in judged),
         # a tolerance above the widest gap would have called no false alarm on this pair (relative metrics)
@@ -47,7 +51,10 @@ def calibrated(doc: DiffDoc) -> DiffDoc:
 
 
 def _alarm_at(m: MetricDiff) -> float:
-    """The largest tolerance at which ``m`` would still be called a change (0: at none)."""
+    """The largest tolerance at which ``m`` would still be called a change, or left undecided for the worse
+    (the gate's exit 1: ``worse_undecided``) (0: at none)."""
+    if m.worse_undecided:
+        return abs(m.change or 0.0)
     if m.rule == "bootstrap":
         return abs(m.change or 0.0) if m.p_adjusted is not None and m.p_adjusted <= ALPHA else 0.0
     return abs(m.change or 0.0) if m.gap else 0.0

@@ -88,14 +88,14 @@ class MetricDiff(BaseModel):
     busy: str | None = None
 
     @property
-    def within_spread(self) -> bool:
-        """A real change in the worse direction beyond the tolerance that only the run spread kept from a verdict:
-        one run a side cannot tell it from the noise between runs, so the gate does not pass on it."""
+    def worse_undecided(self) -> bool:
+        """A change for the worse beyond the tolerance left without a verdict (within the run spread, ranges that
+        overlap, a lower bound): the gate does not pass on it.  Sampled figures: only a real one (Holm-adjusted)."""
         c = self.change
-        if self.verdict != "inconclusive" or self.busy or not self.allowance or c is None or abs(c) <= self.tolerance:
+        if self.verdict != "inconclusive" or self.busy or c is None or abs(c) <= self.tolerance:
             return False
-        real = self.p_adjusted is not None and self.p_adjusted <= ALPHA if self.rule == "bootstrap" else bool(self.gap)
-        return real and abs(c) <= self.allowance and (c > 0) == (self.better == "lower")
+        real = self.rule != "bootstrap" or (self.p_adjusted is not None and self.p_adjusted <= ALPHA)
+        return real and (c > 0) == (self.better == "lower")
 
 
 class DiffDoc(BaseModel):
@@ -137,9 +137,9 @@ class DiffDoc(BaseModel):
     @property
     def unjudged(self) -> int:
         """Figures the gate cannot pass on (exit 1): held back by the machine (busy, speed changed: ``busy``, the
-        target's hold too), or a worse change within the run spread (``within_spread``)."""
+        target's hold too), or a change for the worse left undecided (``worse_undecided``)."""
         hold = self.target_hold is not None and bool(self.target_hold.busy)
-        return sum(1 for m in self.metrics if m.busy or m.within_spread) + int(hold)
+        return sum(1 for m in self.metrics if m.busy or m.worse_undecided) + int(hold)
 
     @property
     def regressed(self) -> bool:

@@ -18,6 +18,7 @@ the gate does not pass)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,14 +39,34 @@ def machine_speed_block(generators: Sequence[tuple[int, Mapping[str, Any]]]) -> 
 
 def speed_ratio(base: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
     """The new side's reference time over the base's (above 1: the new side's machine ran slower), from two
-    summaries; None when either side did not measure it."""
+    summaries; None when either side did not measure it.  Like with like: the side with more segments is
+    taken at the expected fastest of as many of its segments as the other side has (``expected_fastest``), so
+    a run's one segment is not held against the fastest of a find's fifteen."""
     b, n = base.get("machine_speed"), new.get("machine_speed")
     if not isinstance(b, Mapping) or not isinstance(n, Mapping):
         return None
     rb, rn = b.get("reference_us"), n.get("reference_us")
     if not isinstance(rb, int | float) or not isinstance(rn, int | float) or rb <= 0 or rn <= 0:
         return None
+    sb, sn = _times(b), _times(n)
+    if sb and sn:
+        k = min(len(sb), len(sn))
+        rb, rn = expected_fastest(sb, k), expected_fastest(sn, k)
     return float(rn) / float(rb)
+
+
+def _times(block: Mapping[str, Any]) -> list[float]:
+    seg = block.get("segments")
+    return [float(v) for v in seg.values() if isinstance(v, int | float) and v > 0] if isinstance(seg, Mapping) else []
+
+
+def expected_fastest(times: Sequence[float], k: int) -> float:
+    """The expected fastest of ``k`` of ``times`` drawn without replacement: Σ x(i) · C(N − i, k − 1) / C(N, k)
+    over the times sorted fastest first (k = N: the fastest)."""
+    xs, n = sorted(times), len(times)
+    k = max(1, min(k, n))
+    total = math.comb(n, k)
+    return sum(x * math.comb(n - i, k - 1) for i, x in enumerate(xs, start=1)) / total
 
 
 def speed_changed(ratio: float | None, tolerance: float = SPEED_TOLERANCE) -> str | None:

@@ -214,14 +214,14 @@ def gate(
             "or one whose speed changed between the runs (see above): the gate cannot pass on them; measure both "
             "sides on one quiet machine"
         )
-    spread = sorted((m for m in doc.metrics if m.within_spread), key=lambda m: -abs(m.change or 0.0))
+    spread = sorted((m for m in doc.metrics if m.worse_undecided), key=lambda m: -abs(m.change or 0.0))
     if spread:
         top = spread[0]
         console.print(
-            f"[bold yellow]not judged:[/] {len(spread)} real change{'s' if len(spread) > 1 else ''} for the worse "
-            f"within what an unchanged server moves between runs (largest {(top.change or 0) * 100:+.1f} % "
-            f"{top.metric} @ {top.point}): one run a side cannot tell {'them' if len(spread) > 1 else 'it'} from "
-            "that noise, so the gate cannot pass; repeat both runs (find --repeats 3) or give a --run-spread "
-            "measured with diff --calibrate"
+            f"[bold yellow]not judged:[/] {len(spread)} change{'s' if len(spread) > 1 else ''} for the worse beyond "
+            f"the tolerance left undecided (largest {(top.change or 0) * 100:+.1f} % {top.metric} @ {top.point}: "
+            "within what an unchanged server moves between runs, or ranges that overlap): the gate cannot pass on "
+            f"{'them' if len(spread) > 1 else 'it'}; repeat both runs (find --repeats 3), or, if changes this large "
+            "do not matter, a larger --tolerance / --tail-tolerance (diff --calibrate shows what an A/A pair needs)"
         )
     return "unjudged" if held or spread else "passed"

@@ -1,8 +1,9 @@
 """``satpoint diff --junit FILE``: one JUnit test case per metric and point (junitparser).
 
 A regression is a failure; a figure the gate cannot pass on (held back by the machine, busy or changed in
-speed, or a change for the worse within the run spread: exit 1) an error of type ``unjudged``; another
-inconclusive verdict is skipped (a failure with ``--fail-on-inconclusive``); improvements and no change pass.
+speed, or a change for the worse left undecided: exit 1) an error of type ``unjudged``; another inconclusive
+verdict is skipped (with ``--fail-on-inconclusive`` every inconclusive one is a failure, exit 3); improvements
+and no change pass.
 The evidence is each case's message and ``system-out``."""
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
         suite.add_property(key, str(value))
     for m in doc.metrics:
         case = TestCase(f"{m.metric} @ {m.point}", classname=f"satpoint.diff.{doc.compared}", time=0.0)
-        unjudged = bool(m.busy) or m.within_spread
-        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive and not unjudged):
+        unjudged = bool(m.busy) or m.worse_undecided
+        if m.verdict == "regression" or (m.verdict == "inconclusive" and fail_on_inconclusive):
             case.result = [Failure(m.text, m.verdict)]
         elif unjudged:
             case.result = [Error(m.text, "unjudged")]
@@ -39,7 +40,7 @@ def diff_junit(doc: DiffDoc, fail_on_inconclusive: bool = False) -> JUnitXml:
     hold = doc.target_hold
     if hold is not None:
         case = TestCase(f"baseline target @ {hold.rate_rps:g} rps", classname=f"satpoint.diff.{doc.compared}", time=0.0)
-        if hold.held is False or (hold.held is None and fail_on_inconclusive and not hold.busy):
+        if hold.held is False or (hold.held is None and fail_on_inconclusive):
             case.result = [Failure(hold.text, "regression" if hold.held is False else "inconclusive")]
         elif hold.held is None and hold.busy:
             case.result = [Error(hold.text, "unjudged")]
