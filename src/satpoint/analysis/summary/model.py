@@ -262,7 +262,7 @@ class RunSummary(BaseModel):
     relocated: Relocated | None = None
     #: other work on the machine while it measured (``analysis.server.machine_busy``); None: not watched
     machine_busy: dict[str, Any] | None = None
-    #: the reference workload's time before each segment and its median (``analysis.server.machine_speed``)
+    #: the reference workload's time before each segment and the fastest of them (``analysis.server.machine_speed``)
     machine_speed: dict[str, Any] | None = None
     warnings: list[str]
     thresholds: list[ThresholdOutcome] = []
