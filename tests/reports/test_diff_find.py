@@ -18,7 +18,7 @@ from tests.reports.html.test_html import make_find
 @pytest.fixture(scope="module")
 def finds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("diff-find")
-    capacities = {"base": (3, 10.0, 1), "again": (3, 10.0, 2), "slower": (3, 3000 / 255, 3)}  # 300, 300, 255 rps
+    capacities = {"base": (3, 10.0, 1), "again": (3, 10.0, 2), "slower": (3, 3000 / 225, 3)}  # 300, 300, 225 rps
     out = {}
     for name, (slots, service_ms, seed) in capacities.items():
         out[name] = root / name

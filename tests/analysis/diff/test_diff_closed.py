@@ -109,10 +109,10 @@ def test_stages_judged_by_looser_rules_are_refused() -> None:
 
 
 def test_fewer_searches_cannot_clear_the_base_lowest_answer() -> None:
-    """The base's lowest of three searches is 280 rps; one new search answers 320: the lowest of one search is
+    """The base's lowest of three searches is 280 rps; one new search answers 360: the lowest of one search is
     higher by chance alone, so neither an improvement nor no_change; a lower answer is still a regression."""
     base = find_doc([(280, 294), (300, 315), (300, 315)])
-    out = diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(320, 336)]), {}))
+    out = diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(360, 378)]), {}))
     m = saturation(out)
     assert m.verdict == "inconclusive" and "ran 1 search, the base 3" in m.text and out.verdict == "inconclusive"
     assert saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", find_doc([(285, 300)]), {}))
@@ -172,10 +172,10 @@ def test_a_run_lost_far_below_where_the_base_lost_its_own_is_a_regression() -> N
 
 def test_searches_find_did_not_count_do_not_make_the_lowest_of_one_clear_the_base() -> None:
     """The new find ran three searches; the budget cut two of them coarse (200-400 rps, not counted: find
-    publishes the one precise search's 320).  Its figure is the lowest of one search, not of three: against
+    publishes the one precise search's 360).  Its figure is the lowest of one search, not of three: against
     the base's lowest of three (280) it is no improvement, nor no_change."""
     base = find_doc([(280, 294), (300, 315), (300, 315)])
-    new = find_doc([(320, 336), (200, 400), (200, 400)], saturation_rps=320, unstable_rps=336)
+    new = find_doc([(360, 378), (200, 400), (200, 400)], saturation_rps=360, unstable_rps=378)
     m = saturation(diff_folders(Folder("b", "find", base, {}), Folder("n", "find", new, {})))
     assert m.verdict == "inconclusive" and "ran 1 search, the base 3" in m.text
     # three searches counted on both sides: judged as before

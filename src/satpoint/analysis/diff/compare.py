@@ -148,13 +148,14 @@ def match_stages(
     return out, notes
 
 
-def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: float) -> MetricDiff:
+def _find_saturation(base: Folder, new: Folder, tolerance: float, run_spread: float, shift: float = 0.0) -> MetricDiff:
     """The saturation point of two finds: the figure ``find`` publishes (``published_side``), a change within
     the noise between runs left undecided (``saturation_allowance``: ``run_spread`` when a side counted one
     search), and a side that held no rate by the server's doing against one with an answer
     (``failed_side_diff``)."""
     reasons = sorted(set(lower_bound_reasons(base.doc)) | set(lower_bound_reasons(new.doc)))
     allowance = saturation_allowance(searches(base.doc), searches(new.doc), counted_spread(base.doc), run_spread)
+    allowance += shift if allowance > 0 or shift > 0 else 0.0  # the machine's change of speed (diff_folders)
     m = saturation_diff(published_side(base.doc), published_side(new.doc), "search", tolerance, reasons, lowest=True,
                         allowance=allowance)  # fmt: skip
     m = failed_side_diff(m, no_answer_cause(base.doc, base.purposes), no_answer_cause(new.doc, new.purposes))
@@ -239,7 +240,7 @@ def _diff_once(
         metrics, notes = _sweep_diffs(base.doc, new.doc, tolerance, tail_tolerance, run_spread)
     else:
         if base.kind == new.kind == "find":
-            metrics.append(_find_saturation(base, new, tolerance, run_spread + shift))
+            metrics.append(_find_saturation(base, new, tolerance, run_spread, shift))
         base_stages, new_stages = base.stages(), new.stages()
         matched, rate_notes = match_stages(base_stages, new_stages, stable_only="find" in (base.kind, new.kind))
         notes.extend(rate_notes)

@@ -192,6 +192,12 @@ def answers_spread(answers: Sequence[Answer]) -> float:
     return (max(sats) - min(sats)) / min(sats) if len(sats) > 1 and min(sats) > 0 else 0.0
 
 
+#: one search on a side: its saturation point moved 0 to 16 % between two finds of the embedded MLServer on a quiet
+#: shared machine (12 A/A pairs, up to 30 % in one; benchmarks/RESULTS.md), a standard deviation of 8-12 %, twice
+#: the 10 % run spread that holds for the lowest of several searches a side (a change for the worse within it exits 1)
+SINGLE_SEARCH_FACTOR = 2.0
+
+
 def saturation_allowance(base_n: int, new_n: int, base_spread: float, run_spread: float) -> float:
     """The change of the saturation point that two sides cannot tell from the noise between runs.
 
@@ -201,11 +207,12 @@ def saturation_allowance(base_n: int, new_n: int, base_spread: float, run_spread
     next run.  With several searches on both sides, a base whose own searches spread further
     (``base_spread``: ``answers_spread`` of the searches ``find`` counted) raises it, up to twice
     ``run_spread`` (a spread beyond that is the base's problem, not a licence to pass any drop); the new
-    side's spread is not used (one search of three at 250 rps, not 300, is the change itself)."""
+    side's spread is not used (one search of three at 250 rps, not 300, is the change itself).  One search on
+    a side: ``SINGLE_SEARCH_FACTOR`` times ``run_spread``."""
     if run_spread <= 0:
         return 0.0
     if min(base_n, new_n) <= 1:
-        return run_spread
+        return SINGLE_SEARCH_FACTOR * run_spread
     return min(2 * run_spread, max(run_spread, base_spread))
 
 
