@@ -8,14 +8,48 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests import xdist_alone as alone
+from tests.xdist_alone import ALONE
 
 # A suite started in the background by a shell without job control (`cmd &` in a script) inherits SIGINT
 # ignored, and so would every process it starts: satpoint then never sees the Ctrl-C the tests send it.
 # A handled signal is reset to its default in a child at exec, so a handler here gives the children theirs.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{ALONE}: runs while no other test runs (after the others, on one worker): what it asserts depends on the"
+        " machine being otherwise idle (other processes' CPU, the machine's speed, a capacity or latency that a"
+        " sibling worker's load would move)",
+    )
+    alone.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    alone.unconfigure(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    alone.configure_node(node)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    alone.collection_finish(session)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (``addopts``) runs the tests marked ``alone`` after the others, by themselves."""
+    return alone.AloneLastScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 #: outcome of each ``mlserver_in_process`` test run apart: nodeid -> (outcome, message)
@@ -27,7 +61,8 @@ def _run_apart(items: list[pytest.Item], rootpath: Path) -> None:
     one interpreter start and one import of MLServer's modules for the module, not one per test."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "apart.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", f"--junitxml={report}"]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--durations=0",
+               f"--junitxml={report}"]  # fmt: skip
         done = subprocess.run([*cmd, *(i.nodeid for i in items)], cwd=rootpath, capture_output=True, text=True,
                               timeout=600)  # fmt: skip
         output = f"{done.stdout[-4000:]}{done.stderr[-2000:]}"

@@ -28,6 +28,7 @@ def summary_of(out: Path) -> dict[str, Any]:
     return json.loads((out / "summary.json").read_text())  # type: ignore[no-any-return]
 
 
+@pytest.mark.alone  # 1500 rps stable at the sim's 5 ms, the sim and the generator each on a core of its own
 def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
     with SimServer(slots=200, service_ms=5, cpus=[0] if TWO_CPUS else None) as sim:
         url = sim.url

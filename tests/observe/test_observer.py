@@ -133,6 +133,7 @@ def test_the_agent_imports_this_satpoint_without_reordering_the_path(
     assert "PYTHONPATH" not in env
 
 
+@pytest.mark.alone  # measures the machine's other work, and makes a core of it
 def test_other_work_on_the_machine_is_sampled_apart_from_the_server_and_satpoint(tmp_path: Path) -> None:
     """The samples carry every CPU's busy time and the CPU time of the server's and satpoint's processes: a
     process spinning outside both trees (reparented to init) shows as other work, near a core of it."""
