@@ -1,4 +1,4 @@
-"""The public API: its names, its cheap import, the README's example, typed summaries that mirror the JSON."""
+"""The public API: its names, its cheap import, the documentation's example, typed summaries that mirror the JSON."""
 
 from __future__ import annotations
 
@@ -140,11 +140,15 @@ def test_bad_input_is_rejected_before_any_load() -> None:
         satpoint.find(target, server=satpoint.MLServerSettings(parallel_workers=2))
 
 
+API_PAGE = ROOT / "docs" / "reference" / "python-api.md"
+
+
 def _readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    """The example of the documentation's Python API page (before its generated reference)."""
+    text = API_PAGE.read_text()
+    section = text.split("# Python API", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "the README's Python API section has one example"
+    assert len(blocks) == 1, "the Python API page opens with one example"
     return blocks[0]
 
 
@@ -152,7 +156,7 @@ def _readme_example() -> str:
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     ns: dict[str, Any] = {}
-    exec(compile(_readme_example(), "README.md", "exec"), ns)  # the README's own code, as written
+    exec(compile(_readme_example(), str(API_PAGE), "exec"), ns)  # the page's own code, as written
     run_result, found, loaded = ns["result"], ns["found"], ns["loaded"]
     # 100 rps and 200 rps are half the sim's capacity or less: both stages stable
     assert [s.verdict for s in run_result.summary.stages] == ["stable", "stable"]

@@ -1,5 +1,5 @@
 """``--reconfigure``: every ``{knob}`` arrives as exactly its value wherever it stands in the command
-(unquoted, in single or double quotes: the README's JSON patch verbatim), nothing in a value is ever run
+(unquoted, in single or double quotes: the sweep guide's JSON patch verbatim), nothing in a value is ever run
 by the shell, the command stays out of argv, and what ``sweep.json`` and the terminal get of it, of the
 server's URLs and of its environment is redacted; ``--resume`` runs no command read from the folder."""
 
@@ -18,14 +18,14 @@ from satpoint.experiments.reconfigure import render_command, run_reconfigure
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.redact import REDACTED
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+SWEEP_GUIDE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "tuning-sweeps.md"
 TOKEN = "tok-RECONF-SECRET-7"
 HOSTILE = "a b $(touch PWNED) `touch PWNED2` \"q\" 'r' \\ ${HOME} ; exit 9"
 
 
 def _readme_command() -> str:
-    """The ``--reconfigure`` argument of the README's remote sweep example, as a shell would pass it."""
-    text = README.read_text()
+    """The ``--reconfigure`` argument of the sweep guide's remote example, as a shell would pass it."""
+    text = SWEEP_GUIDE.read_text()
     (arg,) = re.findall(r"--reconfigure '([^']*)'\n", text)
     return arg
 
