@@ -42,7 +42,7 @@ def fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return exe
 
 
-def test_the_readme_example_runs_verbatim(fake_kubectl: Path) -> None:
+def test_the_sweep_guide_example_runs_verbatim(fake_kubectl: Path) -> None:
     cmd = _readme_command()
     assert placeholders(cmd) == ["replicas"]
     parse_set(["replicas=1,2"], "remote", cmd)
