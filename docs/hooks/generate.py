@@ -16,11 +16,12 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
-from mkdocs.structure.pages import Page
+if TYPE_CHECKING:  # the page generators below need no mkdocs: the tests call them without it
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
+    from mkdocs.structure.pages import Page
 
 ROOT = Path(__file__).resolve().parents[2]
 #: repository files shown as pages: file -> page
@@ -46,6 +47,8 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
+    from mkdocs.structure.files import File
+
     for uri, text in generated_pages().items():
         files.append(File.generated(config, uri, content=text))
     return files
@@ -216,8 +219,11 @@ def schemas_page() -> str:
         "",
     ]
     if not files:
-        lines += ["This checkout has no `schemas/*.json` yet: the [results folder](results-folder.md) page",
-                  "describes the files and their fields.", ""]
+        lines += [
+            "This checkout has no `schemas/*.json` yet: the [results folder](results-folder.md) page",
+            "describes the files and their fields.",
+            "",
+        ]
     for path in files:
         schema = json.loads(path.read_text())
         lines += [f"## `{path.name}`", ""]
