@@ -61,7 +61,7 @@ def test_the_api_page_documents_every_public_name() -> None:
     for name in satpoint.__all__:
         if name in ("__version__", "SCHEMA_VERSION"):
             continue
-        assert f"## `satpoint.{name}`" in blocks
+        assert f'heading: "satpoint.{name}"' in blocks
 
 
 def test_links_between_repository_files_become_links_between_pages() -> None:

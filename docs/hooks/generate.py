@@ -115,8 +115,10 @@ def api_blocks() -> str:
         if name not in exports:
             continue
         attr = renamed.get(name, name)
-        block = f"::: {exports[name]}.{attr}\n    options:\n      show_root_heading: false\n"
-        out.append(f"## `satpoint.{name}`\n\n{block}")
+        out.append(
+            f"::: {exports[name]}.{attr}\n    options:\n      show_root_heading: true\n      heading_level: 2\n"
+            f'      heading: "satpoint.{name}"\n      toc_label: "satpoint.{name}"\n'
+        )
     return "\n".join(out)
 
 
