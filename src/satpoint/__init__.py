@@ -1,6 +1,6 @@
 """satpoint: open-loop load testing and saturation search for Open Inference Protocol servers.
 
-The public API (see the README's "Python API")::
+The public API (docs/reference/python-api.md)::
 
     import satpoint
 

@@ -2,8 +2,8 @@
 
 For every fault the run completes (or stops cleanly), every due request of the plan is accounted for
 (sent + never sent = due), errors land in the expected classes, the exit code is the documented one, the
-results folder is complete and ``satpoint report`` renders it. The README's "What happens when the server
-misbehaves" is this table.
+results folder is complete and ``satpoint report`` renders it. The documentation's "What happens when the
+server misbehaves" (docs/reference/fault-matrix.md) is this table.
 
 Each fault runs once per module (``runs`` caches it), so a test that asks more of one run costs nothing.
 Every run is short (200 rps for 3-4 s), every subprocess has a timeout, servers are ``SimServer`` context

@@ -1,6 +1,6 @@
 """A proxy in front of a gRPC server answers its own error page: HEADERS with ``:status`` 502 (or 504) and the
 page in DATA ending the stream, no trailers, no grpc-status (nginx ``grpc_pass`` when the upstream is down or
-times out).  That is ``http_<status>``, as the README's error classes say, not ``malformed``."""
+times out).  That is ``http_<status>``, as docs/reference/error-classes.md says, not ``malformed``."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ relative tolerance of ``RATE_REL`` (1e-6: far below any two rates a search plans
 least its precision).  Summaries write their rates rounded to 3 decimals (``unstable_rps``) while stages
 keep theirs whole, so rates within ``RATE_ABS`` (half that last digit) are the same too.  ``within`` widens
 the relative part for the diff's question, two runs' plans at the same offered load (``same_load``:
-``LOAD_MATCH``, 0.1 %, as the README documents): the same rule, a wider tolerance.
+``LOAD_MATCH``, 0.1 %, as docs/guides/ci-regression-gate.md documents): the same rule, a wider tolerance.
 """
 
 from __future__ import annotations

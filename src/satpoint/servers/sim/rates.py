@@ -30,7 +30,7 @@ def parse_metastable(text: str) -> tuple[int, int, float]:
 #: ``satpoint sim --metastable``'s help
 METASTABLE_HELP = (
     "metastable: degraded once more than HIGH requests wait for a slot, until fewer than LOW do; "
-    "services started degraded take FACTOR x (e.g. 20,2,2.5; README: satpoint sim)"
+    "services started degraded take FACTOR x (e.g. 20,2,2.5; docs: internals/validation.md)"
 )
 
 
