@@ -64,6 +64,7 @@ from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.session import announce_target
 from satpoint.redact import redact_doc, redact_text, redact_url
 from satpoint.reports.html.coldstart import write_html
+from satpoint.servers.embedded import check_extra
 from satpoint.transports.control_call import Inference
 from satpoint.transports.grpc.control_grpc import GrpcControl
 from satpoint.transports.grpc.grpc_repository import GRPC_HEADER_PREFIX
@@ -485,6 +486,8 @@ def run_coldstart(
 ) -> ColdStartResult:
     """``satpoint coldstart``: against ``target`` (a URL), or the embedded server when None."""
     opts = opts.validate()
+    if target is None:
+        check_extra(opts.server)  # the embedded server's extra installed, before it starts
     if target is not None:
         announce_target(target.validate(), on_event)  # --insecure's warning, before any request
     with attach(target, opts) if target is not None else embedded(opts) as served:

@@ -22,6 +22,7 @@ from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.saturation import profile_session, search_target
 from satpoint.procedures.session import Session, require_generator
 from satpoint.reports.files.results import write_all
+from satpoint.servers.embedded import check_extra
 from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
 COMPARE_FILE = "compare.json"
@@ -148,6 +149,8 @@ def run_compare(
     """Search each protocol, profile all of them at the lowest saturation point, write everything."""
     cfg.validate()
     require_generator(cfg.load)  # --realtime refused here, before the server starts
+    if cfg.url is None:
+        check_extra(cfg.server)  # the embedded server's extra installed
     stop = stop or threading.Event()
     rules = VerdictRules()
     sessions: dict[str, Session] = {}

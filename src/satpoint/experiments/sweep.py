@@ -45,6 +45,7 @@ from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.saturation import search_target
 from satpoint.procedures.session import Fleet, open_fleet, require_generator
 from satpoint.reports.files.results import write_all
+from satpoint.servers.embedded import SERVERS, check_extra
 
 SWEEP_FILE = "sweep.json"
 SWEEP_CSV = "sweep.csv"
@@ -251,6 +252,8 @@ def run_sweep(
         state = SweepState(out_dir, cfg, cfg.points())
     cfg, points = state.cfg, state.points
     require_generator(cfg.load)  # Ray there, --realtime allowed: refused here, before any server starts
+    if cfg.server.kind in SERVERS:
+        check_extra(cfg.server.kind)  # the embedded server's extra installed: refused here too
     est = estimate(cfg, len(points))
     state.doc["estimate"] = est
     reused = sum(1 for m in state.measurements if m["status"] == "done")

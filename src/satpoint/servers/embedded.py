@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from satpoint.errors import ConfigError
+from satpoint.servers.embedded_base import check_embedded_extra
 from satpoint.servers.limits.cgroups import parse_cpu_limit, parse_memory
 from satpoint.servers.mlserver.server import MLServerSettings
 from satpoint.servers.triton.repo import TritonRepoSettings
-from satpoint.servers.triton.server import TritonSettings
+from satpoint.servers.triton.server import TRITON_EXTRA_HINT, TritonSettings, pytriton_available
 
 SERVERS = ("mlserver", "triton")
 #: why ``--model-repo`` is refused with ``--server triton``
@@ -22,6 +23,16 @@ MODEL_REPO_ON_TRITON = (
 )
 #: the settings of an embedded server: MLServer, Triton with one model, Triton with copies of a demo model
 EmbeddedSettings = MLServerSettings | TritonSettings | TritonRepoSettings
+
+
+def check_extra(server: str) -> None:
+    """A ``ConfigError`` naming the extra to install when the embedded ``server`` (``mlserver`` or ``triton``)
+    cannot start in this environment: refused before the banner and before any load."""
+    if server == "triton":
+        if not pytriton_available():
+            raise ConfigError(TRITON_EXTRA_HINT)
+    else:
+        check_embedded_extra()
 
 
 def _refuse(server: str, given: Mapping[str, object]) -> None:
@@ -70,6 +81,7 @@ def embedded_settings(
         check_triton_served(served)
         try:
             settings = TritonSettings.from_options(served, cpus, max_batch_size=max_batch_size, **triton)
+            check_extra(server)
             copies = served.get("demo_models")
             return settings if copies is None else TritonRepoSettings.from_settings(settings, copies)
         except ValueError as e:
@@ -80,6 +92,7 @@ def embedded_settings(
         memory = parse_memory(memory_limit) if memory_limit is not None else None
     except ValueError as e:
         raise ConfigError(f"--server-cpu-limit/--server-memory-limit: {e}") from None
+    check_extra(server)
     return MLServerSettings(
         cpu_limit=cores,
         memory_limit=memory,

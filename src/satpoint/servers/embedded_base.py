@@ -12,12 +12,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
+from importlib import metadata, util
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from satpoint.endpoints.spec import Target
+from satpoint.errors import ConfigError
 from satpoint.payloads.mix import ModelMix
 from satpoint.pythonpath import prepend_pythonpath as prepend_pythonpath  # re-exported for the servers
 from satpoint.pythonpath import satpoint_root as satpoint_root
@@ -25,6 +26,30 @@ from satpoint.servers.process import ManagedProcess, TargetError
 
 #: embedded servers listen on loopback only
 HOST = "127.0.0.1"
+
+#: what the ``embedded`` extra brings, by import name: MLServer and its scikit-learn runtime, scikit-learn
+#: (the demo models are trained at start), the demo models' ONNX form (skl2onnx, onnx, onnxruntime)
+EMBEDDED_MODULES = ("mlserver", "mlserver_sklearn", "sklearn", "skl2onnx", "onnx", "onnxruntime")
+EMBEDDED_EXTRA_HINT = "the embedded server needs the 'embedded' extra: pip install 'satpoint[embedded]'"
+
+
+def missing_modules(names: Sequence[str]) -> list[str]:
+    """The modules of ``names`` this interpreter cannot import, found without importing them."""
+    missing = []
+    for name in names:
+        try:
+            found = util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses it, or a module in sys.modules without a spec
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def check_embedded_extra() -> None:
+    """A ``ConfigError`` (one line, before anything starts) when the ``embedded`` extra is not installed."""
+    if missing_modules(EMBEDDED_MODULES):
+        raise ConfigError(EMBEDDED_EXTRA_HINT)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from satpoint.servers.embedded_base import (
     HOST,
     EmbeddedServer,
     Ports,
+    check_embedded_extra,
     package_versions,
     prepend_pythonpath,
     satpoint_root,
@@ -133,6 +134,7 @@ class MLServerTarget(EmbeddedServer):
     # -- lifecycle
 
     def _check_startable(self) -> None:
+        check_embedded_extra()  # MLServer and scikit-learn are the `embedded` extra
         # a CPU or memory limit that cannot be applied here is refused before anything starts
         check_available(self._settings.limits)
 

@@ -63,6 +63,7 @@ from satpoint.servers.triton.server import (
     check_model_config,
     model_info,
     python_backend_env,
+    pytriton_available,
     triton_env,
 )
 
@@ -192,7 +193,7 @@ class TritonRepoTarget(EmbeddedServer):
         self._memory_at_ready: dict[str, Any] | None = None
 
     def _check_startable(self) -> None:
-        if pytriton_root() is None:
+        if pytriton_root() is None or not pytriton_available():
             raise TargetError(TRITON_EXTRA_HINT)
 
     def _write_repository(self, workdir: Path) -> Path:

@@ -37,7 +37,6 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from importlib import util
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +44,7 @@ from satpoint.servers.embedded_base import (
     HOST,
     EmbeddedServer,
     Ports,
+    missing_modules,
     package_versions,
     prepend_pythonpath,
     satpoint_root,
@@ -79,7 +79,11 @@ RESTRICTED_ENDPOINTS = ("shared-memory", "model-repository", "trace", "logging")
 #: the header that carries the access token over REST
 ACCESS_HEADER = "triton-access-token"
 
-TRITON_EXTRA_HINT = "the embedded Triton needs nvidia-pytriton: pip install 'satpoint[triton]'"
+#: what the ``triton`` extra brings, by import name: PyTriton (with tritonserver) and scikit-learn (the demo models)
+TRITON_MODULES = ("pytriton", "sklearn")
+TRITON_EXTRA_HINT = (
+    "the embedded Triton needs the 'triton' extra (PyTriton, scikit-learn): pip install 'satpoint[triton]'"
+)
 
 
 #: the model configuration's knobs both embedded Tritons take (``TritonSettings``, ``TritonRepoSettings``)
@@ -100,8 +104,9 @@ def check_model_config(s: Any) -> None:
 
 
 def pytriton_available() -> bool:
-    """Whether PyTriton can be imported here (without importing it: it would load tritonclient.grpc)."""
-    return util.find_spec("pytriton") is not None
+    """Whether the ``triton`` extra (PyTriton, scikit-learn) can be imported here, without importing it
+    (PyTriton would load tritonclient.grpc)."""
+    return not missing_modules(TRITON_MODULES)
 
 
 @dataclass(frozen=True)
