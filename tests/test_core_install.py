@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -104,12 +103,17 @@ def test_the_embedded_server_without_its_extra_is_refused_in_one_line(
     assert not out.exists()  # refused before anything was written or started
 
 
+#: a short search of a 400 rps sim: a coarse precision, short holds, no profile
+FAST_FIND = ["--start-rps", "160", "--precision", "0.2", "--ramp", "0.5", "--min-hold", "2", "--max-hold", "3"]
+FAST_FIND += ["--min-requests", "300", "--cooldown", "0", "--no-profile", "--no-confirm", "--budget-s", "90"]
+
+
 @pytest.mark.slow
 def test_run_find_report_and_diff_against_the_sim_without_embedded_packages(
     core_env: dict[str, str], tmp_path: Path
 ) -> None:
     sim = subprocess.Popen(
-        [sys.executable, "-m", "satpoint", "sim", "--port", "0", "--slots", "2", "--service-ms", "10"],
+        [sys.executable, "-m", "satpoint", "sim", "--port", "0", "--slots", "4", "--service-ms", "10"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,11 +129,10 @@ def test_run_find_report_and_diff_against_the_sim_without_embedded_packages(
         assert r.returncode == 0, r.stdout + r.stderr
         (stage,) = json.loads((run_dir / "summary.json").read_text())["stages"]
         assert stage["throughput_rps"] > 0
-        started = time.monotonic()
-        r = satpoint(core_env, "find", "-u", url, "-m", "sim", "--budget-s", "12", "--out", str(find_dir), timeout=120)
-        assert r.returncode in (0, 4), r.stdout + r.stderr  # 4: no answer within the budget (a busy machine)
-        assert (find_dir / "summary.json").is_file()
-        assert time.monotonic() - started < 110
+        r = satpoint(core_env, "find", "-u", url, "-m", "sim", "--out", str(find_dir), *FAST_FIND, timeout=150)
+        assert r.returncode == 0, r.stdout + r.stderr
+        saturation = json.loads((find_dir / "summary.json").read_text())["saturation_rps"]
+        assert 0 < saturation <= 1.05 * 400  # the sim's capacity: 4 slots / 10 ms
     finally:
         sim.terminate()
         try:
