@@ -58,7 +58,13 @@ def make_doc() -> dict[str, Any]:
                     "figures": _figures(base * jitter, 5.0 + int(w), 0.98),
                 }
             )
-    doc: dict[str, Any] = {"kind": "sweep", "config": cfg.to_dict(), "measurements": ms, "created_unix": 0}
+    doc: dict[str, Any] = {
+        "kind": "sweep",
+        "sweep_version": 1,
+        "config": cfg.to_dict(),
+        "measurements": ms,
+        "created_unix": 0,
+    }
     doc.update(analyse(cfg, points, ms))
     return doc
 

@@ -6,12 +6,13 @@ All of it is a function of the results data, so ``satpoint report DIR`` rewrites
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.server.flamegraph import SVG_FILE
 from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.summary.model import parse_summary
+from satpoint.metrics.documents import write_document
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import intervals
 
@@ -62,9 +63,7 @@ def write_intervals(out_dir: Path, results: Results) -> Path:
 
 def write_summary(out_dir: Path, results: Results) -> dict[str, Any]:
     summary = build_summary(results)
-    tmp = out_dir / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    tmp.replace(out_dir / SUMMARY_FILE)
+    write_document(out_dir / SUMMARY_FILE, parse_summary(summary))  # through its model: summary.schema.json
     return summary
 
 
