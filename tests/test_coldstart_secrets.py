@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
+from tests.documents import assert_documents_valid
 from tests.http_stub import QuietHandler, serving
 
 TOKEN, API_KEY, PASSWORD, QUERY_TOKEN = "sk-COLD-SECRET-123", "ak-COLD-SECRET-456", "pw-COLD-SECRET-789", "qt-COLD-0"
@@ -84,6 +85,7 @@ def test_no_secret_in_the_coldstart_folder_or_its_output(tmp_path: Path) -> None
     assert "cannot load b for *** ***" in summary["coldstart"]["load_errors"][0]
     files = {p.name: p.read_bytes() for p in out.iterdir()}
     assert set(files) >= {"summary.json", "coldstart.json", "report.html", "overcommit-k1.csv"}
+    assert assert_documents_valid(out) == {"coldstart.json": "coldstart-data", "summary.json": "coldstart-summary"}
     for secret in SECRETS:
         assert secret not in r.output, f"{secret} printed"
         for name, data in files.items():

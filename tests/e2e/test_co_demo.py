@@ -15,6 +15,7 @@ from rich.console import Console
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
 from satpoint.reports.terminal.co_demo import print_co_demo
 from satpoint.reports.terminal.progress import EventPrinter
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +58,12 @@ def test_closed_loop_hides_the_pauses_the_open_loop_shows(tmp_path: Path) -> Non
     assert closed_summary["warnings"][0].startswith("CLOSED LOOP")
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["open_loop"]["latency_ms"] == o["latency_ms"]
+    kinds = assert_documents_valid(tmp_path)
+    assert kinds["comparison.json"] == "comparison" and sorted(set(kinds.values())) == [
+        "comparison",
+        "results",
+        "summary",
+    ]
     if outcome.report is not None:
         assert outcome.report.exists() and outcome.report.stat().st_size > 10_000
     else:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +44,6 @@ def test_find_trace_finds_the_headroom_of_a_constant_trace(tmp_path: Path) -> No
     assert all(s["verdict"] == "stable" for s in answer["stages"])
     assert "headroom: X = " in r.stdout and "busiest minute" in r.stdout
     assert "maxReplicas 1" in (tmp_path / "k8s" / "sim-hpa.yaml").read_text()
+    kinds = assert_documents_valid(out)  # the top folder and every replay's
+    assert kinds["headroom.json"] == "headroom" and kinds["summary.json"] == "summary"
+    assert kinds[f"{h['answer_folder']}/results.json"] == "results"
