@@ -69,6 +69,17 @@ def test_closed_loop_hides_the_pauses_the_open_loop_shows(tmp_path: Path) -> Non
     else:
         assert any("report.html skipped" in n for n in outcome.notes)
 
+    # satpoint report rewrites both runs and the comparison from them: the same figures
+    from typer.testing import CliRunner
+
+    from satpoint.cli.main import app
+
+    again = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert again.exit_code == 0, again.output
+    rewritten = json.loads((tmp_path / "comparison.json").read_text())
+    assert rewritten["open_over_closed"] == saved["open_over_closed"] and rewritten["users"] == saved["users"]
+    assert assert_documents_valid(tmp_path) == kinds
+
     print_co_demo(con, outcome.comparison, str(tmp_path / COMPARISON_FILE))
     text = out.getvalue()
     for word in ("p99", "p99.9", "throughput", "closed loop", "coordinated omission"):

@@ -10,6 +10,7 @@ import typer
 from satpoint import api
 from satpoint._version import __version__
 from satpoint.cli.common import EXIT_FAILED, EXIT_OK, console, guarded
+from satpoint.experiments.rewrite import folder_kind, rewrite_folder
 from satpoint.reports.terminal.console import print_summary
 from satpoint.reports.terminal.find import print_find
 
@@ -18,11 +19,20 @@ def report(
     dirs: Annotated[list[Path], typer.Argument(help="results folders")],
     out: Annotated[Path | None, typer.Option(help="report.html path (default: in the first folder)")] = None,
 ) -> None:
-    """Rewrite summary.json, intervals.csv and report.html from results folders, offline."""
+    """Rewrite a results folder's files offline: summary.json, stages.csv, intervals.csv and report.html of a run or
+    find (several folders: one overlaid report.html); a sweep's, compare's, coldstart's, demo co's or find
+    --trace's own files from what it recorded."""
 
     def body() -> int:
-        path = api.report(dirs, out)
+        runs = [d for d in dirs if folder_kind(d) == "results"]
         for d in dirs:
+            if d not in runs:
+                done = rewrite_folder(d)
+                console.print(f"{done.kind} {d}: rewrote " + ", ".join(str(p.relative_to(d)) for p in done.files))
+        if not runs:
+            return EXIT_OK
+        path = api.report(runs, out)
+        for d in runs:
             summary = api.load(d).summary.model_dump()
             print_summary(console, summary, str(d))
             if summary["kind"] == "find":

@@ -6,6 +6,7 @@ All of it is a function of the results data, so ``satpoint report DIR`` rewrites
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,10 @@ def write_intervals(out_dir: Path, results: Results) -> Path:
 
 def write_summary(out_dir: Path, results: Results) -> dict[str, Any]:
     summary = build_summary(results)
+    pipeline = out_dir / "pipeline.json"  # a pipeline's find: its figures stay beside the summary rewritten
+    if pipeline.is_file():
+        block = json.loads(pipeline.read_text())
+        summary["pipeline"] = {k: v for k, v in block.items() if k not in ("schema_version", "tool_version", "kind")}
     write_document(out_dir / SUMMARY_FILE, parse_summary(summary))  # through its model: summary.schema.json
     return summary
 
