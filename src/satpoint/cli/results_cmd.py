@@ -1,4 +1,4 @@
-"""``satpoint report``, ``analyze`` and ``version``: what reads results folders offline, and the version."""
+"""``satpoint report``, ``analyze``, ``export`` and ``version``: what reads results folders offline, and the version."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from satpoint import api
 from satpoint._version import __version__
 from satpoint.cli.common import EXIT_FAILED, EXIT_OK, console, guarded
 from satpoint.experiments.rewrite import folder_kind, rewrite_folder
+from satpoint.reports.files.export import export_folder
 from satpoint.reports.terminal.console import print_summary
 from satpoint.reports.terminal.find import print_find
 
@@ -76,3 +77,19 @@ def print_version(value: bool) -> None:
     if value:
         version_cmd()
         raise typer.Exit()
+
+
+def export(
+    folder: Annotated[Path, typer.Argument(help="a run or find results folder")],
+    to: Annotated[str, typer.Option("--to", help="parquet (needs pyarrow) or csv")] = "parquet",
+    out: Annotated[Path | None, typer.Option(help="the folder to write the tables to (default: DIR/export)")] = None,
+) -> None:
+    """Write a results folder's tables (rows, stream_gaps, stages, intervals) as Parquet or CSV, with unix times and
+    outcomes by name, for duckdb, polars or pandas."""
+
+    def body() -> int:
+        for path in export_folder(folder, to, out):
+            console.print(str(path))
+        return EXIT_OK
+
+    guarded(body)
