@@ -43,7 +43,7 @@ def schema_name(path: Path, doc: dict[str, Any]) -> str | None:
 def generate(name: str) -> dict[str, Any]:
     """The JSON Schema of the document ``name`` (draft 2020-12)."""
     model = MODELS[name]
-    schema = model.model_json_schema()
+    schema = model.model_json_schema(mode="serialization")  # what is written, computed fields included
     if issubclass(model, Document):  # the envelope's values this satpoint writes
         props = schema["properties"]
         props["schema_version"]["const"] = model.VERSION
