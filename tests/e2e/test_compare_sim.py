@@ -4,13 +4,13 @@ folder's documents checked against their schemas and rewritten offline by ``satp
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from satpoint.cli.main import app
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import CompareConfig, run_compare
 from satpoint.procedures.progress import Event, Message
@@ -40,9 +40,7 @@ def test_compare_writes_documents_its_schemas_describe_and_report_rewrites_them(
     kinds = assert_documents_valid(out)
     assert kinds["compare.json"] == "compare" and kinds["grpc/summary.json"] == "find-summary"
     before = json.loads((out / "compare.json").read_text())
-    r = subprocess.run(
-        [sys.executable, "-m", "satpoint", "report", str(out)], capture_output=True, text=True, timeout=60
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = CliRunner().invoke(app, ["report", str(out)])
+    assert r.exit_code == 0, r.output
     assert json.loads((out / "compare.json").read_text())["protocols"] == before["protocols"]
     assert assert_documents_valid(out) == kinds

@@ -77,8 +77,8 @@ def rewrite_folder(folder: Path) -> Rewritten:
         return Rewritten(folder, kind, _co_demo(folder))
     if kind == "headroom":
         replays = sorted({p.parent for p in folder.rglob(RESULTS_FILE)})
-        for d in replays:
-            write_all(d, load_results(d), html=True)
+        for d in replays:  # a replay written without report.html (--no-html) is rewritten without it
+            write_all(d, load_results(d), html=(d / "report.html").exists())
         return Rewritten(folder, kind, tuple(d / "summary.json" for d in replays))
     raise SatpointError(f"{folder}: a run or find folder is rewritten by satpoint.report")
 

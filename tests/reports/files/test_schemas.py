@@ -80,3 +80,13 @@ def test_a_written_document_keeps_only_what_was_set(tmp_path: Path) -> None:
     write_document(tmp_path / "coldstart.json", ColdStartDataDoc.model_validate(doc), indent=None)
     assert json.loads((tmp_path / "coldstart.json").read_text()) == doc  # no default filled in
     assert check_document(tmp_path / "coldstart.json") == "coldstart-data"
+
+
+def test_report_names_what_a_folder_lacks(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from satpoint.cli.main import app
+
+    r = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "is not a satpoint results folder" in r.output and "results.json" in r.output
