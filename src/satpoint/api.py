@@ -452,7 +452,7 @@ def load(out_dir: Path | str) -> LoadedResults:
 
 
 def report(dirs: Sequence[Path | str], out: Path | str | None = None) -> Path:
-    """Rewrite ``summary.json`` and ``intervals.csv`` of each folder and write one ``report.html``
+    """Rewrite ``summary.json``, ``stages.csv`` and ``intervals.csv`` of each folder and write one ``report.html``
     (several folders overlay, e.g. before/after); returns the report's path."""
     from satpoint.reports.html.report import write_report
 
