@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
+from satpoint.experiments.coldstart import ColdStartResult
 from tests.documents import assert_documents_valid
 from tests.http_stub import QuietHandler, serving
 
@@ -82,6 +83,7 @@ def test_no_secret_in_the_coldstart_folder_or_its_output(tmp_path: Path) -> None
     assert any(TOKEN in s and API_KEY in s and QUERY_TOKEN in s for s in seen)  # sent, and echoed back
     summary = json.loads((out / "summary.json").read_text())
     assert summary["coldstart"]["load_failures"] == 1 and summary["overcommit"][0]["control_errors"]
+    assert ColdStartResult(summary, out).document.coldstart["load_failures"] == 1  # the same, typed
     assert "cannot load b for *** ***" in summary["coldstart"]["load_errors"][0]
     files = {p.name: p.read_bytes() for p in out.iterdir()}
     assert set(files) >= {"summary.json", "coldstart.json", "report.html", "overcommit-k1.csv"}

@@ -37,6 +37,8 @@ def test_compare_writes_documents_its_schemas_describe_and_report_rewrites_them(
         cfg = CompareConfig(url=rest.url, grpc_url=grpc.url, model="sim", find=COARSE, load=LoadOptions(drain_s=0.5))
         outcome = run_compare(cfg, out, stop=stop, on_event=on_event)
     assert set(outcome.doc["protocols"]) == {"rest", "grpc"}
+    typed = outcome.document.protocols
+    assert typed["grpc"].saturation_rps == outcome.doc["protocols"]["grpc"]["saturation_rps"]
     kinds = assert_documents_valid(out)
     assert kinds["compare.json"] == "compare" and kinds["grpc/summary.json"] == "find-summary"
     before = json.loads((out / "compare.json").read_text())

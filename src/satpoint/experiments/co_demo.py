@@ -65,6 +65,11 @@ class CoDemoOutcome:
     interrupted: bool
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def document(self) -> ComparisonDoc:
+        """``comparison`` typed (``comparison.json``'s model)."""
+        return ComparisonDoc.model_validate(self.comparison)
+
 
 def calibrate_service_s(build: FactoryBuilder, payload_count: int) -> float | None:
     """Median answer time of one user sending back to back for half a second (the closed loop's own

@@ -168,6 +168,10 @@ class ColdStartResult:
     out_dir: Path
     repetitions: list[Repetition] = field(default_factory=list)
 
+    @property
+    def document(self) -> ColdStartSummaryDoc:
+        return ColdStartSummaryDoc.model_validate(self.summary)  # summary.json's model
+
 
 @dataclass(frozen=True)
 class _Served:

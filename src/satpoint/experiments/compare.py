@@ -98,6 +98,11 @@ class CompareOutcome:
     dirs: dict[str, Path]
     interrupted: bool
 
+    @property
+    def document(self) -> CompareDoc:
+        """``doc`` typed (``compare.json``'s model)."""
+        return CompareDoc.model_validate(self.doc)
+
 
 def compare_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The side-by-side figures (a pure function of the per-protocol summaries).  With ``--stream`` each

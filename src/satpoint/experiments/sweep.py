@@ -61,6 +61,11 @@ class SweepOutcome:
     out_dir: Path
     interrupted: bool
 
+    @property
+    def document(self) -> SweepDoc:
+        """``doc`` typed (``sweep.json``'s model)."""
+        return SweepDoc.model_validate(self.doc)
+
 
 def expected_measurement_s(cfg: SweepConfig) -> float:
     """A rough duration of one measurement before any was made: server start plus about eight stages

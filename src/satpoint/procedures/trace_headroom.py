@@ -62,6 +62,11 @@ class HeadroomResult:
     #: ``thresholds`` judged on the answer's replay (summary.json's ``thresholds``); empty without an answer
     thresholds: tuple[dict[str, Any], ...] = ()
 
+    @property
+    def document(self) -> HeadroomDoc:
+        """``block`` typed (``headroom.json``'s model)."""
+        return HeadroomDoc.model_validate({**HeadroomDoc.envelope(), **self.block})
+
 
 def find_headroom(
     target: Target,
