@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -79,16 +80,21 @@ def print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+class TableFormat(StrEnum):
+    parquet = "parquet"
+    csv = "csv"
+
+
 def export(
     folder: Annotated[Path, typer.Argument(help="a run or find results folder")],
-    to: Annotated[str, typer.Option("--to", help="parquet (needs pyarrow) or csv")] = "parquet",
+    to: Annotated[TableFormat, typer.Option("--to", help="parquet (needs pyarrow) or csv")] = TableFormat.parquet,
     out: Annotated[Path | None, typer.Option(help="the folder to write the tables to (default: DIR/export)")] = None,
 ) -> None:
     """Write a results folder's tables (rows, stream_gaps, stages, intervals) as Parquet or CSV, with unix times and
     outcomes by name, for duckdb, polars or pandas."""
 
     def body() -> int:
-        for path in export_folder(folder, to, out):
+        for path in export_folder(folder, to.value, out):
             console.print(str(path))
         return EXIT_OK
 
