@@ -37,6 +37,7 @@ API = [
     "Message",
     "ModelMix",
     "ObserveOptions",
+    "Outcome",
     "FlamegraphOptions",
     "PayloadError",
     "PlanError",

@@ -34,6 +34,7 @@ ENTRY_POINTS = {
         "record_loaded/LoadedSet: --resident's restore of a --url server's models, kept and put back from cli/ "
         "(orchestration: belongs behind api.run/api.find)"
     ),
+    ("results_cmd.py", "satpoint.experiments.rewrite"): "report DIR on a sweep, compare, coldstart or demo folder",
     ("pipeline_cmd.py", "satpoint.pipeline.find"): "find_pipeline: each step alone, then the pipeline",
     ("pipeline_cmd.py", "satpoint.pipeline.specs"): "dag_from_options: the spec file or the --step chain",
     ("sim_cmd.py", "satpoint.servers.sim.server"): "the simulated server is the command",

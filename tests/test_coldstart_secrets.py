@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from typer.testing import CliRunner
 
 from satpoint.cli.main import app
+from satpoint.experiments.coldstart import ColdStartResult
+from tests.documents import assert_documents_valid
 from tests.http_stub import QuietHandler, serving
 
 TOKEN, API_KEY, PASSWORD, QUERY_TOKEN = "sk-COLD-SECRET-123", "ak-COLD-SECRET-456", "pw-COLD-SECRET-789", "qt-COLD-0"
@@ -81,9 +83,22 @@ def test_no_secret_in_the_coldstart_folder_or_its_output(tmp_path: Path) -> None
     assert any(TOKEN in s and API_KEY in s and QUERY_TOKEN in s for s in seen)  # sent, and echoed back
     summary = json.loads((out / "summary.json").read_text())
     assert summary["coldstart"]["load_failures"] == 1 and summary["overcommit"][0]["control_errors"]
+    assert ColdStartResult(summary, out).document.coldstart["load_failures"] == 1  # the same, typed
     assert "cannot load b for *** ***" in summary["coldstart"]["load_errors"][0]
     files = {p.name: p.read_bytes() for p in out.iterdir()}
     assert set(files) >= {"summary.json", "coldstart.json", "report.html", "overcommit-k1.csv"}
+    assert assert_documents_valid(out) == {"coldstart.json": "coldstart-data", "summary.json": "coldstart-summary"}
+    # report rewrites the summary from the repetitions: the same figures, also from a folder written before the
+    # envelope (satpoint_version only)
+    old = {k: v for k, v in summary.items() if k not in ("schema_version", "tool_version")}
+    (out / "summary.json").write_text(json.dumps({**old, "coldstart": {}, "recommendation": {}}))
+    (out / "report.html").unlink()
+    again = CliRunner().invoke(app, ["report", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "coldstart" in again.output and "report.html" in again.output
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert (out / "report.html").stat().st_size > 0
+    assert assert_documents_valid(out)["summary.json"] == "coldstart-summary"
     for secret in SECRETS:
         assert secret not in r.output, f"{secret} printed"
         for name, data in files.items():

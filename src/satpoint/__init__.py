@@ -56,6 +56,7 @@ _EXPORTS = {
     "FindSummary": "satpoint.analysis.summary.model",
     "StageResult": "satpoint.analysis.summary.model",
     "Verdict": "satpoint.analysis.search.verdicts",
+    "Outcome": "satpoint.metrics.records",
     # progress events
     "Event": "satpoint.procedures.progress",
     "SegmentStarted": "satpoint.procedures.progress",
@@ -88,6 +89,7 @@ __all__ = [
     "Message",
     "ModelMix",
     "ObserveOptions",
+    "Outcome",
     "PayloadError",
     "PlanError",
     "RayOptions",
@@ -163,6 +165,7 @@ if TYPE_CHECKING:
     from satpoint.experiments.sweep import SweepConfig
     from satpoint.experiments.sweep import run_sweep as sweep
     from satpoint.experiments.sweep_servers import BaseServer
+    from satpoint.metrics.records import Outcome
     from satpoint.payloads.mix import ModelMix
     from satpoint.plan import PlanError, Stage
     from satpoint.procedures.progress import Event, Message, SegmentFinished, SegmentStarted, Snapshot

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,9 @@ from satpoint.servers.embedded import EmbeddedSettings
 from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 from satpoint.servers.triton.repo import TritonRepoSettings, TritonRepoTarget
 from satpoint.servers.triton.server import TritonSettings, TritonTarget
+
+if TYPE_CHECKING:
+    import pandas as pd  # type: ignore[import-untyped,unused-ignore]
 
 #: the embedded default server (a real MLServer with the iris model) as a context manager
 EmbeddedMLServer = MLServerTarget
@@ -106,8 +109,12 @@ class LoadedResults:
         adds the ``stream_*`` columns (``metrics.stream_records``): ``stream_gaps_us`` is the flat array of
         every gap, row ``i``'s at ``[stream_gap_start[i], + stream_gap_count[i])``."""
         cols: dict[str, list[npt.NDArray[np.generic]]] = {}
+        mix = any("model" in seg.records.columns() for seg in self.segments)
         for seg in self.segments:
-            for k, v in seg.records.columns().items():
+            seg_cols = seg.records.columns()
+            if mix and "model" not in seg_cols:  # a segment whose rows all went to model 0 stores no column
+                seg_cols["model"] = np.zeros(len(seg.records), dtype=np.int16)
+            for k, v in seg_cols.items():
                 if not k.startswith("stream_"):  # joined below: the gap offsets are per segment
                     cols.setdefault(k, []).append(v)
             cols.setdefault("segment", []).append(np.full(len(seg.records), seg.index, dtype=np.int32))
@@ -117,6 +124,14 @@ class LoadedResults:
             parts = [st or StreamRecords.empty(len(g.records)) for st, g in zip(streams, self.segments, strict=True)]
             out.update(StreamRecords.concat(parts).columns())
         return out
+
+    def to_pandas(self, table: str = "rows") -> pd.DataFrame:
+        """A pandas DataFrame of every request (``rows``: run-clock and unix times, ``latency_ms``, outcomes by
+        name, ``model``/``model_name``, a stream's per-request figures) or of every gap between two streamed
+        chunks (``stream_gaps``, joined to ``rows`` on ``segment`` and ``row``); see ``reports.files.frames``."""
+        from satpoint.reports.files.frames import to_pandas
+
+        return to_pandas(self.segments, self.header, table)
 
 
 def split_cpus() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
@@ -437,7 +452,7 @@ def load(out_dir: Path | str) -> LoadedResults:
 
 
 def report(dirs: Sequence[Path | str], out: Path | str | None = None) -> Path:
-    """Rewrite ``summary.json`` and ``intervals.csv`` of each folder and write one ``report.html``
+    """Rewrite ``summary.json``, ``stages.csv`` and ``intervals.csv`` of each folder and write one ``report.html``
     (several folders overlay, e.g. before/after); returns the report's path."""
     from satpoint.reports.html.report import write_report
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,7 @@ def test_find_trace_threshold_gates_the_answer_and_slo_judges_the_replays(tmp_pa
     h = summary(tmp_path / "s")["trace_headroom"]
     assert h["speed"] is None and h["slo_ms"] == {"p99": 1.0}
     assert len(h["replays"]) >= 2 and all(r["verdict"] != "stable" for r in h["replays"])
+    assert assert_documents_valid(tmp_path / "s")["summary.json"] == "headroom-summary"  # no answer: the block alone
 
 
 def test_find_trace_stopped_exits_130_whatever_its_gates(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from rich.console import Console
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
 from satpoint.reports.terminal.co_demo import print_co_demo
 from satpoint.reports.terminal.progress import EventPrinter
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +58,27 @@ def test_closed_loop_hides_the_pauses_the_open_loop_shows(tmp_path: Path) -> Non
     assert closed_summary["warnings"][0].startswith("CLOSED LOOP")
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["open_loop"]["latency_ms"] == o["latency_ms"]
+    kinds = assert_documents_valid(tmp_path)
+    assert kinds["comparison.json"] == "comparison" and sorted(set(kinds.values())) == [
+        "comparison",
+        "results",
+        "summary",
+    ]
     if outcome.report is not None:
         assert outcome.report.exists() and outcome.report.stat().st_size > 10_000
     else:
         assert any("report.html skipped" in n for n in outcome.notes)
+
+    # satpoint report rewrites both runs and the comparison from them: the same figures
+    from typer.testing import CliRunner
+
+    from satpoint.cli.main import app
+
+    again = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert again.exit_code == 0, again.output
+    rewritten = json.loads((tmp_path / "comparison.json").read_text())
+    assert rewritten["open_over_closed"] == saved["open_over_closed"] and rewritten["users"] == saved["users"]
+    assert assert_documents_valid(tmp_path) == kinds
 
     print_co_demo(con, outcome.comparison, str(tmp_path / COMPARISON_FILE))
     text = out.getvalue()

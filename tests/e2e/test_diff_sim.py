@@ -21,6 +21,7 @@ import pytest
 
 from satpoint.analysis.diff.verdict import DiffDoc
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 # each test diffs runs on the sim pinned beside its generator: a sibling test's load would make the diff hold
 # the figures back as measured on a busy machine
@@ -54,6 +55,7 @@ def test_a_slower_service_at_equal_load_is_a_latency_regression(tmp_path: Path) 
     assert r.returncode == 3, r.stdout + r.stderr
     doc = DiffDoc.model_validate(json.loads((slower / "diff.json").read_text()))
     verdicts = {m.metric: m.verdict for m in doc.metrics if m.point == "150 rps"}
+    assert assert_documents_valid(slower)["diff.json"] == "diff"
     assert verdicts["latency_p50_ms"] == "regression", r.stdout
     assert verdicts["service_p50_ms"] == "regression", r.stdout
     assert verdicts["error_rate"] == "no_change"

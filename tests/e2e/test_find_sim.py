@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 # the sim drains at once: no rest between stages (the idle probes still check it)
@@ -55,6 +56,7 @@ def test_find_estimates_capacity(tmp_path: Path, slots: int, service_ms: float, 
     assert 0.85 * capacity <= s["saturation_rps"] <= 1.02 * capacity, s["search"]["steps"]
     assert s["max_throughput_rps"] == pytest.approx(capacity, rel=0.1)
     assert s["search"]["finished"] and s["search"]["replay_matches"]
+    assert assert_documents_valid(tmp_path) == {"results.json": "results", "summary.json": "find-summary"}
     rec = s["recommendation"]
     assert rec["target_rps_per_replica"] == pytest.approx(0.85 * s["saturation_rps"], rel=1e-3)
     assert rec["replicas"] >= 5

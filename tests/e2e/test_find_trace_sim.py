@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from satpoint.cli.main import app
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +46,13 @@ def test_find_trace_finds_the_headroom_of_a_constant_trace(tmp_path: Path) -> No
     assert all(s["verdict"] == "stable" for s in answer["stages"])
     assert "headroom: X = " in r.stdout and "busiest minute" in r.stdout
     assert "maxReplicas 1" in (tmp_path / "k8s" / "sim-hpa.yaml").read_text()
+    kinds = assert_documents_valid(out)  # the top folder and every replay's
+    assert kinds["headroom.json"] == "headroom" and kinds["summary.json"] == "summary"
+    assert kinds[f"{h['answer_folder']}/results.json"] == "results"
+    # satpoint report rewrites every replay's files; headroom.json, the search's record, is kept as it is
+    headroom = (out / "headroom.json").read_text()
+    (out / h["answer_folder"] / "stages.csv").unlink()
+    again = CliRunner().invoke(app, ["report", str(out)])
+    assert again.exit_code == 0, again.output
+    assert (out / h["answer_folder"] / "stages.csv").is_file() and (out / "headroom.json").read_text() == headroom
+    assert f"{h['answer_folder']}/summary.json" in again.output.replace("\n", "")

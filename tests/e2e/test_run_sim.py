@@ -15,6 +15,7 @@ import pytest
 
 from satpoint.metrics.results import load_results
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
@@ -51,6 +52,7 @@ def test_steady_load_below_capacity_is_stable(tmp_path: Path) -> None:
         assert key in st["latency_ms"] and key in st["service_ms"]
     assert set(st["send_lag_ms"]) >= {"p50", "p99", "max"}
     assert (tmp_path / "intervals.csv").read_text().startswith("segment,second")
+    assert assert_documents_valid(tmp_path) == {"results.json": "results", "summary.json": "summary"}
     # the results folder recomputes the same summary offline
     r2 = satpoint("report", str(tmp_path))
     assert r2.returncode == 0, r2.stderr

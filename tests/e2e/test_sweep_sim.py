@@ -18,6 +18,7 @@ from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.sweep import SWEEP_FILE, SweepConfig, SweepState, run_sweep
 from satpoint.experiments.sweep_servers import BaseServer
 from satpoint.procedures.progress import Event, Message, SegmentStarted
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +68,7 @@ def test_sweep_ranks_points_by_known_capacity_and_resumes_after_an_interruption(
     assert statuses == [("p01", "done"), ("p02", "interrupted")]
     kept = doc["measurements"][0]
     assert (out / kept["dir"] / "summary.json").is_file()
+    assert assert_documents_valid(out)["sweep.json"] == "sweep"  # and the cut-off measurement's folder
 
     # resume: the finished measurement is reused as it is, the cut-off one measured again
     state = SweepState.resume(out)
@@ -90,6 +92,8 @@ def test_sweep_ranks_points_by_known_capacity_and_resumes_after_an_interruption(
         assert (out / name).stat().st_size > 0
     csv_lines = (out / "sweep.csv").read_text().splitlines()
     assert csv_lines[0].startswith("knob.workers,id,label") and len(csv_lines) == 3
+    kinds = assert_documents_valid(out)
+    assert sorted(set(kinds.values())) == ["find-summary", "results", "sweep"]
 
 
 def test_cli_checks_the_grid_before_starting_anything(tmp_path: Path) -> None:

@@ -162,14 +162,18 @@ def test_load_refuses_another_schema_version(tmp_path: Path, version: object) ->
     doc = header()
     doc["schema_version"] = version
     doc["segments"] = []
+    doc["tool_version"] = "9.8.7"
     (tmp_path / RESULTS_FILE).write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match=rf"schema_version {version} is not {SCHEMA_VERSION}"):
+    with pytest.raises(ValueError, match=rf"by satpoint 9\.8\.7, schema_version {version}; this satpoint") as info:
         load_results(tmp_path)
+    assert f"reads {SCHEMA_VERSION}" in str(info.value)
+    # a newer shape says what to do about it, an older or malformed one does not pretend to know
+    assert ("upgrade satpoint" in str(info.value)) == (version == SCHEMA_VERSION + 1)
 
 
 def test_load_without_a_schema_version(tmp_path: Path) -> None:
     doc = header()
     del doc["schema_version"]
     (tmp_path / RESULTS_FILE).write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match="schema_version None"):
+    with pytest.raises(ValueError, match=rf"written by satpoint {re.escape(__version__)}, schema_version None"):
         load_results(tmp_path)

@@ -12,6 +12,7 @@ from satpoint.errors import ModelNotFound
 from satpoint.pipeline.find import find_pipeline
 from satpoint.pipeline.specs import load_spec
 from satpoint.servers.sim.process import SimServer
+from tests.documents import assert_documents_valid
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +59,10 @@ def test_the_pipeline_saturates_at_its_slowest_step_and_names_it(tmp_path: Path)
             target_rps=300.0,
         )  # fmt: skip
     block = json.loads((tmp_path / "out" / "summary.json").read_text())["pipeline"]
-    assert block == json.loads((tmp_path / "out" / "pipeline.json").read_text()) == result.block
+    written = json.loads((tmp_path / "out" / "pipeline.json").read_text())
+    assert {k: written.pop(k) for k in ("schema_version", "tool_version", "kind")}["kind"] == "pipeline"
+    assert block == written == result.block
+    assert assert_documents_valid(tmp_path / "out")["pipeline.json"] == "pipeline"
     steps = {s["step"]: s for s in block["steps"]}
     assert steps["slow"]["saturation_rps"] == pytest.approx(SLOW_RPS, rel=0.15)
     for fast in ("pre", "fast", "post"):

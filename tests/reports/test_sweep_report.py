@@ -58,7 +58,13 @@ def make_doc() -> dict[str, Any]:
                     "figures": _figures(base * jitter, 5.0 + int(w), 0.98),
                 }
             )
-    doc: dict[str, Any] = {"kind": "sweep", "config": cfg.to_dict(), "measurements": ms, "created_unix": 0}
+    doc: dict[str, Any] = {
+        "kind": "sweep",
+        "sweep_version": 1,
+        "config": cfg.to_dict(),
+        "measurements": ms,
+        "created_unix": 0,
+    }
     doc.update(analyse(cfg, points, ms))
     return doc
 
@@ -157,3 +163,22 @@ def test_points_under_a_cgroup_limit_show_their_throttling_and_memory_peak() -> 
     console = Console(record=True, width=260)
     print_sweep(console, doc)
     assert "42%" in console.export_text()
+
+
+def test_satpoint_report_rewrites_a_sweep_folder_and_refuses_a_newer_one(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from satpoint.cli.main import app
+    from satpoint.experiments.sweep import SWEEP_FILE
+
+    doc = make_doc()
+    (tmp_path / SWEEP_FILE).write_text(json.dumps(doc))  # as 0.1.0 wrote it: sweep_version, no tool_version
+    r = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "sweep" in r.output and "sweep.csv" in r.output and (tmp_path / "report.html").is_file()
+    written = json.loads((tmp_path / SWEEP_FILE).read_text())
+    assert (written["schema_version"], written["kind"], written["sweep_version"]) == (1, "sweep", 1)
+    (tmp_path / SWEEP_FILE).write_text(json.dumps({**written, "schema_version": 2, "tool_version": "9.0.0"}))
+    r = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "written by satpoint 9.0.0, schema_version 2" in r.output and "reads 1" in r.output

@@ -63,7 +63,7 @@ from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray
 from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.cli.pipeline_cmd import pipeline
-from satpoint.cli.results_cmd import analyze, print_version, report, version_cmd
+from satpoint.cli.results_cmd import analyze, export, print_version, report, version_cmd
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
@@ -241,6 +241,7 @@ def run(
 # the exit codes end every --help
 _COMMANDS: dict[str, Callable[..., None]] = {"find": find, "compare": compare, "sweep": sweep, "diff": diff, "sim": sim}
 _COMMANDS |= {"coldstart": coldstart, "report": report, "analyze": analyze, "version": version_cmd}
+_COMMANDS["export"] = export
 _COMMANDS["pipeline"] = pipeline
 for name, command in _COMMANDS.items():
     app.command(name, epilog=EXIT_CODES_HELP)(command)

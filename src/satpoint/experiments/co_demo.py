@@ -9,7 +9,6 @@ overlaying the two runs.  The server is stopped by its PID when the demo ends, f
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.engine.closed_loop import ClosedLoopOptions, run_closed_loop
 from satpoint.engine.runner import FactoryBuilder
+from satpoint.metrics.documents import ComparisonDoc, write_document
 from satpoint.plan import Stage
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.session import Session
@@ -29,7 +29,7 @@ from satpoint.reports.files.results import write_all
 from satpoint.reports.terminal.co_demo import comparison
 from satpoint.servers.sim.process import SimServer
 
-COMPARISON_FILE = "comparison.json"
+COMPARISON_FILE = ComparisonDoc.FILE
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,11 @@ class CoDemoOutcome:
     report: Path | None
     interrupted: bool
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def document(self) -> ComparisonDoc:
+        """``comparison`` typed (``comparison.json``'s model)."""
+        return ComparisonDoc.model_validate(self.comparison)
 
 
 def calibrate_service_s(build: FactoryBuilder, payload_count: int) -> float | None:
@@ -159,5 +164,6 @@ def run_co_demo(
         report = write_report([open_dir, closed_dir], out_dir / "report.html")
     cmp["report"] = str(report) if report else None
     cmp["notes"] = notes
-    (out_dir / COMPARISON_FILE).write_text(json.dumps(cmp, indent=2, default=str))
+    cmp = {**ComparisonDoc.envelope(), **cmp}
+    write_document(out_dir / COMPARISON_FILE, ComparisonDoc.model_validate(cmp))
     return CoDemoOutcome(cmp, open_dir, closed_dir, report, stop.is_set(), notes)

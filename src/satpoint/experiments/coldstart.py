@@ -30,7 +30,6 @@ run's counters), ``summary.json`` (``kind: coldstart``: the distributions and th
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import threading
 import time
@@ -59,6 +58,7 @@ from satpoint.engine.dispatcher import DispatchOptions
 from satpoint.engine.runner import run_schedule
 from satpoint.engine.side_stream import SideStream
 from satpoint.errors import ConfigError, ModelNotFound
+from satpoint.metrics.documents import ColdStartDataDoc, ColdStartSummaryDoc, write_document
 from satpoint.metrics.records import Outcome, Records
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.session import announce_target
@@ -73,8 +73,8 @@ from satpoint.transports.repository import RepositoryError, loaded_models
 from satpoint.transports.rest.control_rest import RestControl
 from satpoint.transports.rest.pool import encode_json_body
 
-SUMMARY_FILE = "summary.json"
-DATA_FILE = "coldstart.json"
+SUMMARY_FILE = ColdStartSummaryDoc.FILE
+DATA_FILE = ColdStartDataDoc.FILE
 REPORT_FILE = "report.html"
 
 perf = time.perf_counter
@@ -168,6 +168,10 @@ class ColdStartResult:
     summary: dict[str, Any]
     out_dir: Path
     repetitions: list[Repetition] = field(default_factory=list)
+
+    @property
+    def document(self) -> ColdStartSummaryDoc:
+        return ColdStartSummaryDoc.model_validate(self.summary)  # summary.json's model
 
 
 @dataclass(frozen=True)
@@ -388,8 +392,8 @@ def write_results(
     cold = coldstart_summary(reps, ok_status=served.ok_status)
     target = served.spec.describe()
     summary: dict[str, Any] = {
-        "kind": "coldstart",
-        "satpoint_version": __version__,
+        **ColdStartSummaryDoc.envelope(),
+        "satpoint_version": __version__,  # the name before tool_version, kept for older readers
         "target": {
             "url": target.get("url"),
             "models": list(served.models),
@@ -415,12 +419,12 @@ def write_results(
         "note": "overcommit emulates an overcommitting scheduler's policy (Seldon Core 2's agent: load on "
         "demand, evict the least recently used) from the client's side; it is not Seldon's code",
     }
-    data = {"repetitions": [r.to_dict() for r in reps], "overcommit": list(runs)}
+    data = {**ColdStartDataDoc.envelope(), "repetitions": [r.to_dict() for r in reps], "overcommit": list(runs)}
     # every text the server wrote (load errors, the overcommit's control errors) may echo a credential
     secrets = served.spec.secret_values()
     summary, data = redact_doc(summary, secrets), redact_doc(data, secrets)
-    (out_dir / DATA_FILE).write_text(json.dumps(data) + "\n", encoding="utf-8")
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_document(out_dir / DATA_FILE, ColdStartDataDoc.model_validate(data), indent=None)
+    write_document(out_dir / SUMMARY_FILE, ColdStartSummaryDoc.model_validate(summary))
     write_html(summary, out_dir / REPORT_FILE, data)
     return summary
 

@@ -18,6 +18,8 @@ from satpoint.analysis.summary.build import build_summary
 from satpoint.analysis.sweep.measurement import stream_figures
 from satpoint.config import FindOptions, LoadOptions, VerdictRules
 from satpoint.endpoints.spec import Target
+from satpoint.metrics.documents import CompareDoc, check_version, write_document
+from satpoint.metrics.results import load_results
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.saturation import profile_session, search_target
 from satpoint.procedures.session import Session, require_generator
@@ -25,7 +27,7 @@ from satpoint.reports.files.results import write_all
 from satpoint.servers.embedded import check_extra
 from satpoint.servers.mlserver.server import MLServerSettings, MLServerTarget
 
-COMPARE_FILE = "compare.json"
+COMPARE_FILE = CompareDoc.FILE
 PROTOCOLS = ("rest", "grpc")
 
 
@@ -96,6 +98,11 @@ class CompareOutcome:
     out_dir: Path
     dirs: dict[str, Path]
     interrupted: bool
+
+    @property
+    def document(self) -> CompareDoc:
+        """``doc`` typed (``compare.json``'s model)."""
+        return CompareDoc.model_validate(self.doc)
 
 
 def compare_rows(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -195,11 +202,28 @@ def run_compare(
             for s in sessions.values():
                 profile_session(s, replace(cfg.find, profile=True), common)
     summaries = {p: write_all(out_dir / p, s.results, html=True) for p, s in sessions.items()}
-    doc = compare_rows(summaries)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / COMPARE_FILE).write_text(json.dumps(doc, indent=2))
-    if len(sessions) > 1:
+    doc = _write_compare(out_dir, summaries)
+    return CompareOutcome(doc, out_dir, {p: out_dir / p for p in sessions}, stop.is_set())
+
+
+def _write_compare(out_dir: Path, summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``compare.json`` (through its model) and, with two protocols, the overlaid ``report.html``."""
+    doc = {**CompareDoc.envelope(), **compare_rows(summaries), "folders": {p: p for p in summaries}}
+    write_document(out_dir / COMPARE_FILE, CompareDoc.model_validate(doc))
+    if len(summaries) > 1:
         from satpoint.reports.html.report import write_report
 
-        write_report([out_dir / p for p in sessions], out_dir / "report.html")
-    return CompareOutcome(doc, out_dir, {p: out_dir / p for p in sessions}, stop.is_set())
+        write_report([out_dir / p for p in summaries], out_dir / "report.html")
+    return doc
+
+
+def rewrite_compare(out_dir: Path) -> dict[str, Any]:
+    """Rewrite a compare folder offline: each protocol's folder (``satpoint report``), then ``compare.json``
+    and ``report.html`` from them; measures nothing. Returns the document."""
+    path = out_dir / COMPARE_FILE
+    old = json.loads(path.read_text())
+    if "schema_version" in old:  # compare.json before 0.2 had no version: its shape is version 1's
+        check_version(old, path, CompareDoc.VERSION)
+    folders = old.get("folders") or {p: p for p in old.get("protocols", {})}
+    summaries = {p: write_all(out_dir / d, load_results(out_dir / d), html=True) for p, d in folders.items()}
+    return _write_compare(out_dir, summaries)

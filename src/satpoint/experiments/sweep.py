@@ -40,6 +40,7 @@ from satpoint.config import ObserveOptions, VerdictRules
 from satpoint.errors import SatpointError
 from satpoint.experiments.sweep_config import SweepConfig as SweepConfig  # re-exported: the public name
 from satpoint.experiments.sweep_servers import PointServer, point_server
+from satpoint.metrics.documents import SweepDoc, VersionError, check_version, write_document
 from satpoint.observe.observer import Observer
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.saturation import search_target
@@ -47,7 +48,7 @@ from satpoint.procedures.session import Fleet, open_fleet, require_generator
 from satpoint.reports.files.results import write_all
 from satpoint.servers.embedded import SERVERS, check_extra
 
-SWEEP_FILE = "sweep.json"
+SWEEP_FILE = SweepDoc.FILE
 SWEEP_CSV = "sweep.csv"
 SWEEP_VERSION = 1
 #: below this many seconds of budget left, no new measurement starts
@@ -60,6 +61,11 @@ class SweepOutcome:
     doc: dict[str, Any]
     out_dir: Path
     interrupted: bool
+
+    @property
+    def document(self) -> SweepDoc:
+        """``doc`` typed (``sweep.json``'s model)."""
+        return SweepDoc.model_validate(self.doc)
 
 
 def expected_measurement_s(cfg: SweepConfig) -> float:
@@ -101,7 +107,7 @@ class SweepState:
         self.cfg = cfg
         self.points = points
         if doc is None:
-            doc = {"sweep_version": SWEEP_VERSION, "kind": "sweep", "created_unix": time.time()}
+            doc = {**SweepDoc.envelope(), "sweep_version": SWEEP_VERSION, "created_unix": time.time()}
         doc["config"] = cfg.to_dict()
         doc["grid"] = [p.to_dict() for p in points]
         doc.setdefault("measurements", [])
@@ -118,6 +124,11 @@ class SweepState:
             doc = json.loads(path.read_text())
         except ValueError as e:
             raise SatpointError(f"{purpose}: {path} is not valid JSON ({e})") from None
+        try:  # sweep.json before schema_version had sweep_version, the same number
+            check_version(doc, path, SweepDoc.VERSION, "schema_version" if "schema_version" in doc else "sweep_version")
+        except VersionError as e:
+            raise SatpointError(f"{purpose}: {e}") from None
+        doc.update(SweepDoc.envelope())  # written again by this satpoint
         cfg = SweepConfig.from_dict(doc["config"], headers).validate()
         state = cls(out_dir, cfg, cfg.points(), doc)
         state.refigure()
@@ -172,9 +183,7 @@ class SweepState:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.doc.update(analyse(self.cfg, self.points, self.doc["measurements"]))
         attach_quality(self.doc, self.doc.get("artefact_quality") or {}, self.cfg.max_quality_loss_pp)
-        tmp = self.out_dir / (SWEEP_FILE + ".tmp")
-        tmp.write_text(json.dumps(self.doc, indent=2, default=str))
-        tmp.replace(self.out_dir / SWEEP_FILE)
+        write_document(self.out_dir / SWEEP_FILE, SweepDoc.model_validate(self.doc))
 
 
 def ranking_objective(cfg: SweepConfig) -> Objective:

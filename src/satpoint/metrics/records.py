@@ -19,6 +19,9 @@ from satpoint.metrics.stream_records import StreamRecords
 
 
 class Outcome(IntEnum):
+    """What became of one request: the ``outcome`` column of the rows (int8 codes; ``Outcome(code).name``, lower
+    case, is how ``to_pandas()`` and ``satpoint export`` spell it)."""
+
     OK = 0
     HTTP_ERROR = 1  # a response with a non-2xx status (status column holds the code)
     TIMEOUT = 2  # no response within --timeout; the connection was dropped

@@ -42,6 +42,7 @@ import numpy as np
 from satpoint._version import SCHEMA_VERSION, __version__
 from satpoint.config import RunConfig
 from satpoint.metrics.checkpoint import recover_segment_rows, remove_shard_files
+from satpoint.metrics.documents import ResultsDoc, check_version
 from satpoint.metrics.observed import Observations, read_observations
 from satpoint.metrics.records import Records
 from satpoint.plan import Stage, StageSpan, spans
@@ -203,7 +204,8 @@ def _write_doc(folder: Path, results: Results, home: Path) -> None:
         doc["running_segment"] = results.running
     tmp = folder / (RESULTS_FILE + ".tmp")
     try:
-        tmp.write_text(json.dumps(doc, indent=2, default=str))
+        # through its model: what is written has the fields and types of results.schema.json
+        tmp.write_text(json.dumps(ResultsDoc.model_validate(doc).model_dump(exclude_unset=True), indent=2, default=str))
         tmp.replace(folder / RESULTS_FILE)
     except OSError:
         with contextlib.suppress(OSError):
@@ -328,8 +330,7 @@ def load_results(out_dir: Path) -> Results:
         doc = json.loads(path.read_text())
     except OSError as e:
         raise FileNotFoundError(f"{out_dir} holds no readable {RESULTS_FILE}: {e.strerror or e}") from None
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {doc.get('schema_version')} is not {SCHEMA_VERSION}")
+    check_version(doc, path, SCHEMA_VERSION)
     seg_docs = doc.pop("segments", [])
     running = doc.pop("running_segment", None)
     results = Results(header=doc)

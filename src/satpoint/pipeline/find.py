@@ -28,17 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from satpoint import api
-from satpoint.analysis.summary.model import FindSummary
+from satpoint.analysis.summary.model import FindSummary, parse_summary
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
+from satpoint.metrics.documents import PipelineDoc, write_document
 from satpoint.pipeline.dag import PipelineDag
 from satpoint.pipeline.predict import critical_path, predict_capacity, size_pipeline
 from satpoint.procedures.progress import OnEvent, say
 
 SELDON_HEADER = "Seldon-Model"
-PIPELINE_FILE = "pipeline.json"
+PIPELINE_FILE = PipelineDoc.FILE
 
 
 @dataclass(frozen=True)
@@ -200,10 +201,9 @@ def pipeline_block(
 
 
 def _write_block(out_dir: Path, block: dict[str, Any]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / PIPELINE_FILE).write_text(json.dumps(block, indent=2) + "\n")
+    write_document(out_dir / PIPELINE_FILE, PipelineDoc.model_validate({**PipelineDoc.envelope(), **block}))
     summary_path = out_dir / "summary.json"
     if summary_path.exists():
         doc = json.loads(summary_path.read_text())
         doc["pipeline"] = block
-        summary_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_document(summary_path, parse_summary(doc))

@@ -36,6 +36,7 @@ from satpoint.config import LoadOptions
 from satpoint.endpoints.prepare import prepare, probe_service_s, wait_until_idle
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
+from satpoint.metrics.documents import HeadroomDoc, HeadroomSummaryDoc, write_document
 from satpoint.metrics.results import default_out
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.session import announce_target, check_rows_fit, require_generator
@@ -60,6 +61,11 @@ class HeadroomResult:
     k8s_files: tuple[Path, ...] = ()
     #: ``thresholds`` judged on the answer's replay (summary.json's ``thresholds``); empty without an answer
     thresholds: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def document(self) -> HeadroomDoc:
+        """``block`` typed (``headroom.json``'s model)."""
+        return HeadroomDoc.model_validate({**HeadroomDoc.envelope(), **self.block})
 
 
 def find_headroom(
@@ -233,13 +239,7 @@ def find_headroom(
     block["answer_folder"] = public[answer_i]["folder"] if answer_i is not None else None
     if slo_ms:
         block["slo_ms"] = slo_ms
-    summary: dict[str, Any] = {}
-    if answer_i is not None:  # the answer's replay summary, with the headroom beside it
-        src = folders[answer_i]
-        summary = json.loads((src / "summary.json").read_text())
-    summary["trace_headroom"] = block
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "headroom.json").write_text(json.dumps(block, indent=2) + "\n")
+    summary = write_headroom(out_dir, block, folders[answer_i] if answer_i is not None else None)
     files: tuple[Path, ...] = ()
     if block["sizing_withheld"]:
         say(on_event, f"no replica count, per-replica target or manifests: {block['sizing_withheld']}", "warning")
@@ -248,3 +248,18 @@ def find_headroom(
         files = tuple(write_k8s(Path(emit_k8s), target.model, rec_k8s))
         say(on_event, max_replicas_choice(rec_k8s)[1] + " (the trace's busiest minute)")
     return HeadroomResult(block, out_dir, files, tuple(summary.get("thresholds") or ()))
+
+
+def write_headroom(out_dir: Path, block: dict[str, Any], answer: Path | None) -> dict[str, Any]:
+    """``headroom.json`` and ``summary.json``: the summary of the answer's replay (``answer``) with the block
+    beside it as ``trace_headroom``, or without an answer the envelope and the block alone (``kind`` headroom).
+    Both through their models; returns the summary."""
+    write_document(out_dir / HeadroomDoc.FILE, HeadroomDoc.model_validate({**HeadroomDoc.envelope(), **block}))
+    if answer is not None:
+        summary: dict[str, Any] = json.loads((answer / "summary.json").read_text())
+        summary["trace_headroom"] = block  # the replay's summary, written through its model when it was measured
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    else:
+        summary = {**HeadroomSummaryDoc.envelope(), "trace_headroom": block}
+        write_document(out_dir / "summary.json", HeadroomSummaryDoc.model_validate(summary))
+    return summary

@@ -98,7 +98,13 @@ def _sweep_folder(out: Path, searches: dict[str, Path], slo: tuple[str, ...] = (
         # recorded as an earlier version did: every search that was not interrupted was "done"
         figures = measurement_figures(_summary(searches[name]))
         ms.append({"point": p.id, "repeat": repeat, "phase": "grid", "dir": rel, "status": "done", "figures": figures})
-    doc: dict[str, Any] = {"kind": "sweep", "config": cfg.to_dict(), "measurements": ms, "created_unix": 0}
+    doc: dict[str, Any] = {
+        "kind": "sweep",
+        "sweep_version": 1,
+        "config": cfg.to_dict(),
+        "measurements": ms,
+        "created_unix": 0,
+    }
     doc.update(analyse(cfg, points, ms))
     (out / SWEEP_FILE).write_text(json.dumps(doc))
     return out

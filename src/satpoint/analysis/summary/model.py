@@ -276,6 +276,10 @@ class RunSummary(BaseModel):
     #: server's per-model figures), the counts against the mix, the model whose latency rose first
     #: (``analysis.models.per_model``); absent for a single-model run
     models: dict[str, Any] | None = None
+    #: ``find --trace``: the headroom search (``headroom.json``) beside the summary of its answer's replay
+    trace_headroom: dict[str, Any] | None = None
+    #: ``satpoint pipeline``: the pipeline's figures (``pipeline.json``) beside the whole pipeline's search
+    pipeline: dict[str, Any] | None = None
 
     @property
     def thresholds_passed(self) -> bool:

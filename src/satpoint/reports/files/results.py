@@ -1,4 +1,4 @@
-"""Everything written from a results folder: summary.json, intervals.csv, report.html.
+"""Everything written from a results folder: summary.json, stages.csv, intervals.csv, report.html.
 
 All of it is a function of the results data, so ``satpoint report DIR`` rewrites it offline.
 """
@@ -12,14 +12,18 @@ from typing import Any
 
 from satpoint.analysis.server.flamegraph import SVG_FILE
 from satpoint.analysis.summary.build import build_summary
+from satpoint.analysis.summary.model import parse_summary
+from satpoint.metrics.documents import write_document
 from satpoint.metrics.results import Results
 from satpoint.metrics.stats import intervals
+from satpoint.reports.files.frames import origin_unix
 
 SUMMARY_FILE = "summary.json"
 INTERVALS_FILE = "intervals.csv"
 INTERVAL_COLUMNS = [
     "segment",
     "second",
+    "second_unix",  # the second's start in wall-clock (unix) time
     "stage",
     "offered",
     "throughput",
@@ -39,12 +43,14 @@ def write_intervals(out_dir: Path, results: Results) -> Path:
         w = csv.writer(f)
         w.writerow(INTERVAL_COLUMNS)
         for seg in results.segments:
+            origin = origin_unix(seg)
             for iv in intervals(seg.records, seg.spans):
                 lat = iv.latency_ms
                 w.writerow(
                     [
                         seg.index,
                         iv.second,
+                        round(origin + iv.second, 3),
                         iv.stage + 1 if iv.stage >= 0 else "",
                         iv.offered,
                         iv.throughput,
@@ -60,11 +66,56 @@ def write_intervals(out_dir: Path, results: Results) -> Path:
     return path
 
 
+STAGES_FILE = "stages.csv"
+#: one row per stage of summary.json (``stages[]``), its steady window also in wall-clock (unix) time
+STAGE_COLUMNS = [
+    "segment",
+    "stage",
+    "target_rps",
+    "offered_rps",
+    "throughput_rps",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p99_ms",
+    "latency_p999_ms",
+    "latency_max_ms",
+    "requests",
+    "errors",
+    "error_rate",
+    "verdict",
+    "window_start_s",
+    "window_end_s",
+    "window_start_unix",
+    "window_end_unix",
+]
+
+
+def write_stages(out_dir: Path, results: Results, summary: dict[str, Any]) -> Path:
+    """``stages.csv``: what ``perf_analyzer -f`` gives, from the summary's stages (empty cells: no figure)."""
+    origins = {seg.index: origin_unix(seg) for seg in results.segments}
+    path = out_dir / STAGES_FILE
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(STAGE_COLUMNS)
+        for st in summary.get("stages", []):
+            lat, origin = st.get("latency_ms") or {}, origins.get(st["segment"])
+            unix = [None if origin is None else round(origin + st[k], 3) for k in ("window_start_s", "window_end_s")]
+            w.writerow(
+                [st["segment"], st["index"], st["target_rps"], st["offered_rps"], st["throughput_rps"]]
+                + [lat.get(p) for p in ("p50", "p90", "p99", "p999", "max")]
+                + [st["requests"], sum((st.get("errors") or {}).values()), st["error_rate"], st["verdict"]]
+                + [st["window_start_s"], st["window_end_s"], *unix]
+            )
+    return path
+
+
 def write_summary(out_dir: Path, results: Results) -> dict[str, Any]:
     summary = build_summary(results)
-    tmp = out_dir / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    tmp.replace(out_dir / SUMMARY_FILE)
+    pipeline = out_dir / "pipeline.json"  # a pipeline's find: its figures stay beside the summary rewritten
+    if pipeline.is_file():
+        block = json.loads(pipeline.read_text())
+        summary["pipeline"] = {k: v for k, v in block.items() if k not in ("schema_version", "tool_version", "kind")}
+    write_document(out_dir / SUMMARY_FILE, parse_summary(summary))  # through its model: summary.schema.json
     return summary
 
 
@@ -85,6 +136,7 @@ def write_all(out_dir: Path, results: Results, html: bool = True) -> dict[str, A
     """Write every file of the folder: ``out_dir``, or the rescue folder once ``out_dir`` refused a write."""
     out_dir = results.rescue_dir or out_dir
     summary = write_summary(out_dir, results)
+    write_stages(out_dir, results, summary)
     write_intervals(out_dir, results)
     write_flamegraph(out_dir, summary)
     if html:
