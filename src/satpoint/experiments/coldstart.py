@@ -476,8 +476,7 @@ def embedded(opts: ColdStartOptions) -> Iterator[_Served]:
 
 
 def _server_info(info: dict[str, Any]) -> dict[str, Any]:
-    keep = ("kind", "versions", "python", "settings", "models", "cpus", "startup_s")
-    return {k: info[k] for k in keep if k in info}
+    return {k: info[k] for k in ("kind", "versions", "python", "settings", "models", "cpus", "startup_s") if k in info}
 
 
 def run_coldstart(

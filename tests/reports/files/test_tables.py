@@ -145,4 +145,4 @@ def test_parquet_without_pyarrow_is_refused_in_one_line(tmp_path: Path, monkeypa
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
     r = CliRunner().invoke(app, ["export", str(tmp_path), "--to", "parquet"])
     assert r.exit_code == 2, r.output
-    assert NO_PYARROW in r.output and "pip install pyarrow" in r.output and not (tmp_path / "export").exists()
+    assert NO_PYARROW in r.output and "satpoint[export]" in r.output and not (tmp_path / "export").exists()

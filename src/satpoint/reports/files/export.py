@@ -18,7 +18,7 @@ from satpoint.reports.files.frames import gap_columns, pandas, to_pandas
 from satpoint.reports.files.results import write_intervals, write_stages
 
 FORMATS = ("parquet", "csv")
-NO_PYARROW = "--to parquet needs pyarrow, which is not installed: pip install pyarrow (or use --to csv)"
+NO_PYARROW = "--to parquet needs pyarrow, which is not installed: pip install 'satpoint[export]' (or use --to csv)"
 
 
 def export_folder(folder: Path, to: str, out: Path | None = None) -> list[Path]:

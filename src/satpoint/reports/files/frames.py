@@ -130,7 +130,7 @@ def pandas() -> Any:
     try:
         import pandas as pd  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
-        raise ConfigError("tables need pandas, which is not installed: pip install pandas") from None
+        raise ConfigError("tables need pandas, which is not installed: pip install 'satpoint[export]'") from None
     return pd
 
 
