@@ -34,6 +34,7 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.stream_opts import StreamOpt
+from satpoint.cli.tool_modes import refuse_for_compare
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
 from satpoint.reports.terminal.compare import print_compare
@@ -41,6 +42,7 @@ from satpoint.reports.terminal.progress import EventPrinter
 
 
 def compare(
+    ctx: typer.Context,
     url: Annotated[str | None, typer.Option(help="REST base URL (none: the embedded server, --server)")] = None,
     server: ServerOpt = "mlserver",
     grpc_url: Annotated[str | None, typer.Option(help="gRPC address host:port of the same server")] = None,
@@ -75,6 +77,8 @@ def compare(
     secrets = secrets_of([url, grpc_url], parse_headers(header))
 
     def body() -> int:
+        protos = {p.strip() for p in protocols.split(",")}
+        refuse_for_compare(ctx, url is not None, server, protos)  # exit 2, before any load
         served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
         cfg = CompareConfig(

@@ -15,10 +15,12 @@ from satpoint.cli.opts.stream_opts import (
     StreamGapMsOpt,
     sim_stream_fields,
 )
+from satpoint.cli.tool_modes import refuse_for_sim
 from satpoint.servers.sim.rates import METASTABLE_HELP, metastable_fields
 
 
 def sim(
+    ctx: typer.Context,
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8080,
     host: Annotated[str, typer.Option(help="listen address (loopback)")] = "127.0.0.1",
     slots: Annotated[int, typer.Option(help="concurrent service slots C")] = 1,
@@ -92,14 +94,12 @@ def sim(
 
     if protocol not in ("rest", "grpc"):
         raise fail("--protocol must be rest or grpc")
+    switches = {"pause_every": pause_every, "models": models, "tls_cert": tls_cert, "stream": stream}
+    refuse_for_sim(ctx, protocol, {**switches, "pipeline": pipeline, "fault": fault})  # exit 2, before serving
     if dist not in ("const", "exp", "lognormal"):
         raise fail("--dist must be const, exp or lognormal")
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
         raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
-    if pipeline is not None and protocol != "rest":
-        raise fail("--pipeline is served by the REST sim only (--protocol rest)")
-    if fault is not None and protocol != "rest":
-        raise fail("--fault is simulated by the REST sim only (--protocol rest)")
     try:
         config = SimConfig(
             host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMem
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.opts.stream_opts import StreamOpt
+from satpoint.cli.tool_modes import refuse_for_sweep
 from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
@@ -58,6 +59,7 @@ _Str = Annotated[str | None, typer.Option()]
 
 
 def sweep(
+    ctx: typer.Context,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="KNOB=V1,V2,… (repeatable; the grid is every combination)"),
@@ -146,16 +148,13 @@ def sweep(
     secrets += tuple(v for k, _, v in (e.partition("=") for e in env or ()) if is_secret_name(k))
 
     def body() -> int:
+        kind = server or ("remote" if url or grpc_url else "mlserver")
+        refuse_for_sweep(ctx, kind, report is not None, resume is not None, dry_run)  # exit 2, before any load
         if report is not None:
             print_sweep(console, rewrite_sweep(report))
             console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
             return EXIT_OK
         if resume is not None:
-            if set_ or eval_data or reference_model_dir:
-                raise fail(
-                    "--resume continues the sweep sweep.json describes: give no --set, --eval-data or "
-                    "--reference-model-dir with it"
-                )
             state = SweepState.resume(resume, headers)
             if state.cfg.server.reconfigure is not None:
                 console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
@@ -167,13 +166,6 @@ def sweep(
         else:
             if not set_:
                 raise fail("sweep needs --set KNOB=V1,V2 (or --resume DIR)")
-            kind = server or ("remote" if url or grpc_url else "mlserver")
-            if kind != "remote" and (url or grpc_url or reconfigure):
-                raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
-            if kind != "remote" and (server_pid or metrics_url):
-                raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
-            if kind not in ("mlserver", "triton") and demo_model:
-                raise fail("--demo-model describes an embedded server (--server mlserver or triton)")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),
