@@ -123,3 +123,20 @@ def test_coldstart_slo_is_refused_where_it_cannot_judge(args: list[str], says: s
     r = CliRunner().invoke(app, ["coldstart", "-u", "http://127.0.0.1:9", *args])
     assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
     assert "cannot reach" not in r.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "--url", "http://127.0.0.1:9", "--model", "m", "--set", "protocol=rest", "--threshold", "p99<<1"],
+        ["sweep", "--server", "sim", "--set", "workers=1", "--dry-run", "--threshold", "p99<1s"],
+        ["compare", "--url", "http://127.0.0.1:9", "--model", "m", "--protocols", "rest", "--slo", "error_rate<1%"],
+        ["compare", "--url", "http://127.0.0.1:9", "--model", "m", "--protocols", "rest", "--threshold", "nope<1"],
+    ],
+)
+def test_sweep_and_compare_gates_are_refused_before_any_load(args: list[str]) -> None:
+    """A gate that cannot be judged (a bad expression, an SLO on no latency, a dry run that measures
+    nothing) is bad input: exit 2, before any connection."""
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "error:" in r.output, r.output
+    assert "cannot reach" not in r.output and "──" not in r.output

@@ -25,10 +25,10 @@ NOPE = "/nonexistent/satpoint-results"
 
 _SWEEP_ANY = {
     "set_", "server", "model", "header", "payload", "protocol", "batch_size", "generator_cpus", "objective",
-    "at_rps", "slo", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data", "reference_model_dir",
-    "find_budget_s", "precision", "profile", "ramp", "min_hold", "max_hold", "min_requests", "out", "dry_run", "ray",
-    "ray_hosts", "procs_per_host", "stream", "wake_window_ms", "realtime", "models_from_server", "mix",
-    "server_memory_mb",
+    "at_rps", "slo", "threshold", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data",
+    "reference_model_dir", "find_budget_s", "precision", "profile", "ramp", "min_hold", "max_hold", "min_requests",
+    "out", "dry_run", "ray", "ray_hosts", "procs_per_host", "stream", "wake_window_ms", "realtime",
+    "models_from_server", "mix", "server_memory_mb",
     "report", "resume",  # select sweep --report and sweep --resume, below
 }  # fmt: skip
 _SWEEP_REMOTE = {"url", "grpc_url", "reconfigure", "ready_timeout", "server_cores", "server_pid", "metrics_url",
@@ -38,7 +38,7 @@ _SWEEP_MLSERVER = {"demo_model", "runtime", "model_dir", "demo_models", "model_r
 _NEW_SWEEP = ["sweep", "--set", "workers=1,2", "--repeats", "0"]  # refused by the sweep's checks
 _COMPARE_ANY = {
     "protocols", "precision", "budget_s", "header", "payload", "grpc_raw", "binary_data", "generator_cpus", "ramp",
-    "min_hold", "max_hold", "min_requests", "out", "stream", "wake_window_ms", "realtime",
+    "min_hold", "max_hold", "min_requests", "out", "stream", "wake_window_ms", "realtime", "threshold", "slo",
 }  # fmt: skip
 _COMPARE_URL = _COMPARE_ANY | {"url", "grpc_url", "model", "ca_cert", "insecure", "client_cert", "client_key"}
 _COMPARE_EMBEDDED = _COMPARE_ANY | {"server", "demo_model", "server_cpus", "url"}  # url: selects compare --url
@@ -49,7 +49,7 @@ _SIM_ON = ["--pause-every", "1", "--models", "2", "--tls-cert", "FILE", "--strea
 _DIFF = {"sweep", "tolerance", "tail_tolerance", "error_tolerance", "run_spread", "fail_on_inconclusive",
          "calibrate", "json_out", "markdown", "junit", "html", "no_html"}  # fmt: skip
 
-_SWEEP_RESUME = {"resume", "url", "grpc_url", "metrics_url", "env", "reconfigure", "header", "dry_run",
+_SWEEP_RESUME = {"resume", "url", "grpc_url", "metrics_url", "env", "reconfigure", "header", "dry_run", "threshold",
                  "report"}  # fmt: skip  # report: selects sweep --report, which refuses --resume
 _SWEEP_TRITON = _SWEEP_ANY | {"demo_model", "demo_models", "max_batch_size", "server_cpus"}
 _SWEEP_SIM = _SWEEP_ANY | {"workers", "service_ms", "server_cpus"}
@@ -66,13 +66,13 @@ _URL_M = ["--url", URL, "--model", "m"]
 
 #: mode -> (the command line that selects it, the options it honours)
 MODES: dict[str, tuple[list[str], set[str]]] = {
-    "sweep --report": (["sweep", "--report", NOPE], {"report"}),
+    "sweep --report": (["sweep", "--report", NOPE], {"report", "threshold"}),
     "sweep --resume": (["sweep", "--resume", NOPE], _SWEEP_RESUME),
     "sweep --server mlserver": ([*_NEW_SWEEP, "--server", "mlserver"], _SWEEP_ANY | _SWEEP_MLSERVER),
     "sweep --server triton": ([*_NEW_SWEEP, "--server", "triton"], _SWEEP_TRITON),
     "sweep --server sim": ([*_NEW_SWEEP, "--server", "sim"], _SWEEP_SIM),
     "sweep --url": ([*_NEW_SWEEP, *_URL_M], _SWEEP_ANY | _SWEEP_REMOTE),
-    "sweep --dry-run": ([*_NEW_SWEEP, "--server", "sim", "--dry-run"], _SWEEP_SIM - {"out"}),
+    "sweep --dry-run": ([*_NEW_SWEEP, "--server", "sim", "--dry-run"], _SWEEP_SIM - {"out", "threshold"}),
     "compare --url": (["compare", *_URL_M, *_BAD_PROTOCOLS], _COMPARE_URL),
     "compare --url --protocols rest": (
         ["compare", *_URL_M, "--protocols", "rest,rest"],

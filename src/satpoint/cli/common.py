@@ -1,12 +1,14 @@
 """What every command shares: console, exit codes, option types, argument parsing, errors and signals.
 
-Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
-started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
-unreadable payload); 3 an SLO threshold failed; 4 ``find`` has no answer (``EXIT_NO_ANSWER``: it held no
-rate, so there is no saturation point; a lower bound "≥ X" is an answer; ``find --trace``: no headroom);
-130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results so far written).  A results folder that cannot be
-written (a full disk, no permission) or read (a damaged rows file) is one line and exit code 1; when it
-fails during a run, the results are in a rescue folder in ``$TMPDIR`` that the line names.
+Exit codes (``contract.EXIT_CODES_HELP``, the same for every command): 0 done; 1 ran, but the results are
+incomplete or elsewhere (the target stopped answering once measuring had started, every generator process
+died, every measurement of a sweep failed, a results folder that could not be written or read: the rescue
+folder in ``$TMPDIR`` is named); 2 bad input, before any load; 3 a gate failed (``--threshold``, ``--slo``,
+a ``--baseline`` regression; ``sweep``: on the recommended point, ``compare``: on a protocol); 4 no answer
+where an answer was the job (``EXIT_NO_ANSWER``: ``find`` held no rate, so there is no saturation point; a
+lower bound "≥ X" is an answer; ``find --trace``: no headroom; ``pipeline``: no saturation point; ``sweep``:
+no point recommended; ``compare``: a protocol without a saturation point); 130 interrupted by Ctrl-C,
+SIGTERM or SIGHUP (results so far written).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from satpoint.analysis.search.thresholds import format_result
+from satpoint.analysis.search.thresholds import format_result as format_result
 from satpoint.analysis.summary.model import FindSummary, RunSummary
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError

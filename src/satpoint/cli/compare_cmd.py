@@ -9,8 +9,6 @@ import typer
 
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
@@ -32,6 +30,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.opts.gate_opts import CompareSloOpt, CompareThresholdOpt, compare_exit, gate_exprs
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.cli.tool_modes import refuse_for_compare
@@ -72,6 +71,8 @@ def compare(
     stream: StreamOpt = False,
     wake_window_ms: WakeWindowOpt = 0.0,
     realtime: RealtimeOpt = 0,
+    threshold: CompareThresholdOpt = None,
+    slo: CompareSloOpt = None,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
     secrets = secrets_of([url, grpc_url], parse_headers(header))
@@ -79,6 +80,7 @@ def compare(
     def body() -> int:
         protos = {p.strip() for p in protocols.split(",")}
         refuse_for_compare(ctx, url is not None, server, protos)  # exit 2, before any load
+        exprs = gate_exprs(threshold, slo)  # a bad expression: exit 2, before any load
         served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
         cfg = CompareConfig(
@@ -115,6 +117,6 @@ def compare(
             outcome = run_compare(cfg, out_dir, stop=stop, on_event=printer)
         print_compare(console, outcome.doc)
         console.print(f"results: {out_dir} ({COMPARE_FILE}, report.html)")
-        return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+        return compare_exit(outcome.dirs, exprs, outcome.interrupted)
 
     guarded(body, secrets)

@@ -11,8 +11,6 @@ import typer
 from satpoint.analysis.sweep.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP, MAX_QUALITY_LOSS_HELP
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     CaCertOpt,
     ClientCertOpt,
@@ -33,6 +31,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.opts.gate_opts import SWEEP_SLO_HELP, SweepThresholdOpt, gate_exprs, sweep_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
@@ -97,7 +96,8 @@ def sweep(
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs of the generator (default: the last)")] = None,
     objective: Annotated[str, typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo")] = "saturation",
     at_rps: Annotated[float | None, typer.Option(help="compare p99 latency at this rate")] = None,
-    slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms")] = None,
+    slo: Annotated[list[str] | None, typer.Option(help=SWEEP_SLO_HELP)] = None,
+    threshold: SweepThresholdOpt = None,
     repeats: Annotated[int, typer.Option(help="measurements of every point")] = 1,
     remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
     budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
@@ -151,9 +151,10 @@ def sweep(
         kind = server or ("remote" if url or grpc_url else "mlserver")
         refuse_for_sweep(ctx, kind, report is not None, resume is not None, dry_run)  # exit 2, before any load
         if report is not None:
-            print_sweep(console, rewrite_sweep(report))
+            rewritten = rewrite_sweep(report)
+            print_sweep(console, rewritten)
             console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
-            return EXIT_OK
+            return sweep_exit(rewritten, report, gate_exprs(threshold, ()), False) if threshold else EXIT_OK
         if resume is not None:
             state = SweepState.resume(resume, headers)
             if state.cfg.server.reconfigure is not None:
@@ -200,6 +201,7 @@ def sweep(
             ).validate()  # fmt: skip
             out_dir = out or default_out("sweep")
             state = None
+        exprs = gate_exprs(threshold, cfg.slo)  # a bad expression: exit 2, before any load
         if dry_run:
             for p in cfg.points():
                 console.print(f"{p.id}  {p.label}")
@@ -210,10 +212,7 @@ def sweep(
             outcome = run_sweep(cfg, out_dir, stop=stop, on_event=printer, state=state)
         print_sweep(console, outcome.doc)
         console.print(f"results: {out_dir} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
-        if outcome.interrupted:
-            return EXIT_INTERRUPTED
-        done = [m for m in outcome.doc["measurements"] if m["status"] == "done"]
-        return EXIT_OK if done else EXIT_FAILED
+        return sweep_exit(outcome.doc, out_dir, exprs, outcome.interrupted)
 
     guarded(body, secrets)
 

@@ -13,7 +13,7 @@ from satpoint.cli.contract import given, reasons, refuse_unused
 _SWEEP_ANY = frozenset(
     (
         "set_", "server", "model", "header", "payload", "protocol", "batch_size", "generator_cpus", "objective",
-        "at_rps", "slo", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data",
+        "at_rps", "slo", "threshold", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data",
         "reference_model_dir", "find_budget_s", "precision", "profile", "ramp", "min_hold", "max_hold",
         "min_requests", "out", "dry_run", "ray", "ray_hosts", "procs_per_host", "stream", "wake_window_ms",
         "realtime", "models_from_server", "mix", "server_memory_mb",
@@ -32,8 +32,11 @@ SWEEP_KINDS: dict[str, frozenset[str]] = {
     "remote": _SWEEP_ANY | set(_SWEEP_REMOTE_ONLY),
 }  # fmt: skip
 #: ``sweep --resume DIR``: the settings come from the folder's sweep.json; only what was not written is given
-SWEEP_RESUME = frozenset(("resume", "url", "grpc_url", "metrics_url", "env", "reconfigure", "header", "dry_run"))
-SWEEP_REPORT = frozenset(("report",))
+SWEEP_RESUME = frozenset(
+    ("resume", "url", "grpc_url", "metrics_url", "env", "reconfigure", "header", "dry_run", "threshold")
+)
+#: ``sweep --report DIR``: the files rewritten, and ``--threshold`` judged on the sweep's recommended point
+SWEEP_REPORT = frozenset(("report", "threshold"))
 _SWEEP_WHY = reasons(
     (_SWEEP_REMOTE_ONLY, "it describes a remote server: give --url (--server remote)"),
     (("runtime", "model_dir", "model_repo", "max_batch_time", "env"),
@@ -50,7 +53,7 @@ def refuse_for_sweep(ctx: typer.Context, kind: str, report: bool, resume: bool, 
     """``sweep``: ``--report`` measures nothing and takes nothing else; ``--resume`` takes its settings from
     the folder; a new sweep takes what its server ``kind`` uses; a dry run writes nothing (no ``--out``)."""
     if report:
-        refuse_unused(ctx, "sweep --report", SWEEP_REPORT, {})
+        refuse_unused(ctx, "sweep --report", SWEEP_REPORT, {n: "it measures nothing" for n, _ in given(ctx)})
         return
     if resume:
         recorded = "--resume continues the sweep with the settings its sweep.json records"
@@ -58,8 +61,8 @@ def refuse_for_sweep(ctx: typer.Context, kind: str, report: bool, resume: bool, 
         return
     used = SWEEP_KINDS.get(kind, _SWEEP_ANY)
     if dry_run:
-        used = used - {"out"}
-    why = {**_SWEEP_WHY, "out": "a dry run measures and writes nothing"}
+        used = used - {"out", "threshold"}
+    why = {**_SWEEP_WHY, "out": "a dry run writes nothing", "threshold": "a dry run measures nothing to judge"}
     refuse_unused(ctx, f"sweep --server {kind}" + (" --dry-run" if dry_run else ""), used, why)
 
 
@@ -68,6 +71,7 @@ _COMPARE_ANY = frozenset(
     (
         "protocols", "precision", "budget_s", "header", "payload", "grpc_raw", "binary_data", "generator_cpus",
         "ramp", "min_hold", "max_hold", "min_requests", "out", "stream", "wake_window_ms", "realtime",
+        "threshold", "slo",
     )
 )  # fmt: skip
 COMPARE_URL = _COMPARE_ANY | {"url", "grpc_url", "model", "ca_cert", "insecure", "client_cert", "client_key"}
