@@ -55,8 +55,30 @@ def test_top_level_version_and_help() -> None:
     r = CliRunner().invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.strip() == f"satpoint {__version__}"
     assert CliRunner().invoke(app, ["-h"]).exit_code == 0
-    # the model's version on run/find is still --version there
-    assert "model version" in " ".join(CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output.split())
+    # the model's version on run/find is --model-version; --version there still works, hidden, with a warning
+    assert "--model-version" in " ".join(CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output.split())
+
+
+@pytest.mark.parametrize("command", ["run", "find"])
+def test_the_old_model_version_spelling_still_works_with_a_warning(command: str) -> None:
+    """``--version 2`` asks the server for version 2 as ``--model-version 2`` does, with a warning; both
+    together are refused."""
+    asked: list[str] = []
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.reply(200 if "health" in self.path else 404, b'{"error": "no"}', {"Content-Type": "application/json"})
+
+    with serving(Handler) as url:
+        base = [command, "-u", url, "-m", "m", *(["-s", "10:0:1"] if command == "run" else [])]
+        new, old = (CliRunner().invoke(app, [*base, flag, "2"]) for flag in ("--model-version", "--version"))
+        both = CliRunner().invoke(app, [*base, "--model-version", "2", "--version", "2"])
+    assert "--version is now --model-version" in " ".join(old.output.split())
+    assert "--version is now" not in new.output
+    assert new.exit_code == old.exit_code == 2, new.output + old.output
+    assert sum("/v2/models/m/versions/2" in p for p in asked) >= 2, asked
+    assert both.exit_code == 2 and "--version is the old spelling of --model-version" in both.output
 
 
 META = {

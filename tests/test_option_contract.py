@@ -25,6 +25,7 @@ URL = "http://127.0.0.1:9"  # nothing listens: a refusal must come before any co
 _TRACE_OPTS = {"trace", "trace_format", "trace_time_column", "trace_window", "trace_peak", "trace_stage_s",
                "trace_time_unit", "trace_model", "trace_select"}  # fmt: skip
 _RUN_EVERY_MODE = {
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model", "version", "protocol", "seed", "timeout", "drain", "header", "payload", "batch_size",
     "max_error_rate", "out", "grpc_raw", "binary_data", "grpc_connections", "html", "threshold", "ca_cert",
     "insecure", "client_cert", "client_key", "server_pid", "metrics_url", "baseline", "fail_on_inconclusive",
@@ -39,6 +40,7 @@ RUN_TRACE = _RUN_EVERY_MODE | _TRACE_OPTS | {
     "speed", "server_slots", "stream", "max_inflight", "procs", "generator_cpus", "wake_window_ms", "realtime",
 }  # fmt: skip
 FIND_URL = {
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin", "peak_rps", "min_rps",
     "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed", "max_inflight", "timeout",
     "procs", "header", "payload", "batch_size", "max_error_rate", "generator_cpus", "binary_data", "grpc_raw",
@@ -50,6 +52,7 @@ FIND_URL = {
     "trace",  # selects find --trace, below
 }  # fmt: skip
 FIND_TRACE = _TRACE_OPTS | {
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
     "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",
     "generator_cpus", "binary_data", "grpc_raw", "grpc_connections", "profile", "confirm", "out", "html",

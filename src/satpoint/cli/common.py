@@ -6,9 +6,8 @@ died, every measurement of a sweep failed, a results folder that could not be wr
 folder in ``$TMPDIR`` is named); 2 bad input, before any load; 3 a gate failed (``--threshold``, ``--slo``,
 a ``--baseline`` regression; ``sweep``: on the recommended point, ``compare``: on a protocol); 4 no answer
 where an answer was the job (``EXIT_NO_ANSWER``: ``find`` held no rate, so there is no saturation point; a
-lower bound "≥ X" is an answer; ``find --trace``: no headroom; ``pipeline``: no saturation point; ``sweep``:
-no point recommended; ``compare``: a protocol without a saturation point); 130 interrupted by Ctrl-C,
-SIGTERM or SIGHUP (results so far written).
+lower bound "≥ X" is an answer; ``find --trace``: no headroom; ``pipeline``, ``compare``: no saturation
+point; ``sweep``: no point recommended); 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results written).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -46,10 +45,11 @@ err_console = Console(stderr=True, width=None if Console(stderr=True).is_termina
 # options several commands share -------------------------------------------------------------------------
 HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
 PayloadOpt = Annotated[Path | None, typer.Option(help="OIP request JSON or JSONL file")]
-ProtocolOpt = Annotated[str, typer.Option(help="rest or grpc")]
+Protocol = Literal["rest", "grpc"]
+ProtocolOpt = Annotated[Protocol, typer.Option(help="rest or grpc")]
 #: ``--protocol`` where the URL's scheme picks it (``resolve_protocol``)
 UrlProtocolOpt = Annotated[
-    str | None, typer.Option(help="rest or grpc (default: grpc for a grpc:// or grpcs:// URL, else rest)")
+    Protocol | None, typer.Option(help="rest or grpc (default: grpc for a grpc:// or grpcs:// URL, else rest)")
 ]
 ArrivalOpt = Annotated[str, typer.Option(help=ARRIVAL_HELP)]
 GrpcRawOpt = Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")]
@@ -83,11 +83,11 @@ ModelDirOpt = Annotated[
     typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
 ServerOpt = Annotated[
-    str,
+    Literal["mlserver", "triton"],
     typer.Option(
         "--server",
         help="the embedded server (without --url): mlserver, or triton (Triton through PyTriton: "
-        "pip install 'satpoint[triton]')",
+        "pip install 'satpoint\\[triton]')",  # \\[: a bracket, not rich markup
     ),
 ]
 BinaryDataOpt = Annotated[

@@ -10,10 +10,20 @@ mode is taught to use it: never silently dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated, TypeVar
 
 import typer
 
-from satpoint.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE, fail
+from satpoint.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_ANSWER,
+    EXIT_OK,
+    EXIT_THRESHOLD,
+    EXIT_USAGE,
+    err_console,
+    fail,
+)
 
 #: the exit codes every command keeps, printed at the end of every command's ``--help``
 EXIT_CODES_HELP = (
@@ -49,3 +59,21 @@ def refuse_unused(ctx: typer.Context, mode: str, used: frozenset[str], why: Mapp
 def reasons(*groups: tuple[tuple[str, ...], str]) -> dict[str, str]:
     """``{parameter: reason}`` from ``(parameters, reason)`` groups."""
     return {name: why for names, why in groups for name in names}
+
+
+T = TypeVar("T")
+
+#: ``run``/``find --version``: the model's version, spelled ``--model-version`` since ``satpoint --version``
+#: is satpoint's own; the old spelling still works, hidden, with a warning
+OldVersionOpt = Annotated[str | None, typer.Option("--version", hidden=True, help="the old --model-version")]
+
+
+def renamed(new: T | None, old: T | None, new_flag: str, old_flag: str) -> T | None:
+    """The value of an option given under its new spelling or its old one (a hidden alias, said on stderr
+    when used); both given is refused."""
+    if old is None:
+        return new
+    if new is not None:
+        raise fail(f"{old_flag} is the old spelling of {new_flag}: give one of them")
+    err_console.print(f"[yellow]warning:[/] {old_flag} is now {new_flag} (the old spelling still works)")
+    return old

@@ -10,11 +10,12 @@ import typer
 from satpoint.api import default_out
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, console, guarded, interruptible
 from satpoint.cli.contract import EXIT_CODES_HELP
+from satpoint.cli.opts.help_opts import PanelledGroup
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
 from satpoint.reports.terminal.co_demo import print_co_demo
 from satpoint.reports.terminal.progress import EventPrinter
 
-demo_app = typer.Typer(no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
+demo_app = typer.Typer(cls=PanelledGroup, no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
 
 
 @demo_app.command("co", epilog=EXIT_CODES_HELP)

@@ -51,6 +51,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.contract import OldVersionOpt, renamed
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.modes import refuse_for_find
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
@@ -90,7 +91,8 @@ def find(
     ] = None,
     server: ServerOpt = "mlserver",
     model_names: ModelsOpt = None,
-    version: Annotated[str | None, typer.Option(help="model version")] = None,
+    version: Annotated[str | None, typer.Option("--model-version", help="the model's version")] = None,
+    old_version: OldVersionOpt = None,
     protocol: UrlProtocolOpt = None,
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
     slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms (repeatable)")] = None,
@@ -208,6 +210,7 @@ def find(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        version_ = renamed(version, old_version, "--model-version", "--version")
         refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
@@ -219,7 +222,7 @@ def find(
             if url is None or model is None:
                 raise fail("find --trace needs --url and --model (a running server)")
             tgt = Target(
-                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
@@ -268,7 +271,7 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(
-                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
@@ -281,7 +284,7 @@ def find(
                 on_event=printer, stop=stop, protocol=proto, hold_rps=hold_rps,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
-                    "version": version, "headers": parse_headers(header), "payload_file": payload,
+                    "version": version_, "headers": parse_headers(header), "payload_file": payload,
                     "batch_size": batch_size, "grpc_raw": grpc_raw, "mix": models, **tls,
                 },
             )  # fmt: skip

@@ -51,11 +51,12 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.compare_cmd import compare
-from satpoint.cli.contract import EXIT_CODES_HELP
+from satpoint.cli.contract import EXIT_CODES_HELP, OldVersionOpt, renamed
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
 from satpoint.cli.modes import refuse_for_run
+from satpoint.cli.opts import help_opts
 from satpoint.cli.opts import trace_opts as to
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
@@ -74,7 +75,8 @@ from satpoint.reports.terminal.console import print_summary
 from satpoint.reports.terminal.progress import EventPrinter
 
 app = typer.Typer(
-    add_completion=False,
+    cls=help_opts.PanelledGroup,  # every option's panel and metavar in --help
+    add_completion=True,  # --install-completion, --show-completion
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},  # -h on every command
     pretty_exceptions_show_locals=False,  # a traceback must not print the --header tokens held in locals
@@ -99,7 +101,8 @@ def run(
     stage: Annotated[
         list[str] | None, typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")
     ] = None,
-    version: Annotated[str | None, typer.Option(help="model version")] = None,
+    version: Annotated[str | None, typer.Option("--model-version", help="the model's version")] = None,
+    old_version: OldVersionOpt = None,
     protocol: UrlProtocolOpt = None,
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed for Poisson arrivals and random payloads")] = 0,
@@ -168,6 +171,7 @@ def run(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        version_ = renamed(version, old_version, "--model-version", "--version")
         refuse_for_run(ctx, trace is not None, users is not None)  # an option its mode does not take: exit 2
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
@@ -177,7 +181,7 @@ def run(
             raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
         proto = resolve_protocol(url, protocol)  # the URL's scheme picks it: grpc://, grpcs:// speak gRPC
         target = Target(
-            url, one, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+            url, one, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
         )
         keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}

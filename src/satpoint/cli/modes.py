@@ -11,6 +11,7 @@ from satpoint.cli.opts.trace_opts import refuse_for_trace
 
 _RUN_COMMON = frozenset(
     (
+        "old_version",  # --version: the old spelling of --model-version
         "url", "model", "version", "protocol", "seed", "timeout", "drain", "header", "payload", "batch_size",
         "max_error_rate", "out", "grpc_raw", "binary_data", "grpc_connections", "html", "threshold", "ca_cert",
         "insecure", "client_cert", "client_key", "server_pid", "metrics_url", "baseline", "fail_on_inconclusive",
@@ -41,6 +42,7 @@ _RUN_WHY = reasons(
 #: ``refuse_for_trace``, the embedded server's other options here)
 FIND_URL = frozenset(
     (
+        "old_version",  # --version: the old spelling of --model-version
         "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin",
         "peak_rps", "min_rps", "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed",
         "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate", "generator_cpus",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -64,7 +64,7 @@ def sweep(
         typer.Option("--set", help="KNOB=V1,V2,… (repeatable; the grid is every combination)"),
     ] = None,
     server: Annotated[
-        str | None,
+        Literal["mlserver", "triton", "sim", "remote"] | None,
         typer.Option(help="mlserver (embedded, default), triton (embedded), sim, or remote (default with --url)"),
     ] = None,
     url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
@@ -88,13 +88,16 @@ def sweep(
     max_batch_time: Annotated[float | None, typer.Option(help="adaptive batching wait (s) unless swept")] = None,
     env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the server (repeatable)")] = None,
     service_ms: Annotated[float, typer.Option(help="sim: mean service time, ms")] = 10.0,
-    protocol: Annotated[str, typer.Option(help="rest or grpc unless swept")] = "rest",
+    protocol: Annotated[Literal["rest", "grpc"], typer.Option(help="rest or grpc unless swept")] = "rest",
     batch_size: Annotated[int, typer.Option(help="rows per request unless swept")] = 1,
     header: HeaderOpt = None,
     payload: PayloadOpt = None,
     server_cpus: Annotated[str | None, typer.Option(help="CPUs of the server (default: all but the last)")] = None,
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs of the generator (default: the last)")] = None,
-    objective: Annotated[str, typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo")] = "saturation",
+    objective: Annotated[
+        Literal["saturation", "per_core", "p99", "slo"],
+        typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo"),
+    ] = "saturation",
     at_rps: Annotated[float | None, typer.Option(help="compare p99 latency at this rate")] = None,
     slo: Annotated[list[str] | None, typer.Option(help=SWEEP_SLO_HELP)] = None,
     threshold: SweepThresholdOpt = None,
@@ -171,7 +174,7 @@ def sweep(
             cfg = SweepConfig(
                 sets=tuple(set_),
                 server=BaseServer(
-                    kind=kind,  # type: ignore[arg-type]
+                    kind=kind,
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
                     demo_models=demo_models, model_repo=_path(model_repo),
@@ -186,7 +189,7 @@ def sweep(
                     ca_cert=_path(ca_cert), insecure=insecure, client_cert=_path(client_cert),
                     client_key=_path(client_key),
                 ),
-                repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
+                repeats=repeats, remeasure_top=remeasure_top, objective=objective,
                 at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
                 eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
                 server_memory_mb=server_memory_mb,
