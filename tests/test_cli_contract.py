@@ -162,3 +162,21 @@ def test_sweep_and_compare_gates_are_refused_before_any_load(args: list[str]) ->
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "error:" in r.output, r.output
     assert "cannot reach" not in r.output and "──" not in r.output
+
+
+def test_an_internal_error_is_not_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A defect (here a KeyError inside ``diff``) is one line naming it an internal error, exit 1, not the
+    bad-input exit 2; ``satpoint --debug`` lets its traceback through.  Bad input stays exit 2."""
+
+    def broken(*args: object) -> None:
+        raise KeyError("p99")
+
+    monkeypatch.setattr("satpoint.cli.diff_cmd.parse_tolerances", broken)
+    r = CliRunner().invoke(app, ["diff", str(tmp_path), str(tmp_path)])
+    assert r.exit_code == 1, r.output
+    assert "internal error: KeyError: 'p99' (--debug for the traceback)" in " ".join(r.output.split())
+    debug = CliRunner().invoke(app, ["--debug", "diff", str(tmp_path), str(tmp_path)])
+    assert isinstance(debug.exception, KeyError)
+    monkeypatch.undo()
+    bad = CliRunner().invoke(app, ["diff", str(tmp_path), str(tmp_path), "--tolerance", "lots"])
+    assert bad.exit_code == 2 and "internal error" not in bad.output, bad.output

@@ -26,7 +26,8 @@ from satpoint.analysis.search.capacity import Recommendation
 from satpoint.analysis.search.target_lost import HEADER_KEY as TARGET_LOST_KEY
 from satpoint.analysis.search.thresholds import STREAM_METRICS, evaluate, parse_slo, parse_thresholds
 from satpoint.analysis.summary.build import build_summary
-from satpoint.analysis.summary.model import FindSummary, RunSummary, parse_summary
+from satpoint.analysis.summary.model import FindSummary as FindSummary
+from satpoint.analysis.summary.model import RunSummary, parse_summary
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare

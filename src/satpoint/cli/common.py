@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from satpoint.analysis.search.thresholds import format_result as format_result
-from satpoint.analysis.summary.model import FindSummary, RunSummary
+from satpoint.analysis.summary.model import RunSummary
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.plan import ARRIVAL_HELP
@@ -35,6 +35,8 @@ from satpoint.redact import redact_text, secret_values
 from satpoint.servers.models.demo import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: ``satpoint --debug`` (or ``SATPOINT_DEBUG=1``): an error's traceback besides its one line
+DEBUG = threading.Event()
 #: ``find`` without an answer: no rate was held (every stage failed), or ``find --trace`` found no headroom
 EXIT_NO_ANSWER = 4
 
@@ -226,6 +228,8 @@ def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
     except RunFailed as e:
         raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
+        if DEBUG.is_set():
+            err_console.print_exception(show_locals=False)
         raise fail(str(e), secrets=secrets) from None
     except OSError as e:  # a full disk, an unwritable --out (no permission, a read-only file system)
         where = f" ({e.filename})" if e.filename else ""
@@ -234,6 +238,13 @@ def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
         raise fail(f"a results file is damaged: {e}", EXIT_FAILED, secrets) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
+    except (typer.Exit, typer.Abort, typer.TyperException):
+        raise
+    except Exception as e:  # a defect, not bad input: one line, exit 1 (INTERNAL_ERROR_HELP); --debug: where
+        if DEBUG.is_set():
+            raise
+        said = f"internal error: {type(e).__name__}: {e} (--debug for the traceback)"
+        raise fail(said, EXIT_FAILED, secrets) from None
     raise typer.Exit(code)
 
 
@@ -256,34 +267,6 @@ def exit_code(summary: RunSummary) -> int:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
-
-
-def gates_exit(results: Sequence[dict[str, Any]], asked: int, code: int) -> int:
-    """Print the gate lines judged (``summary.json``'s ``thresholds``) and turn a success ``code`` into 3
-    when one failed, or when fewer were judged than ``asked`` (nothing to judge them on)."""
-    for t in results:
-        console.print(format_result(t), style="green" if t["passed"] else "bold red")
-    failed = any(not t["passed"] for t in results) or len(results) < asked
-    return EXIT_THRESHOLD if code == EXIT_OK and failed else code
-
-
-def no_answer_exit(summary: FindSummary, code: int) -> int:
-    """``find``'s exit code from ``exit_code``'s: ``EXIT_NO_ANSWER`` in place of a success or a failed
-    threshold when the search held no rate (no saturation point, not even a lower bound), said in one line;
-    an interrupted run, a lost target or a results folder written elsewhere keep their codes."""
-    if code not in (EXIT_OK, EXIT_THRESHOLD) or summary.saturation_rps is not None:
-        return code
-    steps = summary.search.steps
-    if steps:
-        low = min(steps, key=lambda s: s.rate_rps)
-        why = (
-            f"no rate was held: {len(steps)} stage{'s' if len(steps) > 1 else ''} measured, the lowest "
-            f"({low.rate_rps:g} rps) {low.verdict}"
-        )
-    else:
-        why = "no stage was measured (see the lines above: the budget, or the target)"
-    err_console.print(f"[bold red]no answer:[/] find found no saturation point ({why})")
-    return EXIT_NO_ANSWER
 
 
 def embedded_model(

@@ -30,7 +30,8 @@ EXIT_CODES_HELP = (
     f"Exit codes: {EXIT_OK} done; {EXIT_FAILED} ran, but the results are incomplete or were written elsewhere "
     f"(the target stopped answering, a rescue folder); {EXIT_USAGE} bad input, before any load; {EXIT_THRESHOLD} a "
     f"gate failed (--threshold, --slo, a --baseline regression); {EXIT_NO_ANSWER} no answer where an answer was "
-    f"the job; {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM: the results so far are written)."
+    f"the job; {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM: the results so far are written). An internal "
+    f"error (a defect, not your input) is one line and exit {EXIT_FAILED}: satpoint --debug shows its traceback."
 )
 
 

@@ -6,6 +6,7 @@ renders what it returns.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from satpoint import api
 from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
+    DEBUG,
     EXIT_INTERRUPTED,
     ArrivalOpt,
     BatchOpt,
@@ -89,8 +91,14 @@ def top(
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=print_version, help="print satpoint's version")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="SATPOINT_DEBUG", help="an error's traceback besides its one line")
+    ] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="no colours in the output (also: NO_COLOR=1)")] = False,
 ) -> None:
     """Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers."""
+    (DEBUG.set if debug else DEBUG.clear)()
+    console.no_color = err_console.no_color = no_color or bool(os.environ.get("NO_COLOR"))
 
 
 @app.command(epilog=EXIT_CODES_HELP)

@@ -117,3 +117,31 @@ def compare_exit(dirs: Mapping[str, Path], exprs: Sequence[str], interrupted: bo
     if code != EXIT_OK:
         return code
     return EXIT_THRESHOLD if failed else EXIT_OK
+
+
+def gates_exit(results: Sequence[dict[str, Any]], asked: int, code: int) -> int:
+    """Print the gate lines judged (``summary.json``'s ``thresholds``) and turn a success ``code`` into 3
+    when one failed, or when fewer were judged than ``asked`` (nothing to judge them on)."""
+    for t in results:
+        console.print(format_result(t), style="green" if t["passed"] else "bold red")
+    failed = any(not t["passed"] for t in results) or len(results) < asked
+    return EXIT_THRESHOLD if code == EXIT_OK and failed else code
+
+
+def no_answer_exit(summary: api.FindSummary, code: int) -> int:
+    """``find``'s exit code from ``exit_code``'s: ``EXIT_NO_ANSWER`` in place of a success or a failed
+    threshold when the search held no rate (no saturation point, not even a lower bound), said in one line;
+    an interrupted run, a lost target or a results folder written elsewhere keep their codes."""
+    if code not in (EXIT_OK, EXIT_THRESHOLD) or summary.saturation_rps is not None:
+        return code
+    steps = summary.search.steps
+    if steps:
+        low = min(steps, key=lambda s: s.rate_rps)
+        why = (
+            f"no rate was held: {len(steps)} stage{'s' if len(steps) > 1 else ''} measured, the lowest "
+            f"({low.rate_rps:g} rps) {low.verdict}"
+        )
+    else:
+        why = "no stage was measured (see the lines above: the budget, or the target)"
+    err_console.print(f"[bold red]no answer:[/] find found no saturation point ({why})")
+    return EXIT_NO_ANSWER
