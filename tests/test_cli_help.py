@@ -38,7 +38,7 @@ def test_every_option_is_in_a_panel(name: str) -> None:
 
 def test_metavars_say_what_an_option_takes() -> None:
     text = CliRunner().invoke(app, ["run", "-h"], env={"COLUMNS": "250"}).output
-    for shown in ("URL", "RPS:RAMP_S:HOLD_S", "KEY:VALUE", "SECONDS", "<rest|grpc>"):
+    for shown in ("URL", "RPS:RAMP_S:HOLD_S", "KEY:VALUE", "DURATION", "<rest|grpc>"):
         assert shown in text, shown
     assert "<float>" not in text and "list[str]" not in text
     for panel in ("Target", "Load", "Generator", "Observe", "Traffic", "Distributed", "TLS", "Gates", "Output"):

@@ -10,6 +10,8 @@ from typing import Any
 
 from typer.core import TyperGroup
 
+from satpoint.cli.opts.duration_opts import DURATION_HELP, UNIT_S, in_units
+
 #: panel -> the parameters shown in it, whatever the command
 PANELS: dict[str, tuple[str, ...]] = {
     "Target": (
@@ -61,10 +63,11 @@ _SECONDS = (
     "timeout", "drain", "duration", "budget_s", "cooldown", "ramp", "min_hold", "max_hold", "find_budget_s",
     "ready_timeout", "max_batch_time", "trace_stage_s", "pause_every", "pause_s", "idle_timeout", "call_timeout",
 )  # fmt: skip
+_MS = ("think_ms", "service_ms", "wake_window_ms", "slow_headers_ms", "slo_p99_ms", "stream_first_ms", "stream_gap_ms")
 #: parameter -> metavar; else by type (``_by_type``); choices (``Literal``) and flags keep click's own
 METAVARS: dict[str, str] = {
-    **dict.fromkeys(_SECONDS, "SECONDS"),
-    **dict.fromkeys(("think_ms", "service_ms", "wake_window_ms", "slow_headers_ms", "slo_p99_ms"), "MS"),
+    **dict.fromkeys(_SECONDS, "DURATION"),
+    **dict.fromkeys(_MS, "DURATION"),
     **dict.fromkeys(("url", "metrics_url"), "URL"),
     "grpc_url": "HOST:PORT",
     "stage": "RPS:RAMP_S:HOLD_S",
@@ -90,11 +93,13 @@ def _by_type(annotation: Any) -> str | None:
 
 
 class PanelledGroup(TyperGroup):
-    """A command group whose commands' options (and its sub-groups') get their panel and metavar."""
+    """A command group whose commands' options (and its sub-groups') get their panel and metavar, and whose
+    time options take durations (``duration_opts``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
+            _take_durations(command)
             for p in command.params:
                 if not p.opts or not p.opts[0].startswith("-") or p.name is None:
                     continue
@@ -103,3 +108,14 @@ class PanelledGroup(TyperGroup):
                 if p.metavar is None and not getattr(p, "is_flag", False) and p.name != "help":
                     kind = getattr(getattr(p, "type_descriptor", None), "annotation", None)
                     p.metavar = METAVARS.get(p.name) or _by_type(kind)
+
+
+def _take_durations(command: Any) -> None:
+    """``command``'s time options take ``500ms``, ``30s``, ``2m``: its arguments are put in each option's unit
+    before they are parsed, and its help says so."""
+    flags = {o: unit for p in command.params for o in getattr(p, "opts", ()) if (unit := UNIT_S.get(o)) is not None}
+    if not flags or getattr(command, "commands", None) is not None:
+        return
+    parse = command.parse_args
+    command.parse_args = lambda ctx, args: parse(ctx, in_units(args, flags))
+    command.epilog = f"{DURATION_HELP}\n\n{command.epilog or ''}".strip()

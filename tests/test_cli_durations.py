@@ -1,0 +1,55 @@
+"""Every time option takes ``500ms``, ``30s``, ``2m``, ``1h`` or a bare number in its own unit (seconds; ms
+for a ``*-ms`` option), as the command receives it; a malformed one is refused when parsed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from satpoint.cli.main import app
+from satpoint.cli.opts.duration_opts import UNIT_S, in_units, to_unit
+
+
+@pytest.mark.parametrize(
+    ("text", "unit_s", "value"),
+    [("500ms", 1.0, "0.5"), ("30s", 1.0, "30"), ("2m", 1.0, "120"), ("1h", 1.0, "3600"), ("1.5s", 1e-3, "1500"),
+     ("250us", 1e-3, "0.25"), ("45", 1.0, "45"), ("45", 1e-3, "45"), ("2 fortnights", 1.0, "2 fortnights")],
+)  # fmt: skip
+def test_a_duration_in_an_options_unit(text: str, unit_s: float, value: str) -> None:
+    assert to_unit(text, unit_s) == value
+
+
+def test_only_time_options_values_are_rewritten() -> None:
+    args = ["--ramp", "500ms", "--think-ms=1s", "--trace-peak", "10m", "-m", "2m", "--", "--ramp", "1m"]
+    assert in_units(args, UNIT_S) == ["--ramp", "0.5", "--think-ms=1000", "--trace-peak", "10m", "-m", "2m", "--",
+                                      "--ramp", "1m"]  # fmt: skip
+
+
+def test_demo_co_receives_durations_in_its_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    class Captured(Exception):
+        pass
+
+    def capture(*args: Any) -> None:
+        seen.append(args)
+        raise Captured
+
+    monkeypatch.setattr("satpoint.cli.demo_cmd.CoDemoConfig", capture)
+    args = ["demo", "co", "--duration", "2m", "--think-ms", "0.5s", "--pause-every=1500ms", "--service-ms", "4"]
+    CliRunner().invoke(app, args)
+    got = seen[0]
+    assert (got[1], got[3], got[5], got[6]) == (120.0, 500.0, 4.0, 1.5)  # duration, think_ms, service_ms, pause_every
+
+
+def test_a_malformed_duration_is_refused_when_parsed() -> None:
+    r = CliRunner().invoke(app, ["run", "-u", "http://127.0.0.1:9", "-m", "m", "-s", "1:0:1", "--timeout", "2 days"])
+    assert r.exit_code == 2 and "Invalid value for '--timeout'" in " ".join(r.output.split()), r.output
+    assert "cannot reach" not in r.output
+
+
+def test_every_time_option_says_it_takes_durations() -> None:
+    text = " ".join(CliRunner().invoke(app, ["find", "-h"], env={"COLUMNS": "250"}).output.split())
+    assert "Times take 500ms, 30s, 2m or 1h" in text and "--min-hold DURATION" in text
