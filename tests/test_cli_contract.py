@@ -180,3 +180,23 @@ def test_an_internal_error_is_not_bad_input(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.undo()
     bad = CliRunner().invoke(app, ["diff", str(tmp_path), str(tmp_path), "--tolerance", "lots"])
     assert bad.exit_code == 2 and "internal error" not in bad.output, bad.output
+
+
+def test_run_rate_duration_is_the_one_stage_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run --rate 50 --duration 2m`` runs ``--stage 50:0:120``; it is refused with --stage, and --rate
+    needs --duration."""
+    seen: list[object] = []
+
+    def capture(target: object, stages: object, **kw: object) -> None:
+        seen.append(stages)
+        raise ValueError("captured")
+
+    monkeypatch.setattr("satpoint.cli.main.keep_loaded", lambda target: None)
+    monkeypatch.setattr("satpoint.api.run", capture)
+    base = ["run", "-u", "http://127.0.0.1:9", "-m", "m"]
+    r = CliRunner().invoke(app, [*base, "--rate", "50", "--duration", "2m"])
+    assert seen == [["50:0:120"]], r.output
+    both = CliRunner().invoke(app, [*base, "--rate", "50", "--duration", "2", "-s", "10:0:1"])
+    assert both.exit_code == 2 and "run --rate does not use --stage" in " ".join(both.output.split())
+    alone = CliRunner().invoke(app, [*base, "--rate", "50"])
+    assert alone.exit_code == 2 and "--rate R needs --duration D" in alone.output

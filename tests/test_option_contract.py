@@ -35,6 +35,7 @@ RUN_STAGE = _RUN_EVERY_MODE | {
     "stage", "stream", "arrival", "max_inflight", "procs", "generator_cpus", "flamegraph", "flamegraph_stage",
     "flamegraph_native", "flamegraph_rate", "ray", "ray_hosts", "procs_per_host", "wake_window_ms", "realtime",
 }  # fmt: skip
+RUN_RATE = RUN_STAGE - {"stage"} | {"rate", "duration"}
 RUN_USERS = _RUN_EVERY_MODE | {"users", "duration", "think_ms"}
 RUN_TRACE = _RUN_EVERY_MODE | _TRACE_OPTS | {
     "speed", "server_slots", "stream", "max_inflight", "procs", "generator_cpus", "wake_window_ms", "realtime",
@@ -69,6 +70,7 @@ _COLD_ARGS = ["coldstart", "--repeats", "0"]
 #: mode -> (the command line that selects it, the options it honours)
 MODES: dict[str, tuple[list[str], set[str]]] = {
     "run --stage": (["run", "-u", URL, "-m", "m", "-s", "10:0:1"], RUN_STAGE),
+    "run --rate": (["run", "-u", URL, "-m", "m", "--rate", "10", "--duration", "1"], RUN_RATE),
     "run --users": (["run", "-u", URL, "-m", "m", "--users", "2", "--duration", "1"], RUN_USERS),
     "run --trace": (["run", "-u", URL, "-m", "m", "--trace", "TRACE"], RUN_TRACE),
     "find --url": (["find", "-u", URL, "-m", "m"], FIND_URL),

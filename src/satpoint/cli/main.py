@@ -134,7 +134,12 @@ def run(
     users: Annotated[
         int | None, typer.Option(help="CLOSED LOOP instead of --stage: N users that each wait for their answer")
     ] = None,
-    duration: Annotated[float | None, typer.Option(help="closed loop: seconds to run")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="seconds to run: the closed loop's (--users), or --rate's one stage")
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="OPEN LOOP in one stage: R requests/s for --duration (--stage R:0:D)")
+    ] = None,
     think_ms: Annotated[float, typer.Option(help="closed loop: pause between answer and next request")] = 0.0,
     threshold: ThresholdOpt = None,
     ca_cert: CaCertOpt = None,
@@ -180,7 +185,7 @@ def run(
 
     def body() -> int:
         version_ = renamed(version, old_version, "--model-version", "--version")
-        refuse_for_run(ctx, trace is not None, users is not None)  # an option its mode does not take: exit 2
+        refuse_for_run(ctx, trace is not None, users is not None, rate is not None)  # unused in its mode: exit 2
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
         one, models = model_mix(model, models_from_server, mix)
@@ -211,10 +216,17 @@ def run(
             return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary), "", fail_on_inconclusive)
         to.refuse_run_trace_only(ctx)
         if users is None:
-            if not stage:
-                raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
-            if duration is not None or think_ms:
-                raise fail("--duration and --think-ms belong to the closed loop (--users)")
+            plan = list(stage or ())
+            if rate is not None:  # the one-stage shorthand: --stage R:0:D
+                if duration is None:
+                    raise fail("--rate R needs --duration D (the stage's length)")
+                plan = [f"{rate:.12g}:0:{duration:.12g}"]
+            if not plan:
+                raise fail(
+                    "give --stage RPS:RAMP_S:HOLD_S or --rate R --duration D (open loop), or --users N (closed loop)"
+                )
+            if (duration is not None and rate is None) or think_ms:
+                raise fail("--duration and --think-ms belong to the closed loop (--users), --duration also to --rate")
             load = LoadOptions(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
@@ -222,7 +234,7 @@ def run(
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run(
-                    target, stage, load=load.validate(), on_event=printer, stop=stop, hold_rps=hold_rps, **common,  # type: ignore[arg-type]
+                    target, plan, load=load.validate(), on_event=printer, stop=stop, hold_rps=hold_rps, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         else:
             if stage:
