@@ -73,3 +73,16 @@ def test_a_bad_choice_is_refused_when_parsed(args: list[str], option: str) -> No
 def test_shell_completion_is_offered() -> None:
     text = CliRunner().invoke(app, ["-h"], terminal_width=200).output
     assert "--install-completion" in text and "--show-completion" in text
+
+
+def test_every_option_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SATPOINT_<COMMAND>_<PARAMETER>`` sets an option (the command line wins), and is said in the help;
+    a variable for an option the mode does not use is refused as the option would be."""
+    r = CliRunner().invoke(app, ["run", "-m", "m", "-s", "1:0:1"], env={"SATPOINT_RUN_URL": URL})
+    assert r.exit_code == 2 and "cannot reach http://127.0.0.1:9" in r.output, r.output
+    wins = CliRunner().invoke(app, ["run", "-u", URL, "-m", "m", "-s", "1:0:1"], env={"SATPOINT_RUN_URL": "x://y"})
+    assert "cannot reach http://127.0.0.1:9" in wins.output, wins.output
+    refused = CliRunner().invoke(app, ["run", "-u", URL, "-m", "m", "-s", "1:0:1"], env={"SATPOINT_RUN_USERS": "2"})
+    assert refused.exit_code == 2 and "--stage" in refused.output and "cannot reach" not in refused.output
+    text = " ".join(CliRunner().invoke(app, ["find", "-h"], env={"COLUMNS": "250"}).output.split())
+    assert "SATPOINT_FIND_URL" in text and "SATPOINT_<COMMAND>_<PARAMETER>" in text

@@ -80,7 +80,8 @@ app = typer.Typer(
     cls=help_opts.PanelledGroup,  # every option's panel and metavar in --help
     add_completion=True,  # --install-completion, --show-completion
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},  # -h on every command
+    # -h on every command; every option also read from SATPOINT_<COMMAND>_<PARAMETER> (said in its help)
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SATPOINT"},
     pretty_exceptions_show_locals=False,  # a traceback must not print the --header tokens held in locals
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )

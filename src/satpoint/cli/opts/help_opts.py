@@ -100,6 +100,8 @@ class PanelledGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             _take_durations(command)
+            if getattr(command, "commands", None) is None:
+                command.epilog = f"{command.epilog or ''}\n\n{ENV_HELP}".strip()
             for p in command.params:
                 if not p.opts or not p.opts[0].startswith("-") or p.name is None:
                     continue
@@ -108,6 +110,13 @@ class PanelledGroup(TyperGroup):
                 if p.metavar is None and not getattr(p, "is_flag", False) and p.name != "help":
                     kind = getattr(getattr(p, "type_descriptor", None), "annotation", None)
                     p.metavar = METAVARS.get(p.name) or _by_type(kind)
+
+
+#: the environment variables, said at the end of every command's help
+ENV_HELP = (
+    "Every option can also be set in the environment, as SATPOINT_<COMMAND>_<PARAMETER> (e.g. SATPOINT_FIND_URL; "
+    "each option's own is shown beside it); the command line wins."
+)
 
 
 def _take_durations(command: Any) -> None:
