@@ -86,3 +86,11 @@ def test_every_option_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert refused.exit_code == 2 and "--stage" in refused.output and "cannot reach" not in refused.output
     text = " ".join(CliRunner().invoke(app, ["find", "-h"], env={"COLUMNS": "250"}).output.split())
     assert "SATPOINT_FIND_URL" in text and "SATPOINT_<COMMAND>_<PARAMETER>" in text
+
+
+@pytest.mark.parametrize("name", ["run", "find", "sweep", "compare", "coldstart", "pipeline"])
+def test_every_command_with_a_target_takes_u_and_m(name: str) -> None:
+    params = {p.name: p.opts for p in _commands()[name].params}
+    assert "-u" in params["url"]
+    model = params.get("model") or params.get("model_names")
+    assert name == "pipeline" or (model is not None and "-m" in model)

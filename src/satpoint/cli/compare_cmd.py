@@ -42,10 +42,12 @@ from satpoint.reports.terminal.progress import EventPrinter
 
 def compare(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="REST base URL (none: the embedded server, --server)")] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", "-u", help="REST base URL (none: the embedded server, --server)")
+    ] = None,
     server: ServerOpt = "mlserver",
     grpc_url: Annotated[str | None, typer.Option(help="gRPC address host:port of the same server")] = None,
-    model: Annotated[str | None, typer.Option(help="model name (with --url)")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated: rest,grpc")] = "rest,grpc",
     precision: Annotated[float, typer.Option(help="search precision")] = 0.05,
     budget_s: Annotated[float, typer.Option(help="time cap per protocol, seconds")] = 240.0,

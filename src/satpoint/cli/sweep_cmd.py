@@ -67,7 +67,7 @@ def sweep(
         Literal["mlserver", "triton", "sim", "remote"] | None,
         typer.Option(help="mlserver (embedded, default), triton (embedded), sim, or remote (default with --url)"),
     ] = None,
-    url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
+    url: Annotated[str | None, typer.Option("--url", "-u", help="a remote server's REST base URL")] = None,
     grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
     model: ModelsOpt = None,
     reconfigure: Annotated[
