@@ -53,3 +53,42 @@ def test_a_malformed_duration_is_refused_when_parsed() -> None:
 def test_every_time_option_says_it_takes_durations() -> None:
     text = " ".join(CliRunner().invoke(app, ["find", "-h"], env={"COLUMNS": "250"}).output.split())
     assert "Times take 500ms, 30s, 2m or 1h" in text and "--min-hold DURATION" in text
+
+
+_URL = ["-u", "http://127.0.0.1:9", "-m", "m"]
+
+
+@pytest.mark.parametrize(
+    ("where", "args", "new", "old", "read"),
+    [
+        ("satpoint.api.find", ["find", *_URL], "--budget", "--budget-s", lambda c: c[1]["options"].budget_s),
+        ("satpoint.cli.sweep_cmd.run_sweep", ["sweep", *_URL, "--set", "protocol=rest"], "--budget", "--budget-s",
+         lambda c: c[0][0].budget_s),
+        ("satpoint.cli.sweep_cmd.run_sweep", ["sweep", *_URL, "--set", "protocol=rest"], "--search-budget",
+         "--find-budget-s", lambda c: c[0][0].find.budget_s),
+        ("satpoint.cli.compare_cmd.run_compare", ["compare", *_URL, "--protocols", "rest"], "--search-budget",
+         "--budget-s", lambda c: c[0][0].find.budget_s),
+        ("satpoint.cli.pipeline_cmd.find_pipeline", ["pipeline", "-u", "http://127.0.0.1:9", "--step", "a"],
+         "--search-budget", "--budget-s", lambda c: c[1]["options"].budget_s),
+    ],
+)  # fmt: skip
+def test_budgets_new_and_old_spellings_mean_the_same(
+    monkeypatch: pytest.MonkeyPatch, where: str, args: list[str], new: str, old: str, read: Any
+) -> None:
+    """``--budget`` is the whole command's cap, ``--search-budget`` one search's; the old spellings are
+    hidden aliases with their old meaning (compare's --budget-s was per protocol: one search)."""
+    seen: list[tuple[Any, Any]] = []
+
+    def capture(*a: Any, **kw: Any) -> None:
+        seen.append((a, kw))
+        raise ValueError("captured")
+
+    monkeypatch.setattr("satpoint.cli.find_cmd.keep_loaded", lambda target: None)
+    monkeypatch.setattr(where, capture)
+    for flag in (new, old):
+        r = CliRunner().invoke(app, [*args, flag, "5m"])
+        assert "captured" in r.output, r.output
+    assert [read(c) for c in seen] == [300.0, 300.0]
+    both = CliRunner().invoke(app, [*args, new, "1", old, "1"])
+    assert both.exit_code == 2 and f"{old} is the old spelling of {new}" in both.output
+    assert old not in CliRunner().invoke(app, [args[0], "-h"], env={"COLUMNS": "250"}).output

@@ -41,6 +41,7 @@ RUN_TRACE = _RUN_EVERY_MODE | _TRACE_OPTS | {
     "speed", "server_slots", "stream", "max_inflight", "procs", "generator_cpus", "wake_window_ms", "realtime",
 }  # fmt: skip
 FIND_URL = {
+    "old_budget_s",  # --budget-s: the old spelling of --budget
     "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin", "peak_rps", "min_rps",
     "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed", "max_inflight", "timeout",
@@ -53,6 +54,7 @@ FIND_URL = {
     "trace",  # selects find --trace, below
 }  # fmt: skip
 FIND_TRACE = _TRACE_OPTS | {
+    "old_budget_s",  # --budget-s: the old spelling of --budget
     "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
     "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",

@@ -24,6 +24,7 @@ from tests.test_option_contract import URL, _params, walk
 NOPE = "/nonexistent/satpoint-results"
 
 _SWEEP_ANY = {
+    "old_budget_s", "old_find_budget_s",  # the old spellings of --budget and --search-budget
     "set_", "server", "model", "header", "payload", "protocol", "batch_size", "generator_cpus", "objective",
     "at_rps", "slo", "threshold", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data",
     "reference_model_dir", "find_budget_s", "precision", "profile", "ramp", "min_hold", "max_hold", "min_requests",
@@ -37,6 +38,7 @@ _SWEEP_MLSERVER = {"demo_model", "runtime", "model_dir", "demo_models", "model_r
                    "max_batch_time", "env", "server_cpus"}  # fmt: skip
 _NEW_SWEEP = ["sweep", "--set", "workers=1,2", "--repeats", "0"]  # refused by the sweep's checks
 _COMPARE_ANY = {
+    "old_budget_s",  # --budget-s: the old spelling of --search-budget
     "protocols", "precision", "budget_s", "header", "payload", "grpc_raw", "binary_data", "generator_cpus", "ramp",
     "min_hold", "max_hold", "min_requests", "out", "stream", "wake_window_ms", "realtime", "threshold", "slo",
 }  # fmt: skip
@@ -59,7 +61,7 @@ _SIM_ALL_ON = _SIM_ANY | {"pause_s", "model_queues", "tls_key", "tls_client_ca",
 _FAULT = _SIM_ANY | {"fault_rate", "fault_after"}
 _PIPELINE = {"url", "step", "pipeline_model", "seldon_model", "protocol", "header", "timeout", "precision",
              "budget_s", "margin", "peak_rps", "ramp", "min_hold", "max_hold", "min_requests", "cooldown", "profile",
-             "out", "html"}  # fmt: skip
+             "out", "html", "old_budget_s"}  # fmt: skip
 _DEMO_CO = {"rate", "duration", "users", "think_ms", "slots", "service_ms", "pause_every", "pause_s", "out", "html"}
 _SIM = ["sim", "--slots", "0"]  # refused by sim's checks
 _URL_M = ["--url", URL, "--model", "m"]

@@ -30,6 +30,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.contract import OldSpelling, renamed
 from satpoint.cli.opts.gate_opts import CompareSloOpt, CompareThresholdOpt, compare_exit, gate_exprs
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.stream_opts import StreamOpt
@@ -50,7 +51,11 @@ def compare(
     model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated: rest,grpc")] = "rest,grpc",
     precision: Annotated[float, typer.Option(help="search precision")] = 0.05,
-    budget_s: Annotated[float, typer.Option(help="time cap per protocol, seconds")] = 240.0,
+    budget_s: Annotated[
+        float | None,
+        typer.Option("--search-budget", help="time cap of one search (each protocol's), seconds (default 240)"),
+    ] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
     header: HeaderOpt = None,
     payload: PayloadOpt = None,
     grpc_raw: GrpcRawOpt = False,
@@ -82,6 +87,7 @@ def compare(
     def body() -> int:
         protos = {p.strip() for p in protocols.split(",")}
         refuse_for_compare(ctx, url is not None, server, protos)  # exit 2, before any load
+        search_budget = renamed(budget_s, old_budget_s, "--search-budget", "--budget-s", warn=False)
         exprs = gate_exprs(threshold, slo)  # a bad expression: exit 2, before any load
         served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
@@ -105,7 +111,7 @@ def compare(
             ),
             find=FindOptions(
                 precision=precision,
-                budget_s=budget_s,
+                budget_s=240.0 if search_budget is None else search_budget,
                 budget_given=False,
                 ramp_s=ramp,
                 min_hold_s=min_hold,

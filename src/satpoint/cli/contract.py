@@ -69,12 +69,19 @@ T = TypeVar("T")
 OldVersionOpt = Annotated[str | None, typer.Option("--version", hidden=True, help="the old --model-version")]
 
 
-def renamed(new: T | None, old: T | None, new_flag: str, old_flag: str) -> T | None:
+def renamed(new: T | None, old: T | None, new_flag: str, old_flag: str, warn: bool = True) -> T | None:
     """The value of an option given under its new spelling or its old one (a hidden alias, said on stderr
-    when used); both given is refused."""
+    when used if ``warn``); both given is refused."""
     if old is None:
         return new
     if new is not None:
         raise fail(f"{old_flag} is the old spelling of {new_flag}: give one of them")
-    err_console.print(f"[yellow]warning:[/] {old_flag} is now {new_flag} (the old spelling still works)")
+    if warn:
+        err_console.print(f"[yellow]warning:[/] {old_flag} is now {new_flag} (the old spelling still works)")
     return old
+
+
+def OldSpelling(flag: str) -> typer.models.OptionInfo:
+    """A hidden option: the old spelling of a renamed one (``renamed`` merges the two)."""
+    info: typer.models.OptionInfo = typer.Option(flag, hidden=True, help=f"the old spelling ({flag})")
+    return info

@@ -49,7 +49,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.contract import OldVersionOpt, renamed
+from satpoint.cli.contract import OldSpelling, OldVersionOpt, renamed
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.modes import refuse_for_find
 from satpoint.cli.opts.gate_opts import gates_exit, no_answer_exit
@@ -82,6 +82,9 @@ from satpoint.reports.terminal.headroom import print_headroom
 from satpoint.reports.terminal.progress import EventPrinter
 from satpoint.servers.embedded import embedded_settings
 
+FIND_BUDGET_HELP = "time cap for the whole find, seconds (default: planned, 270 for one search and its profile, "
+FIND_BUDGET_HELP += "more for --repeats and each extra; a given one too small for them is refused)"
+
 
 def find(
     ctx: typer.Context,
@@ -95,13 +98,8 @@ def find(
     protocol: UrlProtocolOpt = None,
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
     slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms (repeatable)")] = None,
-    budget_s: Annotated[
-        float | None,
-        typer.Option(
-            help="time cap for the whole find, seconds (default: planned, 270 for one search and its profile, more "
-            "for --repeats and each extra; a given one too small for them is refused)"
-        ),
-    ] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
+    budget_s: Annotated[float | None, typer.Option("--budget", help=FIND_BUDGET_HELP)] = None,
     margin: Annotated[float, typer.Option(help="autoscaling margin under saturation (0.1-0.2)")] = 0.15,
     peak_rps: Annotated[float | None, typer.Option(help="peak load to plan replicas for")] = None,
     min_rps: Annotated[float | None, typer.Option(help="floor load, sets minReplicas")] = None,
@@ -210,6 +208,7 @@ def find(
 
     def body() -> int:
         version_ = renamed(version, old_version, "--model-version", "--version")
+        budget = renamed(budget_s, old_budget_s, "--budget", "--budget-s", warn=False)
         refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
@@ -232,7 +231,7 @@ def find(
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip
             params = search_params(precision, growth, start_speed, confirm=confirm)
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
-                found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget_s is None else budget_s,
+                found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget is None else budget,
                                       cooldown_s=cooldown,
                                       margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
                                       emit_k8s=emit_k8s, on_event=printer, stop=stop, html=html,
@@ -243,7 +242,7 @@ def find(
         served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps,
-            budget_s=budget_s if budget_s is not None else 270.0, budget_given=budget_s is not None,
+            budget_s=budget if budget is not None else 270.0, budget_given=budget is not None,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
             confirm=confirm, repeats=repeats, hysteresis=hysteresis, cooldown_s=cooldown,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,

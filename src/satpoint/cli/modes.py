@@ -46,6 +46,7 @@ _RUN_WHY = reasons(
 #: ``refuse_for_trace``, the embedded server's other options here)
 FIND_URL = frozenset(
     (
+        "old_budget_s",  # --budget-s: the old spelling of --budget
         "old_version",  # --version: the old spelling of --model-version
         "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin",
         "peak_rps", "min_rps", "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed",

@@ -31,6 +31,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.contract import OldSpelling, renamed
 from satpoint.cli.opts.gate_opts import SWEEP_SLO_HELP, SweepThresholdOpt, gate_exprs, sweep_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
@@ -103,7 +104,8 @@ def sweep(
     threshold: SweepThresholdOpt = None,
     repeats: Annotated[int, typer.Option(help="measurements of every point")] = 1,
     remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
-    budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
+    budget_s: Annotated[float | None, typer.Option("--budget", help="time cap for the whole sweep, seconds")] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
     max_quality_loss: Annotated[float, typer.Option(help=MAX_QUALITY_LOSS_HELP)] = DEFAULT_MAX_QUALITY_LOSS_PP,
     eval_data: Annotated[
         Path | None,
@@ -116,7 +118,11 @@ def sweep(
         Path | None,
         typer.Option(help="with --eval-data: the model folder the others are compared with (default: the first)"),
     ] = None,
-    find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
+    find_budget_s: Annotated[
+        float | None,
+        typer.Option("--search-budget", help="time cap of one search (each measurement), seconds (default 240)"),
+    ] = None,
+    old_find_budget_s: Annotated[float | None, OldSpelling("--find-budget-s")] = None,
     precision: Annotated[float, typer.Option(help="search precision (find's)")] = 0.05,
     profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
@@ -151,6 +157,9 @@ def sweep(
     secrets += tuple(v for k, _, v in (e.partition("=") for e in env or ()) if is_secret_name(k))
 
     def body() -> int:
+        budget = renamed(budget_s, old_budget_s, "--budget", "--budget-s", warn=False)
+        search_budget = renamed(find_budget_s, old_find_budget_s, "--search-budget", "--find-budget-s", warn=False)
+        search_budget = 240.0 if search_budget is None else search_budget
         kind = server or ("remote" if url or grpc_url else "mlserver")
         refuse_for_sweep(ctx, kind, report is not None, resume is not None, dry_run)  # exit 2, before any load
         if report is not None:
@@ -190,11 +199,11 @@ def sweep(
                     client_key=_path(client_key),
                 ),
                 repeats=repeats, remeasure_top=remeasure_top, objective=objective,
-                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
+                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget, max_quality_loss_pp=max_quality_loss,
                 eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
                 server_memory_mb=server_memory_mb,
                 find=FindOptions(
-                    precision=precision, budget_s=find_budget_s, budget_given=False, ramp_s=ramp, min_hold_s=min_hold,
+                    precision=precision, budget_s=search_budget, budget_given=False, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(

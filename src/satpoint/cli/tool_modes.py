@@ -12,6 +12,7 @@ from satpoint.cli.contract import given, reasons, refuse_unused
 #: every new sweep, whatever its server (``--report``/``--resume`` select the other modes)
 _SWEEP_ANY = frozenset(
     (
+        "old_budget_s", "old_find_budget_s",  # the old spellings of --budget and --search-budget
         "set_", "server", "model", "header", "payload", "protocol", "batch_size", "generator_cpus", "objective",
         "at_rps", "slo", "threshold", "repeats", "remeasure_top", "budget_s", "max_quality_loss", "eval_data",
         "reference_model_dir", "find_budget_s", "precision", "profile", "ramp", "min_hold", "max_hold",
@@ -69,6 +70,7 @@ def refuse_for_sweep(ctx: typer.Context, kind: str, report: bool, resume: bool, 
 # compare ----------------------------------------------------------------------------------------------------
 _COMPARE_ANY = frozenset(
     (
+        "old_budget_s",  # --budget-s: the old spelling of --search-budget
         "protocols", "precision", "budget_s", "header", "payload", "grpc_raw", "binary_data", "generator_cpus",
         "ramp", "min_hold", "max_hold", "min_requests", "out", "stream", "wake_window_ms", "realtime",
         "threshold", "slo",

@@ -12,7 +12,7 @@ UNIT_S: dict[str, float] = {
     **dict.fromkeys(
         ("--timeout", "--drain", "--duration", "--budget-s", "--cooldown", "--ramp", "--min-hold", "--max-hold",
          "--find-budget-s", "--ready-timeout", "--max-batch-time", "--trace-stage-s", "--pause-every", "--pause-s",
-         "--idle-timeout", "--call-timeout"),
+         "--idle-timeout", "--call-timeout", "--budget", "--search-budget"),
         1.0,
     ),
     **dict.fromkeys(

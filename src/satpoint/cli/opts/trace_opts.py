@@ -39,6 +39,7 @@ TraceSelectOpt = Annotated[
 #: ``find``'s parameters that ``find --trace`` uses; any other one given is refused (``refuse_unused``)
 FIND_TRACE_OPTIONS = frozenset(
     (
+        "old_budget_s",  # --budget-s: the old spelling of --budget
         "old_version",  # --version: the old spelling of --model-version
         "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
         "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",
