@@ -23,7 +23,7 @@ def test_a_duration_in_an_options_unit(text: str, unit_s: float, value: str) -> 
 
 def test_only_time_options_values_are_rewritten() -> None:
     args = ["--ramp", "500ms", "--think-ms=1s", "--trace-peak", "10m", "-m", "2m", "--", "--ramp", "1m"]
-    assert in_units(args, UNIT_S) == ["--ramp", "0.5", "--think-ms=1000", "--trace-peak", "10m", "-m", "2m", "--",
+    assert in_units(args, UNIT_S) == ["--ramp", "0.5", "--think=1000", "--trace-peak", "10m", "-m", "2m", "--",
                                       "--ramp", "1m"]  # fmt: skip
 
 
@@ -92,3 +92,20 @@ def test_budgets_new_and_old_spellings_mean_the_same(
     both = CliRunner().invoke(app, [*args, new, "1", old, "1"])
     assert both.exit_code == 2 and f"{old} is the old spelling of {new}" in both.output
     assert old not in CliRunner().invoke(app, [args[0], "-h"], env={"COLUMNS": "250"}).output
+
+
+def test_the_unit_left_the_names_and_the_old_spellings_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--think``, ``--service``, ``--pause`` (demo co) take what ``--think-ms``, ``--service-ms``,
+    ``--pause-s`` took, in the same unit; the old spellings are hidden from --help."""
+    seen: list[tuple[Any, ...]] = []
+
+    def capture(*args: Any) -> None:
+        seen.append(args)
+        raise ValueError("captured")
+
+    monkeypatch.setattr("satpoint.cli.demo_cmd.CoDemoConfig", capture)
+    CliRunner().invoke(app, ["demo", "co", "--think", "20", "--service", "0.5s", "--pause", "250ms"])
+    CliRunner().invoke(app, ["demo", "co", "--think-ms", "20", "--service-ms=500", "--pause-s", "0.25"])
+    assert [(a[3], a[5], a[7]) for a in seen] == [(20.0, 500.0, 0.25)] * 2  # think_ms, service_ms, pause_s
+    text = CliRunner().invoke(app, ["demo", "co", "-h"], env={"COLUMNS": "250"}).output
+    assert "--think " in text and "--think-ms" not in text and "--pause-s" not in text

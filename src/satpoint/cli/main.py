@@ -141,7 +141,9 @@ def run(
     rate: Annotated[
         float | None, typer.Option(help="OPEN LOOP in one stage: R requests/s for --duration (--stage R:0:D)")
     ] = None,
-    think_ms: Annotated[float, typer.Option(help="closed loop: pause between answer and next request")] = 0.0,
+    think_ms: Annotated[
+        float, typer.Option("--think", help="closed loop: pause between answer and next request, ms")
+    ] = 0.0,
     threshold: ThresholdOpt = None,
     ca_cert: CaCertOpt = None,
     insecure: InsecureOpt = False,
@@ -227,7 +229,7 @@ def run(
                     "give --stage RPS:RAMP_S:HOLD_S or --rate R --duration D (open loop), or --users N (closed loop)"
                 )
             if (duration is not None and rate is None) or think_ms:
-                raise fail("--duration and --think-ms belong to the closed loop (--users), --duration also to --rate")
+                raise fail("--duration and --think belong to the closed loop (--users), --duration also to --rate")
             load = LoadOptions(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
@@ -245,7 +247,7 @@ def run(
             if procs != 1 or ray is not None:
                 raise fail("a closed loop runs in one generator process (--procs 1, no --ray)")
             if wake_window_ms or realtime:
-                raise fail("--wake-window-ms and --realtime pace an open-loop schedule (--stage), not a closed loop")
+                raise fail("--wake-window and --realtime pace an open-loop schedule (--stage), not a closed loop")
             if flamegraph:
                 raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
             if hold_rps is not None:

@@ -25,10 +25,10 @@ def sim(
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8080,
     host: Annotated[str, typer.Option(help="listen address (loopback)")] = "127.0.0.1",
     slots: Annotated[int, typer.Option(help="concurrent service slots C")] = 1,
-    service_ms: Annotated[float, typer.Option(help="mean service time S in ms")] = 10.0,
+    service_ms: Annotated[float, typer.Option("--service", help="mean service time S, ms")] = 10.0,
     dist: Annotated[Dist, typer.Option(help="const, exp or lognormal")] = "const",
     pause_every: Annotated[float | None, typer.Option(help="pause period, seconds")] = None,
-    pause_s: Annotated[float, typer.Option(help="pause length, seconds")] = 0.0,
+    pause_s: Annotated[float, typer.Option("--pause", help="pause length, seconds")] = 0.0,
     error_rate: Annotated[float, typer.Option(help="fraction answered with errors")] = 0.0,
     model: Annotated[str, typer.Option(help="model name")] = "sim",
     models: Annotated[
@@ -60,7 +60,8 @@ def sim(
         float | None, typer.Option(help="idle-timeout: close connections idle this many seconds")
     ] = None,
     slow_headers_ms: Annotated[
-        float | None, typer.Option(help="slow-headers: the rest of the headers this late (default 1000)")
+        float | None,
+        typer.Option("--slow-headers", help="slow-headers: the rest of the headers this late, ms (default 1000)"),
     ] = None,
     error_status: Annotated[int | None, typer.Option(help="error-body: the status answered (default 503)")] = None,
     error_framing: Annotated[
@@ -96,7 +97,7 @@ def sim(
     switches = {"pause_every": pause_every, "models": models, "tls_cert": tls_cert, "stream": stream}
     refuse_for_sim(ctx, protocol, {**switches, "pipeline": pipeline, "fault": fault})  # exit 2, before serving
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
-        raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
+        raise fail("--slots must be >= 1, --service > 0, --error-rate within [0, 1]")
     try:
         config = SimConfig(
             host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,

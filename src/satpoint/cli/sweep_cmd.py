@@ -88,7 +88,7 @@ def sweep(
     max_batch_size: Annotated[int | None, typer.Option(help="adaptive batching size unless swept")] = None,
     max_batch_time: Annotated[float | None, typer.Option(help="adaptive batching wait (s) unless swept")] = None,
     env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the server (repeatable)")] = None,
-    service_ms: Annotated[float, typer.Option(help="sim: mean service time, ms")] = 10.0,
+    service_ms: Annotated[float, typer.Option("--service", help="sim: mean service time, ms")] = 10.0,
     protocol: Annotated[Literal["rest", "grpc"], typer.Option(help="rest or grpc unless swept")] = "rest",
     batch_size: Annotated[int, typer.Option(help="rows per request unless swept")] = 1,
     header: HeaderOpt = None,

@@ -21,7 +21,7 @@ TraceTimeColumnOpt = Annotated[str, typer.Option(help="--trace: the timestamp co
 SpeedOpt = Annotated[float, typer.Option(help="--trace: replay X times as fast (2: twice the trace's rate)")]
 TraceWindowOpt = Annotated[str | None, typer.Option(help="--trace: replay START..END only (2m..12m, or ISO times)")]
 TracePeakOpt = Annotated[str | None, typer.Option(help="--trace: replay the busiest window this long (10m), printed")]
-TraceStageOpt = Annotated[float, typer.Option(help="--trace: seconds of trace per judged stage")]
+TraceStageOpt = Annotated[float, typer.Option("--trace-stage", help="--trace: seconds of trace per judged stage")]
 StartSpeedOpt = Annotated[float, typer.Option(help="find --trace: the first speed factor tried")]
 ServerSlotsOpt = Annotated[int | None, typer.Option(help="--trace: the server's concurrency for the queue prediction")]
 TraceTimeUnitOpt = Annotated[
@@ -59,7 +59,7 @@ FIND_TRACE_WHY = reasons(
     (("start_rps", "max_rps"), "the search is over the trace's speed factor: --start-speed"),
     (("peak_rps", "min_rps"), "replicas are sized for the trace's busiest minute"),
     (("arrival",), "the trace's own arrival times are replayed"),
-    (("ramp", "min_hold", "max_hold", "min_requests"), "a replay's stages are --trace-stage-s seconds of trace"),
+    (("ramp", "min_hold", "max_hold", "min_requests"), "a replay's stages are --trace-stage seconds of trace"),
     (("repeats",), "one search of the speed factor per command: run it again for a spread"),
     (("hysteresis",), "the recovery walk steps a constant rate down; a trace has no one rate"),
     (("server_pid", "metrics_url"), "replays are not observed: observe the one at the speed found with run --trace"),
