@@ -40,8 +40,9 @@ SWEEP_RESUME = frozenset(
 SWEEP_REPORT = frozenset(("report", "threshold"))
 _SWEEP_WHY = reasons(
     (_SWEEP_REMOTE_ONLY, "it describes a remote server: give --url (--server remote)"),
-    (("runtime", "model_dir", "model_repo", "max_batch_time", "env"),
-     "it sets up the embedded MLServer (--server mlserver)"),
+    (("runtime", "model_dir", "max_batch_time", "env"), "it sets up the embedded MLServer (--server mlserver)"),
+    (("model_repo",), "--model-repo serves an MLServer repository (folders with model-settings.json) on the "
+     "embedded MLServer; the embedded Triton serves copies of a demo model: --demo-models N"),
     (("demo_model", "demo_models"), "it sets up an embedded server (--server mlserver or triton)"),
     (("workers",), "it sets the embedded MLServer's parallel_workers or the sim's slots (Triton: --set instances=N)"),
     (("max_batch_size",), "it sets up an embedded server (a remote Triton: --set max_batch_size=N)"),
