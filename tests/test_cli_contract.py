@@ -55,8 +55,30 @@ def test_top_level_version_and_help() -> None:
     r = CliRunner().invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.strip() == f"satpoint {__version__}"
     assert CliRunner().invoke(app, ["-h"]).exit_code == 0
-    # the model's version on run/find is still --version there
-    assert "model version" in " ".join(CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output.split())
+    # the model's version on run/find is --model-version; --version there still works, hidden, with a warning
+    assert "--model-version" in " ".join(CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output.split())
+
+
+@pytest.mark.parametrize("command", ["run", "find"])
+def test_the_old_model_version_spelling_still_works_with_a_warning(command: str) -> None:
+    """``--version 2`` asks the server for version 2 as ``--model-version 2`` does, with a warning; both
+    together are refused."""
+    asked: list[str] = []
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.reply(200 if "health" in self.path else 404, b'{"error": "no"}', {"Content-Type": "application/json"})
+
+    with serving(Handler) as url:
+        base = [command, "-u", url, "-m", "m", *(["-s", "10:0:1"] if command == "run" else [])]
+        new, old = (CliRunner().invoke(app, [*base, flag, "2"]) for flag in ("--model-version", "--version"))
+        both = CliRunner().invoke(app, [*base, "--model-version", "2", "--version", "2"])
+    assert "--version is now --model-version" in " ".join(old.output.split())
+    assert "--version is now" not in new.output
+    assert new.exit_code == old.exit_code == 2, new.output + old.output
+    assert sum("/v2/models/m/versions/2" in p for p in asked) >= 2, asked
+    assert both.exit_code == 2 and "--version is the old spelling of --model-version" in both.output
 
 
 META = {
@@ -123,3 +145,58 @@ def test_coldstart_slo_is_refused_where_it_cannot_judge(args: list[str], says: s
     r = CliRunner().invoke(app, ["coldstart", "-u", "http://127.0.0.1:9", *args])
     assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
     assert "cannot reach" not in r.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "--url", "http://127.0.0.1:9", "--model", "m", "--set", "protocol=rest", "--threshold", "p99<<1"],
+        ["sweep", "--server", "sim", "--set", "workers=1", "--dry-run", "--threshold", "p99<1s"],
+        ["compare", "--url", "http://127.0.0.1:9", "--model", "m", "--protocols", "rest", "--slo", "error_rate<1%"],
+        ["compare", "--url", "http://127.0.0.1:9", "--model", "m", "--protocols", "rest", "--threshold", "nope<1"],
+    ],
+)
+def test_sweep_and_compare_gates_are_refused_before_any_load(args: list[str]) -> None:
+    """A gate that cannot be judged (a bad expression, an SLO on no latency, a dry run that measures
+    nothing) is bad input: exit 2, before any connection."""
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "error:" in r.output, r.output
+    assert "cannot reach" not in r.output and "──" not in r.output
+
+
+def test_an_internal_error_is_not_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A defect (here a KeyError inside ``diff``) is one line naming it an internal error, exit 1, not the
+    bad-input exit 2; ``satpoint --debug`` lets its traceback through.  Bad input stays exit 2."""
+
+    def broken(*args: object) -> None:
+        raise KeyError("p99")
+
+    monkeypatch.setattr("satpoint.cli.diff_cmd.parse_tolerances", broken)
+    r = CliRunner().invoke(app, ["diff", str(tmp_path), str(tmp_path)])
+    assert r.exit_code == 1, r.output
+    assert "internal error: KeyError: 'p99' (--debug for the traceback)" in " ".join(r.output.split())
+    debug = CliRunner().invoke(app, ["--debug", "diff", str(tmp_path), str(tmp_path)])
+    assert isinstance(debug.exception, KeyError)
+    monkeypatch.undo()
+    bad = CliRunner().invoke(app, ["diff", str(tmp_path), str(tmp_path), "--tolerance", "lots"])
+    assert bad.exit_code == 2 and "internal error" not in bad.output, bad.output
+
+
+def test_run_rate_duration_is_the_one_stage_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run --rate 50 --duration 2m`` runs ``--stage 50:0:120``; it is refused with --stage, and --rate
+    needs --duration."""
+    seen: list[object] = []
+
+    def capture(target: object, stages: object, **kw: object) -> None:
+        seen.append(stages)
+        raise ValueError("captured")
+
+    monkeypatch.setattr("satpoint.cli.main.keep_loaded", lambda target: None)
+    monkeypatch.setattr("satpoint.api.run", capture)
+    base = ["run", "-u", "http://127.0.0.1:9", "-m", "m"]
+    r = CliRunner().invoke(app, [*base, "--rate", "50", "--duration", "2m"])
+    assert seen == [["50:0:120"]], r.output
+    both = CliRunner().invoke(app, [*base, "--rate", "50", "--duration", "2", "-s", "10:0:1"])
+    assert both.exit_code == 2 and "run --rate does not use --stage" in " ".join(both.output.split())
+    alone = CliRunner().invoke(app, [*base, "--rate", "50"])
+    assert alone.exit_code == 2 and "--rate R needs --duration D" in alone.output

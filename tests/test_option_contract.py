@@ -25,6 +25,7 @@ URL = "http://127.0.0.1:9"  # nothing listens: a refusal must come before any co
 _TRACE_OPTS = {"trace", "trace_format", "trace_time_column", "trace_window", "trace_peak", "trace_stage_s",
                "trace_time_unit", "trace_model", "trace_select"}  # fmt: skip
 _RUN_EVERY_MODE = {
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model", "version", "protocol", "seed", "timeout", "drain", "header", "payload", "batch_size",
     "max_error_rate", "out", "grpc_raw", "binary_data", "grpc_connections", "html", "threshold", "ca_cert",
     "insecure", "client_cert", "client_key", "server_pid", "metrics_url", "baseline", "fail_on_inconclusive",
@@ -34,11 +35,14 @@ RUN_STAGE = _RUN_EVERY_MODE | {
     "stage", "stream", "arrival", "max_inflight", "procs", "generator_cpus", "flamegraph", "flamegraph_stage",
     "flamegraph_native", "flamegraph_rate", "ray", "ray_hosts", "procs_per_host", "wake_window_ms", "realtime",
 }  # fmt: skip
+RUN_RATE = RUN_STAGE - {"stage"} | {"rate", "duration"}
 RUN_USERS = _RUN_EVERY_MODE | {"users", "duration", "think_ms"}
 RUN_TRACE = _RUN_EVERY_MODE | _TRACE_OPTS | {
     "speed", "server_slots", "stream", "max_inflight", "procs", "generator_cpus", "wake_window_ms", "realtime",
 }  # fmt: skip
 FIND_URL = {
+    "old_budget_s",  # --budget-s: the old spelling of --budget
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin", "peak_rps", "min_rps",
     "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed", "max_inflight", "timeout",
     "procs", "header", "payload", "batch_size", "max_error_rate", "generator_cpus", "binary_data", "grpc_raw",
@@ -50,6 +54,8 @@ FIND_URL = {
     "trace",  # selects find --trace, below
 }  # fmt: skip
 FIND_TRACE = _TRACE_OPTS | {
+    "old_budget_s",  # --budget-s: the old spelling of --budget
+    "old_version",  # --version: the old spelling of --model-version
     "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
     "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",
     "generator_cpus", "binary_data", "grpc_raw", "grpc_connections", "profile", "confirm", "out", "html",
@@ -66,6 +72,7 @@ _COLD_ARGS = ["coldstart", "--repeats", "0"]
 #: mode -> (the command line that selects it, the options it honours)
 MODES: dict[str, tuple[list[str], set[str]]] = {
     "run --stage": (["run", "-u", URL, "-m", "m", "-s", "10:0:1"], RUN_STAGE),
+    "run --rate": (["run", "-u", URL, "-m", "m", "--rate", "10", "--duration", "1"], RUN_RATE),
     "run --users": (["run", "-u", URL, "-m", "m", "--users", "2", "--duration", "1"], RUN_USERS),
     "run --trace": (["run", "-u", URL, "-m", "m", "--trace", "TRACE"], RUN_TRACE),
     "find --url": (["find", "-u", URL, "-m", "m"], FIND_URL),
@@ -85,13 +92,19 @@ SAMPLES = {
     "runtime": "onnx", "demo_model": "iris", "trace_window": "0s..2s", "trace_peak": "1m", "trace_select": "a=b",
     "trace_format": "csv", "trace_time_unit": "s", "ray": "auto", "generator_cpus": "0", "server_cpus": "0",
     "metrics_url": URL + "/metrics", "mix": "uniform", "resident": "1", "realtime": "1", "trace_model": "m",
-    "trace_time_column": "t", "server_pid": "1", "during_rps": "10",
+    "trace_time_column": "t", "server_pid": "1", "during_rps": "10", "env": "A=B", "objective": "saturation",
+    "set_": "workers=1,2", "fault": "stall", "dist": "exp", "metastable": "10,5,2", "pipeline": "a,b",
+    "step_service": "a=1x5", "protocols": "rest", "tolerance": "5%", "tail_tolerance": "20%", "error_framing": "eof",
+    "error_tolerance": "0.5%", "run_spread": "10%", "grpc_url": "127.0.0.1:9", "url": URL, "models": "2",
+    "step": "a", "host": "127.0.0.1", "port": "0",
 }  # fmt: skip
 
 
-def _params(command: str) -> list[Any]:
-    """The command object's options (typer vendors click: duck-typed)."""
-    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+def _params(path: list[str], cli: typer.Typer = app) -> list[Any]:
+    """The options of the command at ``path`` (``["run"]``, ``["demo", "co"]``; typer vendors click: duck-typed)."""
+    cmd: Any = typer.main.get_command(cli)
+    for name in path:
+        cmd = cmd.commands[name]
     return [p for p in cmd.params if p.opts and p.opts[0].startswith("-")]
 
 
@@ -108,18 +121,29 @@ def _value(p: Any, file: Path) -> list[str]:
     return [flag, {int: "2", float: "2.5", Path: str(file)}.get(kind, "x")]
 
 
-def unrefused(mode: str, file: Path) -> Iterator[str]:
-    """Each option ``mode`` neither honours (per the table) nor refuses in one line, exit 2, before any load."""
-    base, honoured = MODES[mode]
-    base = [str(file) if a == "TRACE" else a for a in base]
-    for p in _params(base[0]):
+def walk(base: list[str], honoured: set[str], file: Path, cli: typer.Typer = app) -> Iterator[str]:
+    """Each option of ``base``'s command that the mode ``base`` selects neither honours (``honoured``) nor
+    refuses in one line naming it, exit 2, before any load (``TRACE``/``FILE`` in ``base``: a readable file)."""
+    base = [str(file) if a in ("TRACE", "FILE") else a for a in base]
+    path = [a for a in base if not a.startswith("-")][:2]
+    path = path if path[-1] in _subcommands(path[0], cli) else path[:1]
+    for p in _params(path, cli):
         if p.name in honoured:
             continue
         args = _value(p, file)
-        r = CliRunner().invoke(app, [*base, *args], terminal_width=400)
+        r = CliRunner().invoke(cli, [*base, *args], terminal_width=400)
         text = " ".join(r.output.split())
         if r.exit_code != 2 or max(p.opts, key=len) not in text or "cannot reach" in text:
             yield f"{args[0]}: exit {r.exit_code}: {text[-300:]}"
+
+
+def _subcommands(name: str, cli: typer.Typer) -> set[str]:
+    return set(getattr(typer.main.get_command(cli).commands[name], "commands", {}))  # type: ignore[attr-defined]
+
+
+def unrefused(mode: str, file: Path) -> Iterator[str]:
+    """Each option ``mode`` neither honours (per the table) nor refuses in one line, exit 2, before any load."""
+    return walk(*MODES[mode], file)
 
 
 @pytest.fixture
@@ -133,7 +157,7 @@ def file(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_option_is_honoured_or_refused_in_every_mode(mode: str, file: Path) -> None:
     command = MODES[mode][0][0]
-    names = {p.name for p in _params(command)}
+    names = {p.name for p in _params([command])}
     assert MODES[mode][1] <= names, f"{mode}: the table names options {command} lacks"
     assert list(unrefused(mode, file)) == []
 

@@ -24,9 +24,10 @@ import numpy.typing as npt
 
 from satpoint.analysis.search.capacity import Recommendation
 from satpoint.analysis.search.target_lost import HEADER_KEY as TARGET_LOST_KEY
-from satpoint.analysis.search.thresholds import STREAM_METRICS, parse_slo, parse_thresholds
+from satpoint.analysis.search.thresholds import STREAM_METRICS, evaluate, parse_slo, parse_thresholds
 from satpoint.analysis.summary.build import build_summary
-from satpoint.analysis.summary.model import FindSummary, RunSummary, parse_summary
+from satpoint.analysis.summary.model import FindSummary as FindSummary
+from satpoint.analysis.summary.model import RunSummary, parse_summary
 from satpoint.config import FindOptions, LoadOptions, ObserveOptions, RunConfig, VerdictRules
 from satpoint.endpoints import triton
 from satpoint.endpoints.prepare import prepare
@@ -463,3 +464,19 @@ def report(dirs: Sequence[Path | str], out: Path | str | None = None) -> Path:
         write_all(d, load_results(d), html=False)
     target = Path(out) if out is not None else paths[0] / "report.html"
     return write_report(paths, target)
+
+
+def gate_expressions(thresholds: Sequence[str], slo: Sequence[str] = ()) -> list[str]:
+    """``--threshold`` expressions (checked: a ``ThresholdError`` for a bad one) and ``--slo`` objectives
+    as upper limits (``p99=50ms`` is ``p99<=50ms``), for ``judge``."""
+    parse_thresholds(list(thresholds), "find")
+    return [*thresholds, *(f"{metric}<={limit_ms:g}ms" for metric, limit_ms in parse_slo(list(slo)).items())]
+
+
+def judge(out_dir: Path | str, expressions: Sequence[str]) -> list[dict[str, Any]]:
+    """Threshold expressions judged on a search's results folder, as ``find --threshold`` judges its own
+    (summary.json's ``thresholds`` entries)."""
+    loaded = load(out_dir)
+    purposes = {s.index: s.purpose for s in loaded.segments}
+    specs = parse_thresholds(list(expressions), "find")
+    return [r.to_dict() for r in evaluate(specs, loaded.summary.model_dump(), purposes)]

@@ -109,7 +109,7 @@ def test_cli_checks_the_grid_before_starting_anything(tmp_path: Path) -> None:
     r = runner.invoke(app, ["sweep", "--resume", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "does not exist" in r.output
     r = runner.invoke(app, ["sweep", "--resume", str(tmp_path), "--set", "workers=1"])
-    assert r.exit_code == 2 and "give no --set" in r.output
+    assert r.exit_code == 2 and "sweep --resume does not use --set" in r.output
     r = runner.invoke(app, ["sweep", "--server", "sim", "--set", "max_batch_size=2"])
     assert r.exit_code == 2 and "service_ms" in r.output and "unknown knob 'max_batch_size'" in r.output
     r = runner.invoke(app, ["sweep", "--set", "workers=1", "--objective", "p99"])

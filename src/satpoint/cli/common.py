@@ -1,12 +1,13 @@
 """What every command shares: console, exit codes, option types, argument parsing, errors and signals.
 
-Exit codes: 0 success; 1 the run itself failed (the target stopped answering once measuring had
-started, every generator process died); 2 bad input (invalid plan, unreachable target, model not found,
-unreadable payload); 3 an SLO threshold failed; 4 ``find`` has no answer (``EXIT_NO_ANSWER``: it held no
-rate, so there is no saturation point; a lower bound "≥ X" is an answer; ``find --trace``: no headroom);
-130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results so far written).  A results folder that cannot be
-written (a full disk, no permission) or read (a damaged rows file) is one line and exit code 1; when it
-fails during a run, the results are in a rescue folder in ``$TMPDIR`` that the line names.
+Exit codes (``contract.EXIT_CODES_HELP``, the same for every command): 0 done; 1 ran, but the results are
+incomplete or elsewhere (the target stopped answering once measuring had started, every generator process
+died, every measurement of a sweep failed, a results folder that could not be written or read: the rescue
+folder in ``$TMPDIR`` is named); 2 bad input, before any load; 3 a gate failed (``--threshold``, ``--slo``,
+a ``--baseline`` regression; ``sweep``: on the recommended point, ``compare``: on a protocol); 4 no answer
+where an answer was the job (``EXIT_NO_ANSWER``: ``find`` held no rate, so there is no saturation point; a
+lower bound "≥ X" is an answer; ``find --trace``: no headroom; ``pipeline``, ``compare``: no saturation
+point; ``sweep``: no point recommended); 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (results written).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from satpoint.analysis.search.thresholds import format_result
-from satpoint.analysis.summary.model import FindSummary, RunSummary
+from satpoint.analysis.search.thresholds import format_result as format_result
+from satpoint.analysis.summary.model import RunSummary
 from satpoint.config import FlamegraphOptions
 from satpoint.errors import RunFailed, SatpointError
 from satpoint.plan import ARRIVAL_HELP
@@ -34,6 +35,8 @@ from satpoint.redact import redact_text, secret_values
 from satpoint.servers.models.demo import DEMO_MODELS, RUNTIME_CHOICES_TEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_THRESHOLD, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: ``satpoint --debug`` (or ``SATPOINT_DEBUG=1``): an error's traceback besides its one line
+DEBUG = threading.Event()
 #: ``find`` without an answer: no rate was held (every stage failed), or ``find --trace`` found no headroom
 EXIT_NO_ANSWER = 4
 
@@ -44,10 +47,11 @@ err_console = Console(stderr=True, width=None if Console(stderr=True).is_termina
 # options several commands share -------------------------------------------------------------------------
 HeaderOpt = Annotated[list[str] | None, typer.Option("--header", "-H", help="KEY:VALUE (repeatable)")]
 PayloadOpt = Annotated[Path | None, typer.Option(help="OIP request JSON or JSONL file")]
-ProtocolOpt = Annotated[str, typer.Option(help="rest or grpc")]
+Protocol = Literal["rest", "grpc"]
+ProtocolOpt = Annotated[Protocol, typer.Option(help="rest or grpc")]
 #: ``--protocol`` where the URL's scheme picks it (``resolve_protocol``)
 UrlProtocolOpt = Annotated[
-    str | None, typer.Option(help="rest or grpc (default: grpc for a grpc:// or grpcs:// URL, else rest)")
+    Protocol | None, typer.Option(help="rest or grpc (default: grpc for a grpc:// or grpcs:// URL, else rest)")
 ]
 ArrivalOpt = Annotated[str, typer.Option(help=ARRIVAL_HELP)]
 GrpcRawOpt = Annotated[bool, typer.Option(help="gRPC: send tensors as raw_input_contents")]
@@ -81,11 +85,11 @@ ModelDirOpt = Annotated[
     typer.Option(help="embedded MLServer: serve your MLServer model folder (its model-settings.json) instead"),
 ]
 ServerOpt = Annotated[
-    str,
+    Literal["mlserver", "triton"],
     typer.Option(
         "--server",
         help="the embedded server (without --url): mlserver, or triton (Triton through PyTriton: "
-        "pip install 'satpoint[triton]')",
+        "pip install 'satpoint\\[triton]')",  # \\[: a bracket, not rich markup
     ),
 ]
 BinaryDataOpt = Annotated[
@@ -224,6 +228,8 @@ def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
     except RunFailed as e:
         raise fail(str(e), EXIT_FAILED) from None
     except (SatpointError, FileNotFoundError, ValueError) as e:  # PlanError and ThresholdError are ValueErrors
+        if DEBUG.is_set():
+            err_console.print_exception(show_locals=False)
         raise fail(str(e), secrets=secrets) from None
     except OSError as e:  # a full disk, an unwritable --out (no permission, a read-only file system)
         where = f" ({e.filename})" if e.filename else ""
@@ -232,6 +238,13 @@ def guarded(fn: Callable[[], int], secrets: Sequence[str] = ()) -> None:
         raise fail(f"a results file is damaged: {e}", EXIT_FAILED, secrets) from None
     except KeyboardInterrupt:
         raise fail("aborted", EXIT_INTERRUPTED) from None
+    except (typer.Exit, typer.Abort, typer.TyperException):
+        raise
+    except Exception as e:  # a defect, not bad input: one line, exit 1 (INTERNAL_ERROR_HELP); --debug: where
+        if DEBUG.is_set():
+            raise
+        said = f"internal error: {type(e).__name__}: {e} (--debug for the traceback)"
+        raise fail(said, EXIT_FAILED, secrets) from None
     raise typer.Exit(code)
 
 
@@ -254,34 +267,6 @@ def exit_code(summary: RunSummary) -> int:
         err_console.print(f"[bold red]error:[/] {summary.target_lost.message}")
         return EXIT_FAILED
     return EXIT_OK if summary.thresholds_passed else EXIT_THRESHOLD
-
-
-def gates_exit(results: Sequence[dict[str, Any]], asked: int, code: int) -> int:
-    """Print the gate lines judged (``summary.json``'s ``thresholds``) and turn a success ``code`` into 3
-    when one failed, or when fewer were judged than ``asked`` (nothing to judge them on)."""
-    for t in results:
-        console.print(format_result(t), style="green" if t["passed"] else "bold red")
-    failed = any(not t["passed"] for t in results) or len(results) < asked
-    return EXIT_THRESHOLD if code == EXIT_OK and failed else code
-
-
-def no_answer_exit(summary: FindSummary, code: int) -> int:
-    """``find``'s exit code from ``exit_code``'s: ``EXIT_NO_ANSWER`` in place of a success or a failed
-    threshold when the search held no rate (no saturation point, not even a lower bound), said in one line;
-    an interrupted run, a lost target or a results folder written elsewhere keep their codes."""
-    if code not in (EXIT_OK, EXIT_THRESHOLD) or summary.saturation_rps is not None:
-        return code
-    steps = summary.search.steps
-    if steps:
-        low = min(steps, key=lambda s: s.rate_rps)
-        why = (
-            f"no rate was held: {len(steps)} stage{'s' if len(steps) > 1 else ''} measured, the lowest "
-            f"({low.rate_rps:g} rps) {low.verdict}"
-        )
-    else:
-        why = "no stage was measured (see the lines above: the budget, or the target)"
-    err_console.print(f"[bold red]no answer:[/] find found no saturation point ({why})")
-    return EXIT_NO_ANSWER
 
 
 def embedded_model(

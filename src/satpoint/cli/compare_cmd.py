@@ -9,8 +9,6 @@ import typer
 
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     BinaryDataOpt,
     CaCertOpt,
     ClientCertOpt,
@@ -32,8 +30,11 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.contract import OldSpelling, renamed
+from satpoint.cli.opts.gate_opts import CompareSloOpt, CompareThresholdOpt, compare_exit, gate_exprs
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.stream_opts import StreamOpt
+from satpoint.cli.tool_modes import refuse_for_compare
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.experiments.compare import COMPARE_FILE, CompareConfig, run_compare
 from satpoint.reports.terminal.compare import print_compare
@@ -41,13 +42,20 @@ from satpoint.reports.terminal.progress import EventPrinter
 
 
 def compare(
-    url: Annotated[str | None, typer.Option(help="REST base URL (none: the embedded server, --server)")] = None,
+    ctx: typer.Context,
+    url: Annotated[
+        str | None, typer.Option("--url", "-u", help="REST base URL (none: the embedded server, --server)")
+    ] = None,
     server: ServerOpt = "mlserver",
     grpc_url: Annotated[str | None, typer.Option(help="gRPC address host:port of the same server")] = None,
-    model: Annotated[str | None, typer.Option(help="model name (with --url)")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated: rest,grpc")] = "rest,grpc",
     precision: Annotated[float, typer.Option(help="search precision")] = 0.05,
-    budget_s: Annotated[float, typer.Option(help="time cap per protocol, seconds")] = 240.0,
+    budget_s: Annotated[
+        float | None,
+        typer.Option("--search-budget", help="time cap of one search (each protocol's), seconds (default 240)"),
+    ] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
     header: HeaderOpt = None,
     payload: PayloadOpt = None,
     grpc_raw: GrpcRawOpt = False,
@@ -70,11 +78,17 @@ def compare(
     stream: StreamOpt = False,
     wake_window_ms: WakeWindowOpt = 0.0,
     realtime: RealtimeOpt = 0,
+    threshold: CompareThresholdOpt = None,
+    slo: CompareSloOpt = None,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
     secrets = secrets_of([url, grpc_url], parse_headers(header))
 
     def body() -> int:
+        protos = {p.strip() for p in protocols.split(",")}
+        refuse_for_compare(ctx, url is not None, server, protos)  # exit 2, before any load
+        search_budget = renamed(budget_s, old_budget_s, "--search-budget", "--budget-s", warn=False)
+        exprs = gate_exprs(threshold, slo)  # a bad expression: exit 2, before any load
         served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
         s_cpus, g_cpus = split_cpus() if url is None else (None, None)
         cfg = CompareConfig(
@@ -97,7 +111,7 @@ def compare(
             ),
             find=FindOptions(
                 precision=precision,
-                budget_s=budget_s,
+                budget_s=240.0 if search_budget is None else search_budget,
                 budget_given=False,
                 ramp_s=ramp,
                 min_hold_s=min_hold,
@@ -111,6 +125,6 @@ def compare(
             outcome = run_compare(cfg, out_dir, stop=stop, on_event=printer)
         print_compare(console, outcome.doc)
         console.print(f"results: {out_dir} ({COMPARE_FILE}, report.html)")
-        return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
+        return compare_exit(outcome.dirs, exprs, outcome.interrupted)
 
     guarded(body, secrets)

@@ -10,17 +10,28 @@ mode is taught to use it: never silently dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated, TypeVar
 
 import typer
 
-from satpoint.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE, fail
+from satpoint.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_ANSWER,
+    EXIT_OK,
+    EXIT_THRESHOLD,
+    EXIT_USAGE,
+    err_console,
+    fail,
+)
 
 #: the exit codes every command keeps, printed at the end of every command's ``--help``
 EXIT_CODES_HELP = (
     f"Exit codes: {EXIT_OK} done; {EXIT_FAILED} ran, but the results are incomplete or were written elsewhere "
     f"(the target stopped answering, a rescue folder); {EXIT_USAGE} bad input, before any load; {EXIT_THRESHOLD} a "
     f"gate failed (--threshold, --slo, a --baseline regression); {EXIT_NO_ANSWER} no answer where an answer was "
-    f"the job; {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM: the results so far are written)."
+    f"the job; {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM: the results so far are written). An internal "
+    f"error (a defect, not your input) is one line and exit {EXIT_FAILED}: satpoint --debug shows its traceback."
 )
 
 
@@ -49,3 +60,28 @@ def refuse_unused(ctx: typer.Context, mode: str, used: frozenset[str], why: Mapp
 def reasons(*groups: tuple[tuple[str, ...], str]) -> dict[str, str]:
     """``{parameter: reason}`` from ``(parameters, reason)`` groups."""
     return {name: why for names, why in groups for name in names}
+
+
+T = TypeVar("T")
+
+#: ``run``/``find --version``: the model's version, spelled ``--model-version`` since ``satpoint --version``
+#: is satpoint's own; the old spelling still works, hidden, with a warning
+OldVersionOpt = Annotated[str | None, typer.Option("--version", hidden=True, help="the old --model-version")]
+
+
+def renamed(new: T | None, old: T | None, new_flag: str, old_flag: str, warn: bool = True) -> T | None:
+    """The value of an option given under its new spelling or its old one (a hidden alias, said on stderr
+    when used if ``warn``); both given is refused."""
+    if old is None:
+        return new
+    if new is not None:
+        raise fail(f"{old_flag} is the old spelling of {new_flag}: give one of them")
+    if warn:
+        err_console.print(f"[yellow]warning:[/] {old_flag} is now {new_flag} (the old spelling still works)")
+    return old
+
+
+def OldSpelling(flag: str) -> typer.models.OptionInfo:
+    """A hidden option: the old spelling of a renamed one (``renamed`` merges the two)."""
+    info: typer.models.OptionInfo = typer.Option(flag, hidden=True, help=f"the old spelling ({flag})")
+    return info

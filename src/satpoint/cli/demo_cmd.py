@@ -10,11 +10,12 @@ import typer
 from satpoint.api import default_out
 from satpoint.cli.common import EXIT_INTERRUPTED, EXIT_OK, console, guarded, interruptible
 from satpoint.cli.contract import EXIT_CODES_HELP
+from satpoint.cli.opts.help_opts import PanelledGroup
 from satpoint.experiments.co_demo import COMPARISON_FILE, CoDemoConfig, run_co_demo
 from satpoint.reports.terminal.co_demo import print_co_demo
 from satpoint.reports.terminal.progress import EventPrinter
 
-demo_app = typer.Typer(no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
+demo_app = typer.Typer(cls=PanelledGroup, no_args_is_help=True, help="Demonstrations on a built-in synthetic server.")
 
 
 @demo_app.command("co", epilog=EXIT_CODES_HELP)
@@ -23,12 +24,12 @@ def co(
     duration: Annotated[float, typer.Option(help="seconds per run")] = 22.0,
     users: Annotated[int, typer.Option(help="closed-loop users")] = 2,
     think_ms: Annotated[
-        float | None, typer.Option(help="closed-loop think time (default: chosen to reach --rate)")
+        float | None, typer.Option("--think", help="closed-loop think time, ms (default: chosen to reach --rate)")
     ] = None,
     slots: Annotated[int, typer.Option(help="server slots")] = 200,
-    service_ms: Annotated[float, typer.Option(help="server service time, ms")] = 5.0,
+    service_ms: Annotated[float, typer.Option("--service", help="server service time, ms")] = 5.0,
     pause_every: Annotated[float, typer.Option(help="the server freezes every this many seconds")] = 4.0,
-    pause_s: Annotated[float, typer.Option(help="... for this long")] = 1.0,
+    pause_s: Annotated[float, typer.Option("--pause", help="... for this long, seconds")] = 1.0,
     out: Annotated[Path | None, typer.Option(help="output folder (default results/co-demo-TIMESTAMP)")] = None,
     html: Annotated[bool, typer.Option(help="write report.html")] = True,
 ) -> None:

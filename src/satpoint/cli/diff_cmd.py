@@ -9,6 +9,7 @@ import typer
 
 from satpoint._version import __version__
 from satpoint.cli.common import EXIT_FAILED, EXIT_NO_ANSWER, EXIT_OK, EXIT_THRESHOLD, console, fail, guarded
+from satpoint.cli.tool_modes import refuse_for_diff
 from satpoint.reports.files.diff import (
     HELP,
     baseline_diff,
@@ -47,6 +48,7 @@ def baseline_gate(
 
 
 def diff(
+    ctx: typer.Context,
     base: Annotated[Path, typer.Argument(help="the baseline results folder (with --sweep: the sweep folder)")],
     new: Annotated[str, typer.Argument(help="the new results folder of the same kind (with --sweep: point A)")],
     point_b: Annotated[str | None, typer.Argument(help="with --sweep: point B, compared with A")] = None,
@@ -66,6 +68,7 @@ def diff(
     """Did capacity or latency get worse? A verdict per metric with its evidence; exit 3 on a regression."""
 
     def body() -> int:
+        refuse_for_diff(ctx, sweep, calibrate, no_html)  # exit 2, before reading anything
         tol, err_tol, tail_tol = parse_tolerances(tolerance, error_tolerance, tail_tolerance)
         spread = parse_run_spread(run_spread)
         doc, default_json = compare(base, new, point_b, sweep, tol, err_tol, __version__, tail_tol, calibrate, spread)

@@ -43,16 +43,16 @@ from satpoint.cli.common import (
     exit_code,
     fail,
     flamegraph_options,
-    gates_exit,
     interruptible,
-    no_answer_exit,
     parse_cpus,
     parse_headers,
     secrets_of,
     tls_fields,
 )
+from satpoint.cli.contract import OldSpelling, OldVersionOpt, renamed
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
 from satpoint.cli.modes import refuse_for_find
+from satpoint.cli.opts.gate_opts import gates_exit, no_answer_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
 from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
@@ -82,6 +82,9 @@ from satpoint.reports.terminal.headroom import print_headroom
 from satpoint.reports.terminal.progress import EventPrinter
 from satpoint.servers.embedded import embedded_settings
 
+FIND_BUDGET_HELP = "time cap for the whole find, seconds (default: planned, 270 for one search and its profile, "
+FIND_BUDGET_HELP += "more for --repeats and each extra; a given one too small for them is refused)"
+
 
 def find(
     ctx: typer.Context,
@@ -90,17 +93,13 @@ def find(
     ] = None,
     server: ServerOpt = "mlserver",
     model_names: ModelsOpt = None,
-    version: Annotated[str | None, typer.Option(help="model version")] = None,
+    version: Annotated[str | None, typer.Option("--model-version", help="the model's version")] = None,
+    old_version: OldVersionOpt = None,
     protocol: UrlProtocolOpt = None,
     precision: Annotated[float, typer.Option(help="stop when the bracket is within this fraction")] = 0.05,
     slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms (repeatable)")] = None,
-    budget_s: Annotated[
-        float | None,
-        typer.Option(
-            help="time cap for the whole find, seconds (default: planned, 270 for one search and its profile, more "
-            "for --repeats and each extra; a given one too small for them is refused)"
-        ),
-    ] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
+    budget_s: Annotated[float | None, typer.Option("--budget", help=FIND_BUDGET_HELP)] = None,
     margin: Annotated[float, typer.Option(help="autoscaling margin under saturation (0.1-0.2)")] = 0.15,
     peak_rps: Annotated[float | None, typer.Option(help="peak load to plan replicas for")] = None,
     min_rps: Annotated[float | None, typer.Option(help="floor load, sets minReplicas")] = None,
@@ -208,6 +207,8 @@ def find(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
+        version_ = renamed(version, old_version, "--model-version", "--version")
+        budget = renamed(budget_s, old_budget_s, "--budget", "--budget-s", warn=False)
         refuse_fail_on_inconclusive(baseline, fail_on_inconclusive)
         model, models = model_mix(model_names, models_from_server, mix, managed=url is None)
         models = with_resident(models, resident, procs, ray, url=url, allow_unload=allow_unload)
@@ -219,7 +220,7 @@ def find(
             if url is None or model is None:
                 raise fail("find --trace needs --url and --model (a running server)")
             tgt = Target(
-                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(tgt)  # --resident: the server's loaded set, put back when the command ends
             replay = trace_search_options(trace, trace_format, trace_time_column, trace_time_unit, trace_window,
@@ -230,7 +231,7 @@ def find(
                                grpc_connections=grpc_connections, **pacing(wake_window_ms, realtime))  # fmt: skip
             params = search_params(precision, growth, start_speed, confirm=confirm)
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
-                found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget_s is None else budget_s,
+                found = find_headroom(tgt, replay, params, load=load, budget_s=270.0 if budget is None else budget,
                                       cooldown_s=cooldown,
                                       margin=margin, profile=profile, max_error_rate=max_error_rate, out=out,
                                       emit_k8s=emit_k8s, on_event=printer, stop=stop, html=html,
@@ -241,7 +242,7 @@ def find(
         served = embedded_model(url, demo_model, runtime, model_dir) | many_models(url, demo_models, model_repo)
         opts = FindOptions(
             precision=precision, growth=growth, start_rps=start_rps, max_rps=max_rps,
-            budget_s=budget_s if budget_s is not None else 270.0, budget_given=budget_s is not None,
+            budget_s=budget if budget is not None else 270.0, budget_given=budget is not None,
             ramp_s=ramp, min_hold_s=min_hold, max_hold_s=max_hold, min_requests=min_requests, profile=profile,
             confirm=confirm, repeats=repeats, hysteresis=hysteresis, cooldown_s=cooldown,
             margin=margin, peak_rps=peak_rps, min_rps=min_rps,
@@ -268,7 +269,7 @@ def find(
         else:
             assert url is not None and model is not None
             target = Target(
-                url, model, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+                url, model, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
             )
             keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         hold_rps, hold_note = noted_baseline_target(baseline, console, "find")  # refuses one that is no results folder
@@ -281,7 +282,7 @@ def find(
                 on_event=printer, stop=stop, protocol=proto, hold_rps=hold_rps,
                 observe=ObserveOptions(tuple(server_pid or ()), tuple(metrics_url or ()), flamegraph=flame),
                 target_options={
-                    "version": version, "headers": parse_headers(header), "payload_file": payload,
+                    "version": version_, "headers": parse_headers(header), "payload_file": payload,
                     "batch_size": batch_size, "grpc_raw": grpc_raw, "mix": models, **tls,
                 },
             )  # fmt: skip

@@ -6,6 +6,7 @@ renders what it returns.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from satpoint import api
 from satpoint.cli.coldstart_cmd import coldstart
 from satpoint.cli.common import (
+    DEBUG,
     EXIT_INTERRUPTED,
     ArrivalOpt,
     BatchOpt,
@@ -51,11 +53,12 @@ from satpoint.cli.common import (
     tls_fields,
 )
 from satpoint.cli.compare_cmd import compare
-from satpoint.cli.contract import EXIT_CODES_HELP
+from satpoint.cli.contract import EXIT_CODES_HELP, OldVersionOpt, renamed
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
 from satpoint.cli.modes import refuse_for_run
+from satpoint.cli.opts import help_opts
 from satpoint.cli.opts import trace_opts as to
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
@@ -74,9 +77,11 @@ from satpoint.reports.terminal.console import print_summary
 from satpoint.reports.terminal.progress import EventPrinter
 
 app = typer.Typer(
-    add_completion=False,
+    cls=help_opts.PanelledGroup,  # every option's panel and metavar in --help
+    add_completion=True,  # --install-completion, --show-completion
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},  # -h on every command
+    # -h on every command; every option also read from SATPOINT_<COMMAND>_<PARAMETER> (said in its help)
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "SATPOINT"},
     pretty_exceptions_show_locals=False,  # a traceback must not print the --header tokens held in locals
     help="Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers.",
 )
@@ -87,8 +92,14 @@ def top(
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=print_version, help="print satpoint's version")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="SATPOINT_DEBUG", help="an error's traceback besides its one line")
+    ] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="no colours in the output (also: NO_COLOR=1)")] = False,
 ) -> None:
     """Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers."""
+    (DEBUG.set if debug else DEBUG.clear)()
+    console.no_color = err_console.no_color = no_color or bool(os.environ.get("NO_COLOR"))
 
 
 @app.command(epilog=EXIT_CODES_HELP)
@@ -99,7 +110,8 @@ def run(
     stage: Annotated[
         list[str] | None, typer.Option("--stage", "-s", help="RPS:RAMP_S:HOLD_S (repeatable; targets rise)")
     ] = None,
-    version: Annotated[str | None, typer.Option(help="model version")] = None,
+    version: Annotated[str | None, typer.Option("--model-version", help="the model's version")] = None,
+    old_version: OldVersionOpt = None,
     protocol: UrlProtocolOpt = None,
     arrival: ArrivalOpt = "constant",
     seed: Annotated[int, typer.Option(help="seed for Poisson arrivals and random payloads")] = 0,
@@ -123,8 +135,15 @@ def run(
     users: Annotated[
         int | None, typer.Option(help="CLOSED LOOP instead of --stage: N users that each wait for their answer")
     ] = None,
-    duration: Annotated[float | None, typer.Option(help="closed loop: seconds to run")] = None,
-    think_ms: Annotated[float, typer.Option(help="closed loop: pause between answer and next request")] = 0.0,
+    duration: Annotated[
+        float | None, typer.Option(help="seconds to run: the closed loop's (--users), or --rate's one stage")
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="OPEN LOOP in one stage: R requests/s for --duration (--stage R:0:D)")
+    ] = None,
+    think_ms: Annotated[
+        float, typer.Option("--think", help="closed loop: pause between answer and next request, ms")
+    ] = 0.0,
     threshold: ThresholdOpt = None,
     ca_cert: CaCertOpt = None,
     insecure: InsecureOpt = False,
@@ -168,7 +187,8 @@ def run(
     secrets = secrets_of([url, *(metrics_url or ())], parse_headers(header))
 
     def body() -> int:
-        refuse_for_run(ctx, trace is not None, users is not None)  # an option its mode does not take: exit 2
+        version_ = renamed(version, old_version, "--model-version", "--version")
+        refuse_for_run(ctx, trace is not None, users is not None, rate is not None)  # unused in its mode: exit 2
         if batch_size < 1:
             raise fail("--batch-size must be >= 1")
         one, models = model_mix(model, models_from_server, mix)
@@ -177,7 +197,7 @@ def run(
             raise fail("give --model NAME (repeat it for a model mix) or --models-from-server")
         proto = resolve_protocol(url, protocol)  # the URL's scheme picks it: grpc://, grpcs:// speak gRPC
         target = Target(
-            url, one, version, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
+            url, one, version_, proto, parse_headers(header), payload, batch_size, grpc_raw, mix=models, **tls
         )
         keep_loaded(target)  # --resident: the server's loaded set, put back when the command ends
         common = {"thresholds": threshold or [], "max_error_rate": max_error_rate, "out": out, "html": html}
@@ -199,10 +219,17 @@ def run(
             return baseline_gate(baseline, replayed.out_dir, exit_code(replayed.summary), "", fail_on_inconclusive)
         to.refuse_run_trace_only(ctx)
         if users is None:
-            if not stage:
-                raise fail("give --stage RPS:RAMP_S:HOLD_S (open loop) or --users N --duration S (closed loop)")
-            if duration is not None or think_ms:
-                raise fail("--duration and --think-ms belong to the closed loop (--users)")
+            plan = list(stage or ())
+            if rate is not None:  # the one-stage shorthand: --stage R:0:D
+                if duration is None:
+                    raise fail("--rate R needs --duration D (the stage's length)")
+                plan = [f"{rate:.12g}:0:{duration:.12g}"]
+            if not plan:
+                raise fail(
+                    "give --stage RPS:RAMP_S:HOLD_S or --rate R --duration D (open loop), or --users N (closed loop)"
+                )
+            if (duration is not None and rate is None) or think_ms:
+                raise fail("--duration and --think belong to the closed loop (--users), --duration also to --rate")
             load = LoadOptions(
                 arrival, seed, max_inflight, timeout, drain, procs, parse_cpus(generator_cpus),
                 grpc_connections=grpc_connections, ray=ray_options(ray, ray_hosts, procs_per_host, procs),
@@ -210,7 +237,7 @@ def run(
             )  # fmt: skip
             with interruptible() as stop, EventPrinter(console, secrets) as printer:
                 result = api.run(
-                    target, stage, load=load.validate(), on_event=printer, stop=stop, hold_rps=hold_rps, **common,  # type: ignore[arg-type]
+                    target, plan, load=load.validate(), on_event=printer, stop=stop, hold_rps=hold_rps, **common,  # type: ignore[arg-type]
                 )  # fmt: skip
         else:
             if stage:
@@ -220,7 +247,7 @@ def run(
             if procs != 1 or ray is not None:
                 raise fail("a closed loop runs in one generator process (--procs 1, no --ray)")
             if wake_window_ms or realtime:
-                raise fail("--wake-window-ms and --realtime pace an open-loop schedule (--stage), not a closed loop")
+                raise fail("--wake-window and --realtime pace an open-loop schedule (--stage), not a closed loop")
             if flamegraph:
                 raise fail("--flamegraph records a stage of an open-loop run (--stage), not a closed loop")
             if hold_rps is not None:

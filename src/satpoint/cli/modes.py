@@ -11,6 +11,7 @@ from satpoint.cli.opts.trace_opts import refuse_for_trace
 
 _RUN_COMMON = frozenset(
     (
+        "old_version",  # --version: the old spelling of --model-version
         "url", "model", "version", "protocol", "seed", "timeout", "drain", "header", "payload", "batch_size",
         "max_error_rate", "out", "grpc_raw", "binary_data", "grpc_connections", "html", "threshold", "ca_cert",
         "insecure", "client_cert", "client_key", "server_pid", "metrics_url", "baseline", "fail_on_inconclusive",
@@ -24,13 +25,17 @@ _RUN_TRACE_ONLY = (
 )  # fmt: skip
 #: ``run --stage`` (the open loop), ``run --users`` (the closed loop), ``run --trace`` (a replay)
 RUN_STAGE = _RUN_COMMON | {"stage", "arrival", "max_inflight", "generator_cpus", "ray_hosts", "procs_per_host"}
+#: ``run --rate R --duration D``: the one-stage open loop, ``--stage R:0:D``
+RUN_RATE = RUN_STAGE - {"stage"} | {"rate", "duration"}
 RUN_USERS = _RUN_COMMON | {"users", "duration", "think_ms", "stage"}
 RUN_TRACE = _RUN_COMMON | {
     *_RUN_TRACE_ONLY, "max_inflight", "generator_cpus", "ray_hosts", "procs_per_host", "stage", "users"
 }  # fmt: skip
 _RUN_WHY = reasons(
     (_RUN_TRACE_ONLY, "only with --trace FILE"),
-    (("duration", "think_ms"), "it belongs to the closed loop, --users"),
+    (("duration",), "it is the closed loop's (--users) or --rate's length"),
+    (("think_ms",), "it belongs to the closed loop, --users"),
+    (("rate",), "--rate R --duration D is the one-stage open loop"),
     (("arrival",), "the arrivals are the closed loop's users, or the trace's own times"),
     (("max_inflight",), "the closed loop keeps --users requests in flight"),
     (("generator_cpus", "ray_hosts", "procs_per_host"), "a closed loop runs in one generator process"),
@@ -41,6 +46,8 @@ _RUN_WHY = reasons(
 #: ``refuse_for_trace``, the embedded server's other options here)
 FIND_URL = frozenset(
     (
+        "old_budget_s",  # --budget-s: the old spelling of --budget
+        "old_version",  # --version: the old spelling of --model-version
         "url", "model_names", "version", "protocol", "precision", "slo", "budget_s", "margin",
         "peak_rps", "min_rps", "emit_k8s", "start_rps", "growth", "cooldown", "max_rps", "arrival", "seed",
         "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate", "generator_cpus",
@@ -78,9 +85,13 @@ _COLD_WHY = reasons(
 )
 
 
-def refuse_for_run(ctx: typer.Context, trace: bool, users: bool) -> None:
-    """``run``: every option its mode (``--trace``, ``--users``, else ``--stage``) does not take is refused."""
-    if trace:
+def refuse_for_run(ctx: typer.Context, trace: bool, users: bool, rate: bool = False) -> None:
+    """``run``: every option its mode (``--trace``, ``--users``, ``--rate``, else ``--stage``) does not take is
+    refused."""
+    if rate and not trace and not users:
+        why = {**_RUN_WHY, "stage": "--rate R --duration D is the one-stage plan: give --stage or --rate"}
+        refuse_unused(ctx, "run --rate", RUN_RATE, why)
+    elif trace:
         refuse_unused(ctx, "run --trace", RUN_TRACE, _RUN_WHY)
     elif users:
         refuse_unused(ctx, "run --users (a closed loop)", RUN_USERS, _RUN_WHY)

@@ -21,6 +21,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.contract import OldSpelling, renamed
 from satpoint.config import FindOptions, LoadOptions
 from satpoint.endpoints.spec import resolve_protocol
 from satpoint.errors import ConfigError
@@ -54,7 +55,11 @@ def pipeline(
     header: HeaderOpt = None,
     timeout: TimeoutOpt = 30.0,
     precision: Annotated[float, typer.Option(help="each search stops when its bracket is within this fraction")] = 0.05,
-    budget_s: Annotated[float, typer.Option(help="time cap of each search (steps and pipeline), seconds")] = 270.0,
+    budget_s: Annotated[
+        float | None,
+        typer.Option("--search-budget", help="time cap of each search (steps and pipeline), seconds (default 270)"),
+    ] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
     margin: Annotated[float, typer.Option(help="margin under saturation for the sizing")] = 0.15,
     peak_rps: Annotated[
         float | None, typer.Option(help="the pipeline's rate to size every step for (default: its fastest step's)")
@@ -74,11 +79,13 @@ def pipeline(
     secrets = secrets_of([url], parse_headers(header))
 
     def body() -> int:
+        search_budget = renamed(budget_s, old_budget_s, "--search-budget", "--budget-s", warn=False)
         dag = dag_from_options(spec, step or [], pipeline_model)
         if url is None:
             raise ConfigError("satpoint pipeline needs --url (a server that serves the pipeline and its steps)")
         opts = FindOptions(
-            precision=precision, budget_s=budget_s, budget_given=True, ramp_s=ramp, min_hold_s=min_hold,
+            precision=precision, budget_s=270.0 if search_budget is None else search_budget,
+            budget_given=True, ramp_s=ramp, min_hold_s=min_hold,
             max_hold_s=max_hold, min_requests=min_requests, cooldown_s=cooldown, profile=profile, margin=margin,
             peak_rps=peak_rps,
         )  # fmt: skip

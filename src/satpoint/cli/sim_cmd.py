@@ -15,17 +15,20 @@ from satpoint.cli.opts.stream_opts import (
     StreamGapMsOpt,
     sim_stream_fields,
 )
+from satpoint.cli.tool_modes import refuse_for_sim
+from satpoint.servers.sim.model import Dist, ErrorFraming, Fault
 from satpoint.servers.sim.rates import METASTABLE_HELP, metastable_fields
 
 
 def sim(
+    ctx: typer.Context,
     port: Annotated[int, typer.Option(help="TCP port (0 = any free port)")] = 8080,
     host: Annotated[str, typer.Option(help="listen address (loopback)")] = "127.0.0.1",
     slots: Annotated[int, typer.Option(help="concurrent service slots C")] = 1,
-    service_ms: Annotated[float, typer.Option(help="mean service time S in ms")] = 10.0,
-    dist: Annotated[str, typer.Option(help="const, exp or lognormal")] = "const",
+    service_ms: Annotated[float, typer.Option("--service", help="mean service time S, ms")] = 10.0,
+    dist: Annotated[Dist, typer.Option(help="const, exp or lognormal")] = "const",
     pause_every: Annotated[float | None, typer.Option(help="pause period, seconds")] = None,
-    pause_s: Annotated[float, typer.Option(help="pause length, seconds")] = 0.0,
+    pause_s: Annotated[float, typer.Option("--pause", help="pause length, seconds")] = 0.0,
     error_rate: Annotated[float, typer.Option(help="fraction answered with errors")] = 0.0,
     model: Annotated[str, typer.Option(help="model name")] = "sim",
     models: Annotated[
@@ -40,7 +43,7 @@ def sim(
         Path | None, typer.Option(help="require client certificates signed by this PEM CA (mTLS)")
     ] = None,
     fault: Annotated[
-        str | None,
+        Fault | None,
         typer.Option(
             help="misbehave (REST): reset-mid-response, close-after, connection-close, idle-timeout, malformed, "
             "truncated, slow-headers, stall or error-body (README: what happens when the server misbehaves)"
@@ -57,11 +60,12 @@ def sim(
         float | None, typer.Option(help="idle-timeout: close connections idle this many seconds")
     ] = None,
     slow_headers_ms: Annotated[
-        float | None, typer.Option(help="slow-headers: the rest of the headers this late (default 1000)")
+        float | None,
+        typer.Option("--slow-headers", help="slow-headers: the rest of the headers this late, ms (default 1000)"),
     ] = None,
     error_status: Annotated[int | None, typer.Option(help="error-body: the status answered (default 503)")] = None,
     error_framing: Annotated[
-        str | None,
+        ErrorFraming | None,
         typer.Option(help="error-body: length (content-length, keep-alive; default) or eof (body ends at close)"),
     ] = None,
     metastable: Annotated[str | None, typer.Option(metavar="HIGH,LOW,FACTOR", help=METASTABLE_HELP)] = None,
@@ -90,24 +94,18 @@ def sim(
     from satpoint.servers.sim.server import run as run_rest
     from satpoint.servers.sim.tls import SimTls
 
-    if protocol not in ("rest", "grpc"):
-        raise fail("--protocol must be rest or grpc")
-    if dist not in ("const", "exp", "lognormal"):
-        raise fail("--dist must be const, exp or lognormal")
+    switches = {"pause_every": pause_every, "models": models, "tls_cert": tls_cert, "stream": stream}
+    refuse_for_sim(ctx, protocol, {**switches, "pipeline": pipeline, "fault": fault})  # exit 2, before serving
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
-        raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
-    if pipeline is not None and protocol != "rest":
-        raise fail("--pipeline is served by the REST sim only (--protocol rest)")
-    if fault is not None and protocol != "rest":
-        raise fail("--fault is simulated by the REST sim only (--protocol rest)")
+        raise fail("--slots must be >= 1, --service > 0, --error-rate within [0, 1]")
     try:
         config = SimConfig(
-            host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,  # type: ignore[arg-type]
+            host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,
             pause_every_s=pause_every, pause_s=pause_s, error_rate=error_rate, model=model, seed=seed,
             models=model_names(models, model), model_queues=model_queues,
-            fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
+            fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
-            error_framing=error_framing,  # type: ignore[arg-type]
+            error_framing=error_framing,
             **metastable_fields(metastable), **sim_stream_fields(stream, stream_first_ms, stream_gap_ms, stream_chunks),
         )  # fmt: skip
         served = pipeline_from_options(pipeline, step_service or [], config)

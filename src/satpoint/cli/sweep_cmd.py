@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from satpoint.analysis.sweep.artefact_choice import DEFAULT_MAX_QUALITY_LOSS_PP, MAX_QUALITY_LOSS_HELP
 from satpoint.api import default_out, split_cpus
 from satpoint.cli.common import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     CaCertOpt,
     ClientCertOpt,
@@ -33,11 +31,14 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.contract import OldSpelling, renamed
+from satpoint.cli.opts.gate_opts import SWEEP_SLO_HELP, SweepThresholdOpt, gate_exprs, sweep_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt
 from satpoint.cli.opts.stream_opts import StreamOpt
+from satpoint.cli.tool_modes import refuse_for_sweep
 from satpoint.config import FindOptions, LoadOptions, ray_options
 from satpoint.experiments.sweep import (
     SWEEP_CSV,
@@ -58,15 +59,16 @@ _Str = Annotated[str | None, typer.Option()]
 
 
 def sweep(
+    ctx: typer.Context,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="KNOB=V1,V2,… (repeatable; the grid is every combination)"),
     ] = None,
     server: Annotated[
-        str | None,
+        Literal["mlserver", "triton", "sim", "remote"] | None,
         typer.Option(help="mlserver (embedded, default), triton (embedded), sim, or remote (default with --url)"),
     ] = None,
-    url: Annotated[str | None, typer.Option(help="a remote server's REST base URL")] = None,
+    url: Annotated[str | None, typer.Option("--url", "-u", help="a remote server's REST base URL")] = None,
     grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
     model: ModelsOpt = None,
     reconfigure: Annotated[
@@ -86,19 +88,24 @@ def sweep(
     max_batch_size: Annotated[int | None, typer.Option(help="adaptive batching size unless swept")] = None,
     max_batch_time: Annotated[float | None, typer.Option(help="adaptive batching wait (s) unless swept")] = None,
     env: Annotated[list[str] | None, typer.Option(help="NAME=VALUE for the server (repeatable)")] = None,
-    service_ms: Annotated[float, typer.Option(help="sim: mean service time, ms")] = 10.0,
-    protocol: Annotated[str, typer.Option(help="rest or grpc unless swept")] = "rest",
+    service_ms: Annotated[float, typer.Option("--service", help="sim: mean service time, ms")] = 10.0,
+    protocol: Annotated[Literal["rest", "grpc"], typer.Option(help="rest or grpc unless swept")] = "rest",
     batch_size: Annotated[int, typer.Option(help="rows per request unless swept")] = 1,
     header: HeaderOpt = None,
     payload: PayloadOpt = None,
     server_cpus: Annotated[str | None, typer.Option(help="CPUs of the server (default: all but the last)")] = None,
     generator_cpus: Annotated[str | None, typer.Option(help="CPUs of the generator (default: the last)")] = None,
-    objective: Annotated[str, typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo")] = "saturation",
+    objective: Annotated[
+        Literal["saturation", "per_core", "p99", "slo"],
+        typer.Option(help="saturation, per_core, p99 (needs --at-rps) or slo"),
+    ] = "saturation",
     at_rps: Annotated[float | None, typer.Option(help="compare p99 latency at this rate")] = None,
-    slo: Annotated[list[str] | None, typer.Option(help="latency objective, e.g. p99<50ms")] = None,
+    slo: Annotated[list[str] | None, typer.Option(help=SWEEP_SLO_HELP)] = None,
+    threshold: SweepThresholdOpt = None,
     repeats: Annotated[int, typer.Option(help="measurements of every point")] = 1,
     remeasure_top: Annotated[int, typer.Option(help="re-measure this many leaders to >= 2 measurements")] = 3,
-    budget_s: Annotated[float | None, typer.Option(help="time cap for the whole sweep, seconds")] = None,
+    budget_s: Annotated[float | None, typer.Option("--budget", help="time cap for the whole sweep, seconds")] = None,
+    old_budget_s: Annotated[float | None, OldSpelling("--budget-s")] = None,
     max_quality_loss: Annotated[float, typer.Option(help=MAX_QUALITY_LOSS_HELP)] = DEFAULT_MAX_QUALITY_LOSS_PP,
     eval_data: Annotated[
         Path | None,
@@ -111,7 +118,11 @@ def sweep(
         Path | None,
         typer.Option(help="with --eval-data: the model folder the others are compared with (default: the first)"),
     ] = None,
-    find_budget_s: Annotated[float, typer.Option(help="time cap per measurement, seconds")] = 240.0,
+    find_budget_s: Annotated[
+        float | None,
+        typer.Option("--search-budget", help="time cap of one search (each measurement), seconds (default 240)"),
+    ] = None,
+    old_find_budget_s: Annotated[float | None, OldSpelling("--find-budget-s")] = None,
     precision: Annotated[float, typer.Option(help="search precision (find's)")] = 0.05,
     profile: Annotated[bool, typer.Option(help="latency profile at 50-100 % per measurement")] = False,
     ramp: Annotated[float, typer.Option(help="ramp of every stage, seconds")] = 2.0,
@@ -146,16 +157,17 @@ def sweep(
     secrets += tuple(v for k, _, v in (e.partition("=") for e in env or ()) if is_secret_name(k))
 
     def body() -> int:
+        budget = renamed(budget_s, old_budget_s, "--budget", "--budget-s", warn=False)
+        search_budget = renamed(find_budget_s, old_find_budget_s, "--search-budget", "--find-budget-s", warn=False)
+        search_budget = 240.0 if search_budget is None else search_budget
+        kind = server or ("remote" if url or grpc_url else "mlserver")
+        refuse_for_sweep(ctx, kind, report is not None, resume is not None, dry_run)  # exit 2, before any load
         if report is not None:
-            print_sweep(console, rewrite_sweep(report))
+            rewritten = rewrite_sweep(report)
+            print_sweep(console, rewritten)
             console.print(f"rewritten: {report} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
-            return EXIT_OK
+            return sweep_exit(rewritten, report, gate_exprs(threshold, ()), False) if threshold else EXIT_OK
         if resume is not None:
-            if set_ or eval_data or reference_model_dir:
-                raise fail(
-                    "--resume continues the sweep sweep.json describes: give no --set, --eval-data or "
-                    "--reference-model-dir with it"
-                )
             state = SweepState.resume(resume, headers)
             if state.cfg.server.reconfigure is not None:
                 console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
@@ -167,18 +179,11 @@ def sweep(
         else:
             if not set_:
                 raise fail("sweep needs --set KNOB=V1,V2 (or --resume DIR)")
-            kind = server or ("remote" if url or grpc_url else "mlserver")
-            if kind != "remote" and (url or grpc_url or reconfigure):
-                raise fail("--url/--grpc-url/--reconfigure describe a remote server: use --server remote")
-            if kind != "remote" and (server_pid or metrics_url):
-                raise fail("--server-pid/--metrics-url watch a remote server; satpoint watches the servers it starts")
-            if kind not in ("mlserver", "triton") and demo_model:
-                raise fail("--demo-model describes an embedded server (--server mlserver or triton)")
             s_cpus, g_cpus = split_cpus() if kind != "remote" else (None, None)
             cfg = SweepConfig(
                 sets=tuple(set_),
                 server=BaseServer(
-                    kind=kind,  # type: ignore[arg-type]
+                    kind=kind,
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
                     demo_models=demo_models, model_repo=_path(model_repo),
@@ -193,12 +198,12 @@ def sweep(
                     ca_cert=_path(ca_cert), insecure=insecure, client_cert=_path(client_cert),
                     client_key=_path(client_key),
                 ),
-                repeats=repeats, remeasure_top=remeasure_top, objective=objective,  # type: ignore[arg-type]
-                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget_s, max_quality_loss_pp=max_quality_loss,
+                repeats=repeats, remeasure_top=remeasure_top, objective=objective,
+                at_rps=at_rps, slo=tuple(slo or ()), budget_s=budget, max_quality_loss_pp=max_quality_loss,
                 eval_data=_path(eval_data), reference_model_dir=_path(reference_model_dir),
                 server_memory_mb=server_memory_mb,
                 find=FindOptions(
-                    precision=precision, budget_s=find_budget_s, budget_given=False, ramp_s=ramp, min_hold_s=min_hold,
+                    precision=precision, budget_s=search_budget, budget_given=False, ramp_s=ramp, min_hold_s=min_hold,
                     max_hold_s=max_hold, min_requests=min_requests, profile=profile or at_rps is not None,
                 ),
                 load=LoadOptions(
@@ -208,6 +213,7 @@ def sweep(
             ).validate()  # fmt: skip
             out_dir = out or default_out("sweep")
             state = None
+        exprs = gate_exprs(threshold, cfg.slo)  # a bad expression: exit 2, before any load
         if dry_run:
             for p in cfg.points():
                 console.print(f"{p.id}  {p.label}")
@@ -218,10 +224,7 @@ def sweep(
             outcome = run_sweep(cfg, out_dir, stop=stop, on_event=printer, state=state)
         print_sweep(console, outcome.doc)
         console.print(f"results: {out_dir} ({SWEEP_FILE}, {SWEEP_CSV}, report.html)")
-        if outcome.interrupted:
-            return EXIT_INTERRUPTED
-        done = [m for m in outcome.doc["measurements"] if m["status"] == "done"]
-        return EXIT_OK if done else EXIT_FAILED
+        return sweep_exit(outcome.doc, out_dir, exprs, outcome.interrupted)
 
     guarded(body, secrets)
 

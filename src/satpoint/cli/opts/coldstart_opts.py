@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -14,7 +14,9 @@ WarmOpt = Annotated[int, typer.Option(help="warm inferences after the first, the
 CallTimeoutOpt = Annotated[float, typer.Option(help="seconds a load or unload may take")]
 DemoModelsOpt = Annotated[int, typer.Option(help="the embedded server's demo models (>= 2)")]
 DemoModelOpt = Annotated[str, typer.Option(help="the embedded server's demo model (copied --demo-models times)")]
-ColdServerOpt = Annotated[str, typer.Option(help="the embedded server: mlserver or triton (explicit model control)")]
+ColdServerOpt = Annotated[
+    Literal["mlserver", "triton"], typer.Option(help="the embedded server: mlserver or triton (explicit model control)")
+]
 ResidentOpt = Annotated[str | None, typer.Option(help="overcommit runs with at most K models resident: K[,K...]")]
 MixOpt = Annotated[str, typer.Option(help="overcommit: the mix's weights, uniform or zipf:S")]
 OcRateOpt = Annotated[float, typer.Option("--rate", help="overcommit: constant rate of each run, rps")]

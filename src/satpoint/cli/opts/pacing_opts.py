@@ -9,7 +9,7 @@ import typer
 WakeWindowOpt = Annotated[
     float,
     typer.Option(
-        "--wake-window-ms",
+        "--wake-window",
         min=0.0,
         help="one wake-up sends every request due within this many ms (the first leaves up to this late, its lag "
         "recorded): fewer wake-ups per request, about half the generator's CPU at 1 ms; 0: each on time",

@@ -15,8 +15,10 @@ StreamOpt = Annotated[
     ),
 ]
 SimStreamOpt = Annotated[bool, typer.Option("--stream", help="announce the capacity for streamed answers")]
-StreamFirstMsOpt = Annotated[float, typer.Option(help="streams: the first chunk this many ms after service starts")]
-StreamGapMsOpt = Annotated[float, typer.Option(help="streams: then one chunk every this many ms")]
+StreamFirstMsOpt = Annotated[
+    float, typer.Option("--stream-first", help="streams: the first chunk this many ms after service starts")
+]
+StreamGapMsOpt = Annotated[float, typer.Option("--stream-gap", help="streams: then one chunk every this many ms")]
 StreamChunksOpt = Annotated[int, typer.Option(help="streams: chunks per answer (the slot is held until the last)")]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -13,16 +13,20 @@ from satpoint.payloads.mix import ModelMix
 from satpoint.traffic.trace_plan import TraceOptions
 
 TraceOpt = Annotated[Path | None, typer.Option("--trace", help="replay this trace's arrival times (CSV or JSONL)")]
-TraceFormatOpt = Annotated[str | None, typer.Option(help="csv, jsonl, envoy, envoy-json, prom (default: by name)")]
+TraceFormatOpt = Annotated[
+    Literal["csv", "jsonl", "envoy", "envoy-json", "prom"] | None,
+    typer.Option(help="csv, jsonl, envoy, envoy-json, prom (default: by name)"),
+]
 TraceTimeColumnOpt = Annotated[str, typer.Option(help="--trace: the timestamp column (epoch s, ms, us or ISO 8601)")]
 SpeedOpt = Annotated[float, typer.Option(help="--trace: replay X times as fast (2: twice the trace's rate)")]
 TraceWindowOpt = Annotated[str | None, typer.Option(help="--trace: replay START..END only (2m..12m, or ISO times)")]
 TracePeakOpt = Annotated[str | None, typer.Option(help="--trace: replay the busiest window this long (10m), printed")]
-TraceStageOpt = Annotated[float, typer.Option(help="--trace: seconds of trace per judged stage")]
+TraceStageOpt = Annotated[float, typer.Option("--trace-stage", help="--trace: seconds of trace per judged stage")]
 StartSpeedOpt = Annotated[float, typer.Option(help="find --trace: the first speed factor tried")]
 ServerSlotsOpt = Annotated[int | None, typer.Option(help="--trace: the server's concurrency for the queue prediction")]
 TraceTimeUnitOpt = Annotated[
-    str, typer.Option(help="--trace: the timestamps' unit: auto (epoch s/ms/us by size, or ISO 8601), s, ms, us, iso")
+    Literal["auto", "s", "ms", "us", "iso"],
+    typer.Option(help="--trace: the timestamps' unit: auto (epoch s/ms/us by size, or ISO 8601), s, ms, us, iso"),
 ]
 TraceModelOpt = Annotated[
     str | None,
@@ -35,6 +39,8 @@ TraceSelectOpt = Annotated[
 #: ``find``'s parameters that ``find --trace`` uses; any other one given is refused (``refuse_unused``)
 FIND_TRACE_OPTIONS = frozenset(
     (
+        "old_budget_s",  # --budget-s: the old spelling of --budget
+        "old_version",  # --version: the old spelling of --model-version
         "url", "model_names", "version", "protocol", "precision", "budget_s", "margin", "emit_k8s", "growth",
         "cooldown", "seed", "max_inflight", "timeout", "procs", "header", "payload", "batch_size", "max_error_rate",
         "generator_cpus", "binary_data", "grpc_raw", "grpc_connections", "profile", "confirm", "out", "html",
@@ -53,7 +59,7 @@ FIND_TRACE_WHY = reasons(
     (("start_rps", "max_rps"), "the search is over the trace's speed factor: --start-speed"),
     (("peak_rps", "min_rps"), "replicas are sized for the trace's busiest minute"),
     (("arrival",), "the trace's own arrival times are replayed"),
-    (("ramp", "min_hold", "max_hold", "min_requests"), "a replay's stages are --trace-stage-s seconds of trace"),
+    (("ramp", "min_hold", "max_hold", "min_requests"), "a replay's stages are --trace-stage seconds of trace"),
     (("repeats",), "one search of the speed factor per command: run it again for a spread"),
     (("hysteresis",), "the recovery walk steps a constant rate down; a trace has no one rate"),
     (("server_pid", "metrics_url"), "replays are not observed: observe the one at the speed found with run --trace"),
