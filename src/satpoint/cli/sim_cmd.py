@@ -15,6 +15,7 @@ from satpoint.cli.opts.stream_opts import (
     StreamGapMsOpt,
     sim_stream_fields,
 )
+from satpoint.servers.sim.model import scale_defaults as sd
 from satpoint.servers.sim.rates import METASTABLE_HELP, metastable_fields
 
 
@@ -81,6 +82,13 @@ def sim(
         list[str] | None,
         typer.Option(metavar="MODEL=SLOTSxMS", help="--pipeline: a step model's slots and service time (repeat)"),
     ] = None,
+    autoscale: Annotated[str | None, typer.Option(metavar="MIN:MAX", help=sd.AUTOSCALE_HELP)] = None,
+    scale_delay_s: Annotated[float, typer.Option(help="--autoscale: a new replica serves this long after")] = 30.0,
+    scale_target: Annotated[float, typer.Option(help="--autoscale: the utilisation aimed at")] = sd.DEFAULT_TARGET,
+    scale_sync_s: Annotated[float, typer.Option(help="--autoscale: seconds between decisions")] = sd.DEFAULT_SYNC_S,
+    scale_down_window_s: Annotated[
+        float, typer.Option(help="--autoscale: scale-down stabilisation window, s")
+    ] = sd.DEFAULT_DOWN_WINDOW_S,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
@@ -98,6 +106,8 @@ def sim(
         raise fail("--slots must be >= 1, --service-ms > 0, --error-rate within [0, 1]")
     if pipeline is not None and protocol != "rest":
         raise fail("--pipeline is served by the REST sim only (--protocol rest)")
+    if autoscale is not None and (protocol != "rest" or pipeline is not None):
+        raise fail("--autoscale is simulated by the REST sim without --pipeline")
     if fault is not None and protocol != "rest":
         raise fail("--fault is simulated by the REST sim only (--protocol rest)")
     try:
@@ -108,6 +118,10 @@ def sim(
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,  # type: ignore[arg-type]
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,  # type: ignore[arg-type]
+            autoscale=sd.parse_autoscale(
+                autoscale, delay_s=scale_delay_s, target=scale_target, sync_s=scale_sync_s,
+                down_window_s=scale_down_window_s,
+            ),
             **metastable_fields(metastable), **sim_stream_fields(stream, stream_first_ms, stream_gap_ms, stream_chunks),
         )  # fmt: skip
         served = pipeline_from_options(pipeline, step_service or [], config)
