@@ -1,0 +1,130 @@
+"""End-to-end: ``satpoint scale-test`` against ``satpoint sim --autoscale`` with a known delay, checked against the
+sim's own event log; a failing server; sources that cannot be read (one line, exit 2, no load sent)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from satpoint import api
+from satpoint.servers.sim.process import SimServer
+from tests.http_stub import QuietHandler, serving
+
+pytestmark = pytest.mark.slow
+
+#: 50 rps per replica (1 slot x 20 ms); 1 to 4 replicas, each ready 3 s after the decision; a decision a second
+SCALED = ["--autoscale", "1:4", "--scale-delay-s", "3", "--scale-sync-s", "1", "--scale-down-window-s", "2",
+          "--scale-target", "0.5"]  # fmt: skip
+SHAPE = ["--from", "20", "--to", "100", "--base-s", "4", "--hold-s", "10", "--down-hold-s", "6", "--slo", "p99<200ms"]
+BASE_S = 4.0
+
+
+def satpoint(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "satpoint", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _replicas_cmd(url: str) -> str:
+    code = f"import urllib.request as u;print(u.urlopen('{url}/replicas/ready').read().decode(), " \
+           f"u.urlopen('{url}/replicas/desired').read().decode())"  # fmt: skip
+    return f'{sys.executable} -c "{code}"'
+
+
+def _truth(out: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sim's events, in seconds from the step on the run clock (the same CLOCK_MONOTONIC)."""
+    header = json.loads((out / "results.json").read_text())
+    step = header["segments"][0]["generator"]["t0_monotonic"] + BASE_S
+    after = [e for e in events if e["mono_s"] >= step]
+    return {
+        "desired": next(e["mono_s"] - step for e in after if e["kind"] == "desired"),
+        "ready": sorted(e["mono_s"] - step for e in after if e["kind"] == "ready"),
+    }
+
+
+def _over_from_rows(out: Path, limit_s: float) -> tuple[int, int]:
+    """Seconds over the objective and requests over it, recomputed from the recorded rows."""
+    rows = api.load(out).rows()
+    ok = rows["outcome"] == 0
+    lat = np.where(ok, rows["done"] - rows["intended"], np.inf)
+    seconds = 0
+    for s in np.unique(np.floor(rows["intended"])):
+        sel = lat[np.floor(rows["intended"]) == s]
+        seconds += int(np.quantile(sel, 0.99, method="higher") > limit_s)
+    return seconds, int(np.count_nonzero(lat > limit_s))
+
+
+def test_times_match_the_sims_event_log(tmp_path: Path) -> None:
+    with SimServer(slots=1, service_ms=20.0, extra_args=SCALED) as sim:
+        r = satpoint("scale-test", "--url", sim.url, "-m", "sim", *SHAPE, "--replicas-cmd", _replicas_cmd(sim.url),
+                     "--out", str(tmp_path))  # fmt: skip
+        events = _get(f"{sim.url}/events")["events"]
+    assert r.returncode == 0, r.stderr + r.stdout
+    block = json.loads((tmp_path / "summary.json").read_text())["scale"]
+    truth = _truth(tmp_path, events)
+    assert len(truth["ready"]) == 3  # 100 rps at 0.5 of 50 rps per replica: 4 replicas
+    assert block["scaled"] and block["replicas_before"] == 1 and block["replicas_peak"] == 4
+    assert abs(block["time_to_desired_s"] - truth["desired"]) <= 1.0, (block["events"], truth)
+    assert abs(block["time_to_replicas_s"] - truth["ready"][-1]) <= 1.0, (block["events"], truth)
+    for seen, real in zip(block["replica_ready_s"], truth["ready"], strict=True):
+        assert abs(seen - real) <= 1.0
+    # capacity 200 rps once the replicas serve: a request due after that waits for nothing
+    assert block["recovered"] is True
+    assert abs(block["time_to_recover_s"] - truth["ready"][-1]) <= 1.0, (block["timeline"], truth)
+    seconds, requests = _over_from_rows(tmp_path, 0.2)
+    assert block["seconds_over_slo"] == seconds and block["requests_over_slo"] == requests
+    assert abs(block["seconds_over_slo_peak"] - truth["ready"][-1]) <= 1.0
+    assert block["requests_failed"] == 0
+    assert block["scale_down"]["time_to_scale_down_s"] is not None  # back to 1 within the 6 s at the base
+
+
+def test_a_server_that_fails_is_never_fine(tmp_path: Path) -> None:
+    # every inference request after the first 20 (the checks before the run take a few) answers 503
+    with SimServer(
+        slots=1, service_ms=5.0, fault="error-body", fault_after=20, extra_args=["--autoscale", "1:1"]
+    ) as sim:
+        r = satpoint("scale-test", "--url", sim.url, "-m", "sim", "--from", "20", "--to", "40", "--base-s", "2",
+                     "--hold-s", "3", "--down-hold-s", "1", "--slo", "p99<200ms", "--replicas-cmd",
+                     _replicas_cmd(sim.url), "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 3, r.stderr + r.stdout
+    block = json.loads((tmp_path / "summary.json").read_text())["scale"]
+    assert block["recovered"] is False and block["time_to_recover_s"] is None
+    assert block["requests_failed"] >= block["requests"] - 20 and block["requests_over_slo"] == block["requests_failed"]
+    assert block["seconds_over_slo"] >= 5 and block["seconds_over_slo_peak"] == 3 and not block["scaled"]
+    assert "not recovered" in r.stdout and "never rose" in r.stdout
+
+
+class _NoSeries(QuietHandler):
+    def do_GET(self) -> None:
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        self.reply(200, body, {"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        (["--replicas-prom", "http://127.0.0.1:9", "--replicas-query", "up"], "cannot reach Prometheus"),
+        (["--replicas-prom", "NOSERIES", "--replicas-query", "nothing"], "returned no series"),
+        (["--replicas-cmd", "echo none"], "printed no number"),
+        (["--replicas-cmd", "exit 7"], "failed (exit 7)"),
+    ],
+)
+def test_a_source_that_cannot_be_read_is_one_line_before_any_load(source: list[str], says: str) -> None:
+    with serving(_NoSeries) as prom, SimServer(slots=1, service_ms=5.0, extra_args=["--autoscale", "1:2"]) as sim:
+        source = [prom if s == "NOSERIES" else s for s in source]
+        r = satpoint("scale-test", "--url", sim.url, "-m", "sim", "--from", "10", "--to", "20", *source)
+        admitted = urllib.request.urlopen(f"{sim.url}/metrics", timeout=5).read().decode()
+    assert r.returncode == 2, r.stderr + r.stdout
+    lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
+    assert len(lines) == 1 and says in lines[0], lines
+    assert "satpoint_sim_requests_total 0" in admitted
