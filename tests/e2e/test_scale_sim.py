@@ -67,7 +67,7 @@ def _over_from_rows(out: Path, limit_s: float) -> tuple[int, int]:
 def test_times_match_the_sims_event_log(tmp_path: Path) -> None:
     with SimServer(slots=1, service_ms=20.0, extra_args=SCALED) as sim:
         r = satpoint("scale-test", "--url", sim.url, "-m", "sim", *SHAPE, "--replicas-cmd", _replicas_cmd(sim.url),
-                     "--out", str(tmp_path))  # fmt: skip
+                     "--capacity-rps", "50", "--out", str(tmp_path))  # fmt: skip
         events = _get(f"{sim.url}/events")["events"]
     assert r.returncode == 0, r.stderr + r.stdout
     block = json.loads((tmp_path / "summary.json").read_text())["scale"]
@@ -86,6 +86,29 @@ def test_times_match_the_sims_event_log(tmp_path: Path) -> None:
     assert abs(block["seconds_over_slo_peak"] - truth["ready"][-1]) <= 1.0
     assert block["requests_failed"] == 0
     assert block["scale_down"]["time_to_scale_down_s"] is not None  # back to 1 within the 6 s at the base
+    # one replica of 50 rps at 20 rps keeps 60 % headroom; a step of 80 rps before the replicas serve needs 160 %
+    margin = block["margin"]
+    assert margin["enough"] is False and margin["needed"] == pytest.approx(1.6) and margin["in_use"] == 0.6
+    assert "too tight" in r.stdout
+
+
+def test_the_margin_check_says_enough_when_the_objective_held(tmp_path: Path) -> None:
+    find = tmp_path / "find"
+    find.mkdir()
+    (find / "summary.json").write_text(json.dumps({"kind": "find", "saturation_rps": 50.0}))
+    args = ["--autoscale", "2:4", *SCALED[2:]]  # two replicas (100 rps) at the base: 30 -> 60 rps fits before a third
+    with SimServer(slots=1, service_ms=20.0, extra_args=args) as sim:
+        r = satpoint("scale-test", "--url", sim.url, "-m", "sim", "--from", "30", "--to", "60", "--base-s", "3",
+                     "--hold-s", "8", "--down-hold-s", "2", "--slo", "p99<200ms", "--replicas-cmd",
+                     _replicas_cmd(sim.url), "--capacity", str(find), "--out", str(tmp_path / "out"))  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    block = json.loads((tmp_path / "out" / "summary.json").read_text())["scale"]
+    assert block["scaled"] and block["replicas_peak"] == 3
+    assert block["seconds_over_slo"] == 0 and block["time_to_recover_s"] == 0.0
+    margin = block["margin"]
+    assert (
+        margin["enough"] is True and margin["needed"] == pytest.approx(0.3) and margin["in_use"] == pytest.approx(0.7)
+    )
 
 
 def test_a_server_that_fails_is_never_fine(tmp_path: Path) -> None:

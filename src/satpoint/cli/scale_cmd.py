@@ -70,6 +70,9 @@ def scale_test(
         float | None,
         typer.Option(help="one replica's saturation S (from satpoint find): the margin check m >= r x d / S"),
     ] = None,
+    capacity: Annotated[
+        Path | None, typer.Option(help="a satpoint find folder: its saturation point is one replica's S")
+    ] = None,
     protocol: UrlProtocolOpt = None,
     header: HeaderOpt = None,
     timeout: TimeoutOpt = 30.0,
@@ -84,7 +87,8 @@ def scale_test(
     --replicas-prom/--replicas-query (read once before any load: unreachable, or no series, is exit 2).  Reports
     the time from the step to the desired count changing and to each new replica ready, the time to recover
     (the objective --slo holding again per second; errors, timeouts and requests never sent count as over it),
-    seconds and requests over the objective, the scale-down, and with --capacity-rps the margin check; all in
+    seconds and requests over the objective, the scale-down, and with --capacity DIR or --capacity-rps the margin
+    check (m >= r x d / S against the margin in use at the base rate); all in
     summary.json's scale block.  Exit 3 when the objective did not hold again before the end of the peak."""
     secrets = secrets_of([url, replicas_prom or ""], parse_headers(header))
 
@@ -100,7 +104,7 @@ def scale_test(
         )
         options = api.ScaleOptions(
             from_rps, to_rps, ramp_s=ramp_s, base_s=base_s, hold_s=hold_s, down_hold_s=down_hold_s, slo=slo,
-            capacity_rps=capacity_rps,
+            capacity_rps=capacity_rps, capacity_dir=capacity,
         )  # fmt: skip
         target = Target(url, model, protocol=resolve_protocol(url, protocol), headers=parse_headers(header))
         load = LoadOptions(seed=seed, max_inflight=max_inflight, timeout_s=timeout, drain_s=min(10.0, timeout))

@@ -49,6 +49,8 @@ class ScaleOptions:
     slo: str = "p99<500ms"
     every_s: float = 1.0
     capacity_rps: float | None = None
+    #: a ``satpoint find`` folder whose saturation point is ``capacity_rps`` (one replica's)
+    capacity_dir: Path | None = None
 
     def stages(self) -> list[Stage]:
         return [
@@ -82,8 +84,24 @@ class ScaleOptions:
             raise ConfigError(f"--ramp-s must be >= 0, got {self.ramp_s}")
         if self.capacity_rps is not None and not (math.isfinite(self.capacity_rps) and self.capacity_rps > 0):
             raise ConfigError(f"--capacity-rps must be > 0, got {self.capacity_rps}")
+        if self.capacity_rps is not None and self.capacity_dir is not None:
+            raise ConfigError("give one replica's saturation once: --capacity DIR or --capacity-rps")
         self.objective()
         return self
+
+    def capacity(self) -> float | None:
+        """One replica's saturation: given, or read from a ``find`` folder (``ConfigError`` if it has none)."""
+        if self.capacity_dir is None:
+            return self.capacity_rps
+        path = Path(self.capacity_dir) / SUMMARY_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--capacity {self.capacity_dir}: cannot read {SUMMARY_FILE}: {e}") from None
+        sat = doc.get("saturation_rps") if isinstance(doc, dict) else None
+        if doc.get("kind") != "find" or not isinstance(sat, (int, float)) or doc.get("lower_bound"):
+            raise ConfigError(f"--capacity {self.capacity_dir}: not a find folder with a saturation point")
+        return float(sat)
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,7 @@ def scale_test(
     if load.ray is not None:
         raise ConfigError("scale-test runs its load from this host (no --ray)")
     require_generator(load)
+    capacity_rps = options.capacity()
     plan = options.stages()
     check_plan_fits(plan, descending=True)
     first = check(source)
@@ -142,7 +161,7 @@ def scale_test(
     latency = request_latency(rec.intended, rec.done, rec.ok_mask())
     block = scale_block(
         rec.intended, latency, options.phases(), metric, limit_ms, points,
-        source=source.name, capacity_rps=options.capacity_rps,
+        source=source.name, capacity_rps=capacity_rps,
     )  # fmt: skip
     if seg.interrupted:
         block["notes"].append("the run was interrupted: the figures cover what was measured")
