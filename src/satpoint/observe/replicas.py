@@ -17,11 +17,11 @@ import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Protocol
 
 from satpoint.errors import ConfigError
+from satpoint.observe.prom import fetch
 from satpoint.redact import redact_url
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -84,10 +84,8 @@ class PromSource:
 
     def _query(self, query: str) -> float:
         address = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(address, timeout=self.timeout_s) as r:
-                doc = json.loads(r.read())
+            doc = json.loads(fetch(address, self.timeout_s))
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode(errors="replace")
             raise ConfigError(f"{self.name}: the query {query!r} was refused (HTTP {e.code}): {detail}") from None
