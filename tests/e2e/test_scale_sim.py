@@ -100,9 +100,12 @@ def test_the_margin_check_says_enough_when_the_objective_held(tmp_path: Path) ->
     with SimServer(slots=1, service_ms=20.0, extra_args=args) as sim:
         r = satpoint("scale-test", "--url", sim.url, "-m", "sim", "--from", "30", "--to", "60", "--base-s", "3",
                      "--hold-s", "8", "--down-hold-s", "2", "--slo", "p99<200ms", "--replicas-cmd",
-                     _replicas_cmd(sim.url), "--capacity", str(find), "--out", str(tmp_path / "out"))  # fmt: skip
+                     _replicas_cmd(sim.url), "--capacity", str(find), "--settle-s", "1",
+                     "--out", str(tmp_path / "out"))  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
+    assert "waiting for the replica count to hold 1 s" in r.stdout
     block = json.loads((tmp_path / "out" / "summary.json").read_text())["scale"]
+    assert block["notes"] == []
     assert block["scaled"] and block["replicas_peak"] == 3
     assert block["seconds_over_slo"] == 0 and block["time_to_recover_s"] == 0.0
     margin = block["margin"]

@@ -73,6 +73,10 @@ def scale_test(
     capacity: Annotated[
         Path | None, typer.Option(help="a satpoint find folder: its saturation point is one replica's S")
     ] = None,
+    settle_s: Annotated[
+        float, typer.Option(help="before any load, wait until the replica count held this long (0: no wait)")
+    ] = 0.0,
+    settle_max_s: Annotated[float, typer.Option(help="--settle-s: wait at most this long, then test anyway")] = 600.0,
     protocol: UrlProtocolOpt = None,
     header: HeaderOpt = None,
     timeout: TimeoutOpt = 30.0,
@@ -105,6 +109,7 @@ def scale_test(
         options = api.ScaleOptions(
             from_rps, to_rps, ramp_s=ramp_s, base_s=base_s, hold_s=hold_s, down_hold_s=down_hold_s, slo=slo,
             capacity_rps=capacity_rps, capacity_dir=capacity,
+            settle_s=settle_s, settle_max_s=settle_max_s,
         )  # fmt: skip
         target = Target(url, model, protocol=resolve_protocol(url, protocol), headers=parse_headers(header))
         load = LoadOptions(seed=seed, max_inflight=max_inflight, timeout_s=timeout, drain_s=min(10.0, timeout))

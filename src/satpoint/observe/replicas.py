@@ -4,7 +4,8 @@ Two sources: a Prometheus HTTP API query (``/api/v1/query``; the values of every
 a per-pod query counts pods) and a command that prints a number (the ready count; a second number on its line is
 the desired count).  ``check`` reads the source once before any load: a source that cannot be read, or a query that
 returns no series, is a ``ConfigError`` of one line.  ``ReplicaWatcher`` reads it every second in a thread of its
-own and keeps every reading with its time on the monotonic clock (the run clock's, ``t0_monotonic``).
+own and keeps every reading with its time on the monotonic clock (the run clock's, ``t0_monotonic``);
+``settle`` waits, before the load, until the counts stop changing.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 @dataclass(frozen=True)
 class Reading:
-    """One reading: ``mono_s`` (``time.monotonic``), the ready and desired counts (None: the source has none),
-    or the ``error`` that kept the source from answering."""
+    """One reading: ``mono_s`` (``time.perf_counter``: CLOCK_MONOTONIC, the run clock's), the ready and desired
+    counts (None: the source has none), or the ``error`` that kept the source from answering."""
 
     mono_s: float
     ready: float | None
@@ -110,7 +111,28 @@ class PromSource:
 def check(source: ReplicaSource) -> Reading:
     """Read ``source`` once (before any load): a ``ConfigError`` of one line if it cannot be read."""
     ready, desired = source.read()
-    return Reading(time.monotonic(), ready, desired)
+    return Reading(time.perf_counter(), ready, desired)
+
+
+def settle(
+    source: ReplicaSource, quiet_s: float, max_s: float, every_s: float = 1.0, stop: threading.Event | None = None
+) -> tuple[bool, list[Reading]]:
+    """Read ``source`` every ``every_s`` until its counts stayed the same for ``quiet_s`` (True), or ``max_s``
+    passed (False); every reading kept.  A reading that fails ends it with that ``ConfigError``."""
+    stop = stop or threading.Event()
+    start = last_change = time.perf_counter()
+    readings: list[Reading] = []
+    while True:
+        now = time.perf_counter()
+        ready, desired = source.read()
+        if readings and (ready, desired) != (readings[-1].ready, readings[-1].desired):
+            last_change = now
+        readings.append(Reading(now, ready, desired))
+        if now - last_change >= quiet_s:
+            return True, readings
+        if now - start >= max_s or stop.is_set():
+            return False, readings
+        stop.wait(every_s)
 
 
 class ReplicaWatcher:
@@ -125,16 +147,16 @@ class ReplicaWatcher:
         self._thread = threading.Thread(target=self._loop, name="satpoint-replicas", daemon=True)
 
     def _loop(self) -> None:
-        next_s = time.monotonic()
+        next_s = time.perf_counter()
         while not self._stop.is_set():
-            at_s = time.monotonic()
+            at_s = time.perf_counter()
             try:
                 ready, desired = self.source.read()
                 self.readings.append(Reading(at_s, ready, desired))
             except ConfigError as e:
                 self.readings.append(Reading(at_s, None, None, str(e)))
             next_s += self.every_s
-            self._stop.wait(max(0.0, next_s - time.monotonic()))
+            self._stop.wait(max(0.0, next_s - time.perf_counter()))
 
     def start(self) -> ReplicaWatcher:
         self._thread.start()

@@ -25,7 +25,7 @@ from satpoint.endpoints.prepare import prepare
 from satpoint.endpoints.spec import Target
 from satpoint.errors import ConfigError
 from satpoint.metrics.results import default_out, write_header
-from satpoint.observe.replicas import ReplicaSource, ReplicaWatcher, check
+from satpoint.observe.replicas import ReplicaSource, ReplicaWatcher, check, settle
 from satpoint.plan import Stage
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.session import Session, announce_target, check_plan_fits, require_generator
@@ -51,6 +51,10 @@ class ScaleOptions:
     capacity_rps: float | None = None
     #: a ``satpoint find`` folder whose saturation point is ``capacity_rps`` (one replica's)
     capacity_dir: Path | None = None
+    #: before any load, wait until the replica count has not changed for ``settle_s`` (0: no wait), at most
+    #: ``settle_max_s`` (then the test runs anyway, with a note)
+    settle_s: float = 0.0
+    settle_max_s: float = 600.0
 
     def stages(self) -> list[Stage]:
         return [
@@ -84,6 +88,8 @@ class ScaleOptions:
             raise ConfigError(f"--ramp-s must be >= 0, got {self.ramp_s}")
         if self.capacity_rps is not None and not (math.isfinite(self.capacity_rps) and self.capacity_rps > 0):
             raise ConfigError(f"--capacity-rps must be > 0, got {self.capacity_rps}")
+        if not (math.isfinite(self.settle_s) and 0 <= self.settle_s <= self.settle_max_s):
+            raise ConfigError(f"--settle-s must be within [0, --settle-max-s], got {self.settle_s}")
         if self.capacity_rps is not None and self.capacity_dir is not None:
             raise ConfigError("give one replica's saturation once: --capacity DIR or --capacity-rps")
         self.objective()
@@ -143,6 +149,17 @@ def scale_test(
     first = check(source)
     say(on_event, f"replicas from {source.name}: {first.ready:g} ready" + (
         f", {first.desired:g} desired" if first.desired is not None else ""))  # fmt: skip
+    settled = True
+    if options.settle_s > 0:
+        say(
+            on_event,
+            f"waiting for the replica count to hold {options.settle_s:g} s (at most {options.settle_max_s:g} s)",
+        )
+        settled, _ = settle(source, options.settle_s, options.settle_max_s, options.every_s, stop)
+        if not settled:
+            say(
+                on_event, f"the replica count still changed after {options.settle_max_s:g} s: testing anyway", "warning"
+            )
     announce_target(target, on_event)
     prepared = prepare(target, load.max_inflight, seed=load.seed, grpc_connections=load.grpc_connections)
     config = RunConfig(load=load, rules=VerdictRules())
@@ -163,6 +180,8 @@ def scale_test(
         rec.intended, latency, options.phases(), metric, limit_ms, points,
         source=source.name, capacity_rps=capacity_rps,
     )  # fmt: skip
+    if not settled:
+        block["notes"].append(f"the replica count had not settled ({options.settle_s:g} s unchanged) before the load")
     if seg.interrupted:
         block["notes"].append("the run was interrupted: the figures cover what was measured")
     session.results.header[SCALE_KEY] = block
