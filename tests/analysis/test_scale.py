@@ -69,3 +69,17 @@ def test_margin_check() -> None:
     enough = margin_check(ramp, 100.0, 6.0, 1.0)  # 30 rps in the delay
     assert enough["enough"] is True
     assert margin_check(ramp, 100.0, None, 1.0)["enough"] is None
+
+
+def test_the_prediction_grows_with_the_delay_and_shrinks_with_headroom() -> None:
+    from satpoint.analysis.scale_predict import predict
+
+    intended = np.concatenate([np.arange(0, 5, 1 / 20), np.arange(5, 15, 1 / 100), np.arange(15, 20, 1 / 20)])
+    kw = {"capacity_rps": 50.0, "max_replicas": 4, "target": 0.5, "sync_s": 1.0, "down_window_s": 2.0}
+    slow = predict(intended, PHASES, "p99", 200.0, replicas_before=1, delay_s=4.0, **kw)  # type: ignore[arg-type]
+    fast = predict(intended, PHASES, "p99", 200.0, replicas_before=1, delay_s=1.0, **kw)  # type: ignore[arg-type]
+    roomy = predict(intended, PHASES, "p99", 200.0, replicas_before=2, delay_s=4.0, **kw)  # type: ignore[arg-type]
+    assert slow["seconds_over_slo"] > fast["seconds_over_slo"] > 0
+    assert roomy["seconds_over_slo"] < slow["seconds_over_slo"]
+    lo, hi = slow["seconds_over_slo_range"]
+    assert lo <= slow["seconds_over_slo"] <= hi and slow["time_to_replicas_s"] >= 4.0

@@ -154,3 +154,26 @@ def test_a_source_that_cannot_be_read_is_one_line_before_any_load(source: list[s
     lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
     assert len(lines) == 1 and says in lines[0], lines
     assert "satpoint_sim_requests_total 0" in admitted
+
+
+@pytest.mark.parametrize(
+    ("target", "delay"), [("0.5", "3"), ("0.8", "2")], ids=["target-0.5-delay-3s", "target-0.8-delay-2s"]
+)
+def test_the_prediction_holds_the_measurement_for_two_policies(tmp_path: Path, target: str, delay: str) -> None:
+    policy = ["--autoscale", "1:4", "--scale-delay-s", delay, "--scale-sync-s", "1", "--scale-down-window-s", "2",
+              "--scale-target", target]  # fmt: skip
+    with SimServer(slots=1, service_ms=20.0, extra_args=policy) as sim:
+        r = satpoint("scale-test", "--url", sim.url, "-m", "sim", *SHAPE, "--replicas-cmd", _replicas_cmd(sim.url),
+                     "--capacity-rps", "50", "--predict", target, "--predict-sync-s", "1", "--predict-window-s", "2",
+                     "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    block = json.loads((tmp_path / "summary.json").read_text())["scale"]
+    pred = block["predict"]
+    assert pred["delay_s"] == pytest.approx(float(delay), abs=1.0)  # measured: desired to ready, seen once a second
+    assert pred["measured_seconds_over_slo"] == block["seconds_over_slo"] >= 2
+    # the sync ticks' phase against the step decides whether the first tick sees the step: the model's range over
+    # phases holds the measurement
+    low, high = pred["seconds_over_slo_range"]
+    assert low <= block["seconds_over_slo"] <= high, pred
+    assert low <= pred["seconds_over_slo"] <= high
+    assert "prediction (target" in r.stdout

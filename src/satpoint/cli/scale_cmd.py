@@ -77,6 +77,19 @@ def scale_test(
         float, typer.Option(help="before any load, wait until the replica count held this long (0: no wait)")
     ] = 0.0,
     settle_max_s: Annotated[float, typer.Option(help="--settle-s: wait at most this long, then test anyway")] = 600.0,
+    predict: Annotated[
+        float | None,
+        typer.Option(
+            help="also run the load through a model of the replicas and the HPA rule with this utilisation "
+            "target (needs --capacity or --capacity-rps): predicted against measured seconds over the objective"
+        ),
+    ] = None,
+    predict_sync_s: Annotated[float, typer.Option(help="--predict: the HPA's sync period, s")] = 15.0,
+    predict_window_s: Annotated[float, typer.Option(help="--predict: the scale-down stabilisation window, s")] = 300.0,
+    predict_delay_s: Annotated[
+        float | None, typer.Option(help="--predict: decision to ready, s (default: measured)")
+    ] = None,
+    predict_max: Annotated[int | None, typer.Option(help="--predict: maxReplicas (default: the peak measured)")] = None,
     protocol: UrlProtocolOpt = None,
     header: HeaderOpt = None,
     timeout: TimeoutOpt = 30.0,
@@ -109,7 +122,8 @@ def scale_test(
         options = api.ScaleOptions(
             from_rps, to_rps, ramp_s=ramp_s, base_s=base_s, hold_s=hold_s, down_hold_s=down_hold_s, slo=slo,
             capacity_rps=capacity_rps, capacity_dir=capacity,
-            settle_s=settle_s, settle_max_s=settle_max_s,
+            settle_s=settle_s, settle_max_s=settle_max_s, predict_target=predict, predict_sync_s=predict_sync_s,
+            predict_window_s=predict_window_s, predict_delay_s=predict_delay_s, predict_max=predict_max,
         )  # fmt: skip
         target = Target(url, model, protocol=resolve_protocol(url, protocol), headers=parse_headers(header))
         load = LoadOptions(seed=seed, max_inflight=max_inflight, timeout_s=timeout, drain_s=min(10.0, timeout))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from satpoint.analysis.scale import ReplicaPoint, ScalePhases, request_latency, scale_block
+from satpoint.analysis.scale_predict import predict
 from satpoint.analysis.search.thresholds import parse_slo
 from satpoint.config import LoadOptions, RunConfig, VerdictRules
 from satpoint.endpoints.prepare import prepare
@@ -55,6 +56,13 @@ class ScaleOptions:
     #: ``settle_max_s`` (then the test runs anyway, with a note)
     settle_s: float = 0.0
     settle_max_s: float = 600.0
+    #: ``--predict TARGET``: the policy's utilisation target for the model (``analysis.scale_predict``), its sync
+    #: period, scale-down window, delay (None: measured) and most replicas (None: the peak measured)
+    predict_target: float | None = None
+    predict_sync_s: float = 15.0
+    predict_window_s: float = 300.0
+    predict_delay_s: float | None = None
+    predict_max: int | None = None
 
     def stages(self) -> list[Stage]:
         return [
@@ -90,6 +98,11 @@ class ScaleOptions:
             raise ConfigError(f"--capacity-rps must be > 0, got {self.capacity_rps}")
         if not (math.isfinite(self.settle_s) and 0 <= self.settle_s <= self.settle_max_s):
             raise ConfigError(f"--settle-s must be within [0, --settle-max-s], got {self.settle_s}")
+        if self.predict_target is not None:
+            if not 0 < self.predict_target <= 1 or self.predict_sync_s <= 0 or self.predict_window_s < 0:
+                raise ConfigError("--predict is a utilisation target in (0, 1]; --predict-sync-s > 0, window >= 0")
+            if self.capacity_rps is None and self.capacity_dir is None:
+                raise ConfigError("--predict needs one replica's saturation: --capacity DIR or --capacity-rps")
         if self.capacity_rps is not None and self.capacity_dir is not None:
             raise ConfigError("give one replica's saturation once: --capacity DIR or --capacity-rps")
         self.objective()
@@ -121,6 +134,25 @@ class ScaleResult:
     def scale(self) -> dict[str, Any]:
         block: dict[str, Any] = self.summary[SCALE_KEY]
         return block
+
+
+def _prediction(
+    options: ScaleOptions, block: dict[str, Any], intended: Any, metric: str, limit_ms: float, capacity_rps: float
+) -> dict[str, Any]:
+    """``--predict``: the model's seconds over the objective for the policy, or why there is none."""
+    before, peak = block["replicas_before"], block["replicas_peak"]
+    delay = options.predict_delay_s
+    if delay is None and block["time_to_replicas_s"] is not None:
+        delay = block["time_to_replicas_s"] - (block["time_to_desired_s"] or 0.0)
+    if before is None or delay is None:
+        return {"error": "no replica count before the step, or no measured delay (give --predict-delay-s)"}
+    out = predict(
+        intended, options.phases(), metric, limit_ms, capacity_rps=capacity_rps, replicas_before=int(before),
+        max_replicas=options.predict_max or int(peak or before), target=options.predict_target or 1.0,
+        delay_s=max(0.0, delay), sync_s=options.predict_sync_s, down_window_s=options.predict_window_s,
+    )  # fmt: skip
+    out["measured_seconds_over_slo"] = block["seconds_over_slo"]
+    return out
 
 
 def scale_test(
@@ -180,6 +212,8 @@ def scale_test(
         rec.intended, latency, options.phases(), metric, limit_ms, points,
         source=source.name, capacity_rps=capacity_rps,
     )  # fmt: skip
+    if options.predict_target is not None and capacity_rps is not None:
+        block["predict"] = _prediction(options, block, rec.intended, metric, limit_ms, capacity_rps)
     if not settled:
         block["notes"].append(f"the replica count had not settled ({options.settle_s:g} s unchanged) before the load")
     if seg.interrupted:

@@ -83,6 +83,17 @@ def print_scale(console: Console, block: dict[str, Any], out_dir: str) -> None:
                 f"margin check: {word}: in use {margin['in_use']:.1%} under saturation, needed {margin['needed']:.1%} "
                 f"(m >= r x d / S, d = {_s(margin['delay_s'])}, S = {margin['capacity_rps']:g} rps per replica)"
             )
+    pred = block.get("predict")
+    if pred:
+        if "error" in pred:
+            console.print(f"prediction: none ({pred['error']})")
+        else:
+            lo, hi = pred["seconds_over_slo_range"]
+            console.print(
+                f"prediction (target {pred['target']:g}, delay {pred['delay_s']:g} s, sync {pred['sync_s']:g} s): "
+                f"{pred['seconds_over_slo']:g} s over the objective ({lo}-{hi} by the sync's phase), measured "
+                f"{pred['measured_seconds_over_slo']} s"
+            )
     for note in block.get("notes") or []:
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"results: {out_dir}")
