@@ -40,6 +40,7 @@ from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
 from satpoint.observe.pyspy import preflight as flamegraph_preflight
 from satpoint.observe.replicas import CommandSource as CommandSource
+from satpoint.observe.replicas import K8sSource as K8sSource
 from satpoint.observe.replicas import PromSource as PromSource
 from satpoint.plan import Stage, validate_plan
 from satpoint.procedures.progress import OnEvent, say

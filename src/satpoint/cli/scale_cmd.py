@@ -29,7 +29,10 @@ from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.reports.terminal.progress import EventPrinter
 from satpoint.reports.terminal.scale import print_scale
 
-_SOURCES = "give one replica source: --replicas-cmd CMD, or --replicas-prom URL with --replicas-query Q"
+_SOURCES = (
+    "give one replica source: --replicas-cmd CMD, --replicas-prom URL with --replicas-query Q, or "
+    "--replicas-k8s NAMESPACE/KIND/NAME"
+)
 
 
 def scale_test(
@@ -65,6 +68,19 @@ def scale_test(
     ] = None,
     replicas_desired_query: Annotated[
         str | None, typer.Option(help="with --replicas-prom: the desired count, e.g. kube_deployment_spec_replicas")
+    ] = None,
+    replicas_k8s: Annotated[
+        str | None,
+        typer.Option(
+            help="NAMESPACE/KIND/NAME (KIND: deployment, statefulset, hpa): its ready and desired counts from "
+            "the Kubernetes API at --replicas-k8s-url"
+        ),
+    ] = None,
+    replicas_k8s_url: Annotated[
+        str, typer.Option(help="the Kubernetes API: kubectl proxy's URL, or the API server with a token")
+    ] = "http://127.0.0.1:8001",
+    replicas_k8s_token_file: Annotated[
+        Path | None, typer.Option(help="a file holding a bearer token for --replicas-k8s-url")
     ] = None,
     capacity_rps: Annotated[
         float | None,
@@ -107,16 +123,19 @@ def scale_test(
     seconds and requests over the objective, the scale-down, and with --capacity DIR or --capacity-rps the margin
     check (m >= r x d / S against the margin in use at the base rate); all in
     summary.json's scale block.  Exit 3 when the objective did not hold again before the end of the peak."""
-    secrets = secrets_of([url, replicas_prom or ""], parse_headers(header))
+    secrets = secrets_of([url, replicas_prom or "", replicas_k8s_url], parse_headers(header))
 
     def body() -> int:
-        if (replicas_cmd is None) == (replicas_prom is None):
+        if sum(x is not None for x in (replicas_cmd, replicas_prom, replicas_k8s)) != 1:
             raise fail(_SOURCES)
         if (replicas_prom is None) != (replicas_query is None) or (replicas_desired_query and not replicas_prom):
             raise fail("--replicas-prom and --replicas-query go together (and --replicas-desired-query with them)")
+        token = replicas_k8s_token_file.read_text().strip() if replicas_k8s_token_file is not None else None
         source = (
             api.CommandSource(replicas_cmd)
             if replicas_cmd is not None
+            else api.K8sSource(replicas_k8s_url, replicas_k8s, token)
+            if replicas_k8s is not None
             else api.PromSource(replicas_prom or "", replicas_query or "", replicas_desired_query)
         )
         options = api.ScaleOptions(

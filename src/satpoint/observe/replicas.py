@@ -1,6 +1,7 @@
 """The replica count of an autoscaled deployment, read once a second beside the load (``satpoint scale-test``).
 
-Two sources: a Prometheus HTTP API query (``/api/v1/query``; the values of every series returned are summed, so
+Three sources: the Kubernetes API (plain GETs of a Deployment, StatefulSet or HPA: its ready and desired counts),
+a Prometheus HTTP API query (``/api/v1/query``; the values of every series returned are summed, so
 a per-pod query counts pods) and a command that prints a number (the ready count; a second number on its line is
 the desired count).  ``check`` reads the source once before any load: a source that cannot be read, or a query that
 returns no series, is a ``ConfigError`` of one line.  ``ReplicaWatcher`` reads it every second in a thread of its
@@ -106,6 +107,56 @@ class PromSource:
     def read(self) -> tuple[float, float | None]:
         ready = self._query(self.query)
         return ready, self._query(self.desired_query) if self.desired_query else None
+
+
+#: ``--replicas-k8s NAMESPACE/KIND/NAME``: the API path of each kind, and the status fields of its ready and desired
+#: counts (Kubernetes API reference: apps/v1 Deployment and StatefulSet, autoscaling/v2 HorizontalPodAutoscaler)
+K8S_KINDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "deployment": ("apis/apps/v1/namespaces/{ns}/deployments/{name}", ("status", "readyReplicas"),
+                   ("spec", "replicas")),
+    "statefulset": ("apis/apps/v1/namespaces/{ns}/statefulsets/{name}", ("status", "readyReplicas"),
+                    ("spec", "replicas")),
+    "hpa": ("apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/{name}", ("status", "currentReplicas"),
+            ("status", "desiredReplicas")),
+}  # fmt: skip
+
+
+class K8sSource:
+    """``--replicas-k8s NAMESPACE/KIND/NAME`` on ``--replicas-k8s-url`` (e.g. ``kubectl proxy``'s
+    ``http://127.0.0.1:8001``, or the API server with ``--replicas-k8s-token-file``): plain GETs of the resource."""
+
+    def __init__(self, url: str, resource: str, token: str | None = None, timeout_s: float = 3.0) -> None:
+        parts = resource.strip().split("/")
+        kind = parts[1].lower().removesuffix("s") if len(parts) == 3 else ""
+        kind = {"horizontalpodautoscaler": "hpa"}.get(kind, kind)
+        if len(parts) != 3 or kind not in K8S_KINDS or not parts[0] or not parts[2]:
+            raise ConfigError(
+                f"--replicas-k8s {resource!r}: expected NAMESPACE/KIND/NAME with KIND one of {', '.join(K8S_KINDS)}"
+            )
+        path, self._ready, self._desired = K8S_KINDS[kind]
+        self.address = f"{url.rstrip('/')}/{path.format(ns=parts[0], name=parts[2])}"
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.timeout_s = timeout_s
+        self.name = f"--replicas-k8s {resource}"
+
+    def read(self) -> tuple[float, float | None]:
+        try:
+            doc = json.loads(fetch(self.address, self.timeout_s, self.headers))
+        except urllib.error.HTTPError as e:
+            raise ConfigError(f"{self.name}: the API answered HTTP {e.code} ({e.reason})") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{self.name}: cannot reach the Kubernetes API: {getattr(e, 'reason', e)}") from None
+
+        def field(path: tuple[str, ...]) -> float | None:
+            node: object = doc
+            for key in path:
+                node = node.get(key) if isinstance(node, dict) else None
+            return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+        if not isinstance(doc, dict) or "status" not in doc:
+            raise ConfigError(f"{self.name}: the answer is not the resource (no status)")
+        ready = field(self._ready)
+        return (0.0 if ready is None else ready), field(self._desired)  # no readyReplicas: none is ready
 
 
 def check(source: ReplicaSource) -> Reading:
