@@ -177,3 +177,27 @@ def test_the_prediction_holds_the_measurement_for_two_policies(tmp_path: Path, t
     assert low <= block["seconds_over_slo"] <= high, pred
     assert low <= pred["seconds_over_slo"] <= high
     assert "prediction (target" in r.stdout
+
+
+def test_replicas_through_a_stub_of_the_kubernetes_api(tmp_path: Path) -> None:
+    with SimServer(slots=1, service_ms=20.0, extra_args=SCALED) as sim:
+
+        class Api(QuietHandler):
+            def do_GET(self) -> None:  # a Deployment whose counts are the sim's
+                if self.path != "/apis/apps/v1/namespaces/prod/deployments/sim":
+                    self.reply(404, b"{}")
+                    return
+                counts = _get(f"{sim.url}/replicas")
+                doc = {"spec": {"replicas": counts["desired"]}, "status": {"readyReplicas": counts["ready"]}}
+                self.reply(200, json.dumps(doc).encode(), {"Content-Type": "application/json"})
+
+        with serving(Api) as api:
+            r = satpoint("scale-test", "--url", sim.url, "-m", "sim", *SHAPE, "--replicas-k8s", "prod/deployment/sim",
+                         "--replicas-k8s-url", api, "--out", str(tmp_path))  # fmt: skip
+        events = _get(f"{sim.url}/events")["events"]
+    assert r.returncode == 0, r.stderr + r.stdout
+    block = json.loads((tmp_path / "summary.json").read_text())["scale"]
+    truth = _truth(tmp_path, events)
+    assert block["source"] == "--replicas-k8s prod/deployment/sim" and block["replicas_peak"] == 4
+    assert abs(block["time_to_desired_s"] - truth["desired"]) <= 1.0
+    assert abs(block["time_to_replicas_s"] - truth["ready"][-1]) <= 1.0
