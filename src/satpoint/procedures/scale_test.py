@@ -34,6 +34,8 @@ from satpoint.reports.files.results import SUMMARY_FILE, write_all
 
 #: the results header's key (and ``summary.json``'s) of the figures
 SCALE_KEY = "scale"
+#: ``--html``: the timeline page
+SCALE_HTML = "scale.html"
 
 
 @dataclass(frozen=True)
@@ -224,4 +226,8 @@ def scale_test(
     summary[SCALE_KEY] = block
     folder = session.folder
     (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
+    if html:
+        from satpoint.reports.html.scale import write_scale_html
+
+        write_scale_html(block, folder / SCALE_HTML)
     return ScaleResult(summary, folder)
