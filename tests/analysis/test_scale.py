@@ -83,3 +83,11 @@ def test_the_prediction_grows_with_the_delay_and_shrinks_with_headroom() -> None
     assert roomy["seconds_over_slo"] < slow["seconds_over_slo"]
     lo, hi = slow["seconds_over_slo_range"]
     assert lo <= slow["seconds_over_slo"] <= hi and slow["time_to_replicas_s"] >= 4.0
+
+
+def test_a_gap_in_the_readings_places_the_change_at_the_later_reading_and_the_base_is_judged() -> None:
+    intended, lat = _rows({2: 0.9})  # over at the base already
+    points = [p for p in _points(8.0) if not 5.0 < p.t_s < 12.0]  # readings fail from 5 to 12 s
+    b = scale_block(intended, lat, PHASES, "p99", 500.0, points, source="test")
+    assert b["time_to_replicas_s"] == pytest.approx(12.5 - 5.0)  # not mid-way through the gap
+    assert any("already at the base rate" in n for n in b["notes"])

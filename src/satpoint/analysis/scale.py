@@ -98,9 +98,16 @@ def timeline(
     return rows
 
 
+#: readings further apart than this (failed reads between them) place a change at the later one, not mid-way
+_GAP_S = 2.5
+
+
 def _seen(points: Sequence[ReplicaPoint], i: int) -> float:
-    """When the change first seen by reading ``i`` happened: the middle between the reading before it and it."""
-    return (points[i - 1].t_s + points[i].t_s) / 2 if i > 0 else points[i].t_s
+    """When the change first seen by reading ``i`` happened: the middle between the reading before it and it (the
+    later one when they are more than ``_GAP_S`` apart: an upper bound rather than a guess)."""
+    if i == 0 or points[i].t_s - points[i - 1].t_s > _GAP_S:
+        return points[i].t_s
+    return (points[i - 1].t_s + points[i].t_s) / 2
 
 
 def _first_at(points: Sequence[ReplicaPoint], since_s: float, key: str, at_least: float) -> float | None:
@@ -196,6 +203,9 @@ def scale_block(
          if p.t_s >= down and p.ready is not None and p.ready <= (ready_before or 0)),
         None,
     )  # fmt: skip
+    over_base = sum(1 for r in rows if r["over"] and r["t_s"] + 1 <= step + 1e-9)
+    if over_base:
+        notes.append(f"{over_base} s over the objective already at the base rate, before the step")
     base_changes = [e for e in replica_events(good, step) if e["t_s"] < step]
     if base_changes:
         notes.append(f"the replica count changed {len(base_changes)} times before the step: not stable at the base")
