@@ -46,7 +46,7 @@ _COMPARE_URL = _COMPARE_ANY | {"url", "grpc_url", "model", "ca_cert", "insecure"
 _COMPARE_EMBEDDED = _COMPARE_ANY | {"server", "demo_model", "server_cpus", "url"}  # url: selects compare --url
 _BAD_PROTOCOLS = ["--protocols", "rest,grpc,rest"]  # refused by compare's checks
 _SIM_ANY = {"port", "host", "slots", "service_ms", "dist", "pause_every", "error_rate", "model", "models", "seed",
-            "protocol", "tls_cert", "metastable", "stream", "pipeline", "fault"}  # fmt: skip
+            "protocol", "tls_cert", "metastable", "stream", "pipeline", "fault", "autoscale"}  # fmt: skip
 _SIM_ON = ["--pause-every", "1", "--models", "2", "--tls-cert", "FILE", "--stream", "--pipeline", "a,b"]
 _DIFF = {"sweep", "tolerance", "tail_tolerance", "error_tolerance", "run_spread", "fail_on_inconclusive",
          "calibrate", "json_out", "markdown", "junit", "html", "no_html"}  # fmt: skip
@@ -83,7 +83,11 @@ MODES: dict[str, tuple[list[str], set[str]]] = {
     "compare": (["compare", *_BAD_PROTOCOLS], _COMPARE_EMBEDDED | {"workers", "runtime", "model_dir"}),
     "compare --server triton": (["compare", "--server", "triton", *_BAD_PROTOCOLS], _COMPARE_EMBEDDED),
     "sim": (_SIM, _SIM_ANY),
-    "sim --protocol grpc": ([*_SIM, "--protocol", "grpc"], _SIM_ANY - {"fault", "pipeline"}),
+    "sim --protocol grpc": ([*_SIM, "--protocol", "grpc"], _SIM_ANY - {"fault", "pipeline", "autoscale"}),
+    "sim --autoscale": (
+        [*_SIM, "--autoscale", "1:3"],
+        _SIM_ANY | {"scale_delay_s", "scale_target", "scale_sync_s", "scale_down_window_s"},
+    ),
     "sim, every switch on": ([*_SIM, *_SIM_ON, "--fault", "error-body"], _SIM_ALL_ON),
     "sim --fault close-after": ([*_SIM, "--fault", "close-after"], _FAULT | {"close_after"}),
     "sim --fault idle-timeout": ([*_SIM, "--fault", "idle-timeout"], _FAULT | {"idle_timeout"}),

@@ -40,9 +40,15 @@ from satpoint.metrics.stream_records import StreamRecords
 from satpoint.observe.observer import Observer
 from satpoint.observe.pyspy import NO_PID, NO_PYSPY, find_py_spy
 from satpoint.observe.pyspy import preflight as flamegraph_preflight
+from satpoint.observe.replicas import CommandSource as CommandSource
+from satpoint.observe.replicas import K8sSource as K8sSource
+from satpoint.observe.replicas import PromSource as PromSource
 from satpoint.plan import Stage, validate_plan
 from satpoint.procedures.progress import OnEvent, say
 from satpoint.procedures.saturation import search_target
+from satpoint.procedures.scale_test import ScaleOptions as ScaleOptions
+from satpoint.procedures.scale_test import ScaleResult as ScaleResult
+from satpoint.procedures.scale_test import scale_test as scale_test
 from satpoint.procedures.session import (
     LOST_ERRORS,
     Session,

@@ -67,6 +67,7 @@ from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bar
 from satpoint.cli.opts.stream_opts import StreamOpt
 from satpoint.cli.pipeline_cmd import pipeline
 from satpoint.cli.results_cmd import analyze, export, print_version, report, version_cmd
+from satpoint.cli.scale_cmd import scale_test
 from satpoint.cli.sim_cmd import sim
 from satpoint.cli.sweep_cmd import sweep
 from satpoint.config import LoadOptions, ObserveOptions, ray_options
@@ -270,6 +271,7 @@ _COMMANDS: dict[str, Callable[..., None]] = {"find": find, "compare": compare, "
 _COMMANDS |= {"coldstart": coldstart, "report": report, "analyze": analyze, "version": version_cmd}
 _COMMANDS["export"] = export
 _COMMANDS["pipeline"] = pipeline
+_COMMANDS["scale-test"] = scale_test
 for name, command in _COMMANDS.items():
     app.command(name, epilog=EXIT_CODES_HELP)(command)
 app.add_typer(demo_app, name="demo")

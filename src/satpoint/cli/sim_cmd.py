@@ -17,6 +17,7 @@ from satpoint.cli.opts.stream_opts import (
 )
 from satpoint.cli.tool_modes import refuse_for_sim
 from satpoint.servers.sim.model import Dist, ErrorFraming, Fault
+from satpoint.servers.sim.model import scale_defaults as sd
 from satpoint.servers.sim.rates import METASTABLE_HELP, metastable_fields
 
 
@@ -85,6 +86,13 @@ def sim(
         list[str] | None,
         typer.Option(metavar="MODEL=SLOTSxMS", help="--pipeline: a step model's slots and service time (repeat)"),
     ] = None,
+    autoscale: Annotated[str | None, typer.Option(metavar="MIN:MAX", help=sd.AUTOSCALE_HELP)] = None,
+    scale_delay_s: Annotated[float, typer.Option(help="--autoscale: a new replica serves this long after")] = 30.0,
+    scale_target: Annotated[float, typer.Option(help="--autoscale: the utilisation aimed at")] = sd.DEFAULT_TARGET,
+    scale_sync_s: Annotated[float, typer.Option(help="--autoscale: seconds between decisions")] = sd.DEFAULT_SYNC_S,
+    scale_down_window_s: Annotated[
+        float, typer.Option(help="--autoscale: scale-down stabilisation window, s")
+    ] = sd.DEFAULT_DOWN_WINDOW_S,
 ) -> None:
     """A synthetic OIP server with known capacity C/S, for calibration and tests (and faults on demand)."""
     from satpoint.errors import ConfigError
@@ -95,9 +103,13 @@ def sim(
     from satpoint.servers.sim.tls import SimTls
 
     switches = {"pause_every": pause_every, "models": models, "tls_cert": tls_cert, "stream": stream}
-    refuse_for_sim(ctx, protocol, {**switches, "pipeline": pipeline, "fault": fault})  # exit 2, before serving
+    refuse_for_sim(
+        ctx, protocol, {**switches, "pipeline": pipeline, "fault": fault, "autoscale": autoscale}
+    )  # exit 2, before serving
     if slots < 1 or service_ms <= 0 or not 0 <= error_rate <= 1:
         raise fail("--slots must be >= 1, --service > 0, --error-rate within [0, 1]")
+    if autoscale is not None and (protocol != "rest" or pipeline is not None):
+        raise fail("--autoscale is simulated by the REST sim without --pipeline")
     try:
         config = SimConfig(
             host=host, port=port, slots=slots, service_ms=service_ms, dist=dist,
@@ -106,6 +118,10 @@ def sim(
             fault=fault, fault_rate=fault_rate, fault_after=fault_after, close_after=close_after,
             idle_timeout_s=idle_timeout, slow_headers_ms=slow_headers_ms, error_status=error_status,
             error_framing=error_framing,
+            autoscale=sd.parse_autoscale(
+                autoscale, delay_s=scale_delay_s, target=scale_target, sync_s=scale_sync_s,
+                down_window_s=scale_down_window_s,
+            ),
             **metastable_fields(metastable), **sim_stream_fields(stream, stream_first_ms, stream_gap_ms, stream_chunks),
         )  # fmt: skip
         served = pipeline_from_options(pipeline, step_service or [], config)

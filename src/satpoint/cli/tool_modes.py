@@ -109,7 +109,7 @@ def refuse_for_compare(ctx: typer.Context, url: bool, server: str, protocols: se
 _SIM_ANY = frozenset(
     (
         "port", "host", "slots", "service_ms", "dist", "pause_every", "error_rate", "model", "models", "seed",
-        "protocol", "tls_cert", "metastable", "stream", "pipeline", "fault",
+        "protocol", "tls_cert", "metastable", "stream", "pipeline", "fault", "autoscale",
     )
 )  # fmt: skip
 #: each fault's own options (every fault takes ``--fault-rate`` and ``--fault-after``)
@@ -119,6 +119,7 @@ SIM_FAULT_OPTIONS = {
     "slow-headers": ("slow_headers_ms",),
     "error-body": ("error_status", "error_framing"),
 }
+_SCALE_TUNING = ("scale_delay_s", "scale_target", "scale_sync_s", "scale_down_window_s")
 _SIM_WHY = reasons(
     (("pause_s",), "only with --pause-every"),
     (("model_queues",), "only with --models"),
@@ -130,7 +131,8 @@ _SIM_WHY = reasons(
     (("error_status", "error_framing"), "only with --fault error-body"),
     (("stream_first_ms", "stream_gap_ms", "stream_chunks"), "only with --stream"),
     (("step_service",), "only with --pipeline"),
-    (("fault", "pipeline"), "the REST sim only (--protocol rest)"),
+    (("fault", "pipeline", "autoscale"), "the REST sim only (--protocol rest)"),
+    (_SCALE_TUNING, "only with --autoscale"),
 )  # fmt: skip
 
 
@@ -138,13 +140,14 @@ def refuse_for_sim(ctx: typer.Context, protocol: str, values: dict[str, object])
     """``sim``: an option that tunes another one (a fault's, the stream's, TLS's) is refused without it."""
     used = set(_SIM_ANY)
     if protocol == "grpc":
-        used -= {"fault", "pipeline"}
+        used -= {"fault", "pipeline", "autoscale"}
     on = {k for k, v in values.items() if v not in (None, False)}
     used |= {"pause_s"} if "pause_every" in on else set()
     used |= {"model_queues"} if "models" in on else set()
     used |= {"tls_key", "tls_client_ca"} if "tls_cert" in on else set()
     used |= {"stream_first_ms", "stream_gap_ms", "stream_chunks"} if "stream" in on else set()
     used |= {"step_service"} if "pipeline" in on else set()
+    used |= set(_SCALE_TUNING) if "autoscale" in on else set()
     fault = values.get("fault")
     if isinstance(fault, str):
         used |= {"fault_rate", "fault_after", *SIM_FAULT_OPTIONS.get(fault, ())}

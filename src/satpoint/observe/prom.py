@@ -37,11 +37,11 @@ def _parse(text: str) -> list[PromSample]:
     return out
 
 
-def fetch(url: str, timeout_s: float = 2.0) -> str:
-    """GET a metrics endpoint (no proxy: an ``http_proxy`` must not capture a loopback scrape).  Raises
-    ``OSError`` (``urllib.error.URLError`` included) when it cannot."""
+def fetch(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> str:
+    """GET a metrics endpoint (no proxy: an ``http_proxy`` must not capture a loopback scrape), with ``headers``.
+    Raises ``OSError`` (``urllib.error.URLError`` included) when it cannot."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=timeout_s) as resp:
+    with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=timeout_s) as resp:
         data: bytes = resp.read()
     return data.decode("utf-8", errors="replace")
 

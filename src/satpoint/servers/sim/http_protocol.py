@@ -30,6 +30,8 @@ from urllib.parse import unquote
 import httptools
 
 from satpoint.errors import SatpointError
+from satpoint.servers.sim.autoscale.hpa import ScaledScheduler
+from satpoint.servers.sim.autoscale.http import SCALE_PATHS, scale_response
 from satpoint.servers.sim.metastable import MetastableScheduler, Ticket
 from satpoint.servers.sim.model import FaultDraws, SimConfig, SlotScheduler
 from satpoint.servers.sim.pipeline import PipelineRunner, SimPipeline
@@ -71,6 +73,9 @@ class _SimServer:
         self.responses = Responses(config)
         self.release = _Release(loop)
         self.scheduler: SlotScheduler
+        #: ``--autoscale``: the scheduler is a ``ScaledScheduler``; Unix time minus ``perf_counter`` at start
+        self.scaler: ScaledScheduler | None = None
+        self.unix_offset_s = time.time() - time.perf_counter()
         self.model_schedulers: dict[bytes, SlotScheduler] | None = None
         #: metastable mode: the scheduler that takes the place of ``scheduler``, and its start timer
         self.metastable: MetastableScheduler | None = None
@@ -91,7 +96,10 @@ class _SimServer:
 
     def reset_scheduler(self, origin_s: float) -> None:
         """A fresh scheduler whose time (pauses, free slots) starts at ``origin_s``."""
-        self.scheduler = SlotScheduler.from_config(self.config, origin_s)
+        if self.config.autoscale is not None:
+            self.scheduler = self.scaler = ScaledScheduler(self.config, self.config.autoscale, origin_s)
+        else:
+            self.scheduler = SlotScheduler.from_config(self.config, origin_s)
         if self.pipeline is not None:
             self.runner = PipelineRunner(self.pipeline, self.config, self.loop, origin_s, self._started)
         self.model_schedulers = (  # --model-queues: a queue (and slots, and draws) per model
@@ -177,6 +185,7 @@ _R_INFER = 6
 _R_UNKNOWN_MODEL = 7
 _R_REPOSITORY_INDEX = 9
 _R_INFER_STREAM = 8
+_R_SCALE = 10  # --autoscale: /replicas, /metrics, /events
 
 _GET_ROUTES = {
     b"/v2/health/live": _R_LIVE,
@@ -266,6 +275,8 @@ class _SimProtocol(asyncio.Protocol):
         route = _GET_ROUTES.get(path, _R_NOT_FOUND)
         if route != _R_NOT_FOUND:
             self._method_ok = method == b"GET"
+        elif path in SCALE_PATHS and self._server.scaler is not None:
+            route, self._method_ok = _R_SCALE, method == b"GET"
         elif path == b"/v2/repository/index":
             route, self._method_ok = _R_REPOSITORY_INDEX, method == b"POST"
         elif path.startswith(b"/v2/models/"):
@@ -325,6 +336,11 @@ class _SimProtocol(asyncio.Protocol):
             self._reply(200, responses.model_metas.get(self._meta_name, responses.model_meta), close, after)
         elif route == _R_REPOSITORY_INDEX:
             self._reply(200, responses.repository_index, close, after)
+        elif route == _R_SCALE and self._server.scaler is not None:
+            path = self._url.split(b"?", 1)[0]
+            now_s, offset_s = time.perf_counter(), self._server.unix_offset_s
+            data = scale_response(self._server.scaler, path, now_s, offset_s, close=close, head=self._head)
+            self._reply_data(data, after)
         elif route == _R_UNKNOWN_MODEL:
             self._reply(404, responses.model_not_found(self._requested_model), close, after)
         else:
@@ -410,7 +426,9 @@ class _SimProtocol(asyncio.Protocol):
         server.release_at(finish_s, entry, ticket)
 
     def _reply(self, status: int, body: bytes, close: bool, after: int) -> None:
-        data = _response(status, body, close=close, head=self._head)
+        self._reply_data(_response(status, body, close=close, head=self._head), after)
+
+    def _reply_data(self, data: bytes, after: int) -> None:
         self._queue.append(_Entry(self, data, True, after))
         if after:
             self._closing = True

@@ -15,6 +15,8 @@ from typing import Any, Literal, NamedTuple, get_args
 import numpy as np
 
 from satpoint.errors import ConfigError
+from satpoint.servers.sim.autoscale import spec as _scale_spec
+from satpoint.servers.sim.autoscale.spec import AutoscaleSpec, parse_autoscale
 from satpoint.servers.sim.rates import MetastableFigures, metastable_fields, metastable_figures
 
 Dist = Literal["const", "exp", "lognormal"]
@@ -47,6 +49,8 @@ DEFAULT_ERROR_STATUS = 503
 LOGNORMAL_SIGMA = 0.5
 
 _DRAW_BATCH = 4096
+#: ``--autoscale``'s help, defaults and parser (``satpoint.servers.sim.autoscale.spec``), for the command line
+scale_defaults = _scale_spec
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class SimConfig:
     stream_first_ms: float = 20.0
     stream_gap_ms: float = 5.0
     stream_chunks: int = 10
+    #: ``--autoscale``: replicas of ``slots`` each behind an HPA-like rule (``satpoint.servers.sim.autoscale``)
+    autoscale: AutoscaleSpec | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -130,6 +136,8 @@ class SimConfig:
             raise ConfigError(f"sim: stream_chunks must be >= 1, got {self.stream_chunks}")
         if self.stream and self.metastable_high is not None:
             raise ConfigError("sim: streams (--stream) and the metastable mode do not mix")
+        if self.autoscale is not None and (self.metastable_high is not None or self.model_queues):
+            raise ConfigError("sim: --autoscale scales one queue: not with --metastable or --model-queues")
 
     def _check_metastable(self) -> None:
         high, low, factor = self.metastable_high, self.metastable_low, self.metastable_factor
@@ -237,6 +245,7 @@ class SimConfig:
             stream_first_ms=getattr(args, "stream_first_ms", 20.0),
             stream_gap_ms=getattr(args, "stream_gap_ms", 5.0),
             stream_chunks=getattr(args, "stream_chunks", 10),
+            autoscale=autoscale_from_args(args),
         )
 
     @property
@@ -274,6 +283,15 @@ class SimConfig:
         if self.metastable_high is None:
             return None
         return metastable_figures(self.slots, self.service_ms, self.metastable_factor, self.metastable_low)
+
+
+def autoscale_from_args(args: Any) -> AutoscaleSpec | None:
+    """``--autoscale MIN:MAX`` and its ``--scale-*`` options from a parsed command line (None without it)."""
+    return parse_autoscale(
+        getattr(args, "autoscale", None),
+        delay_s=args.scale_delay_s, target=args.scale_target, sync_s=args.scale_sync_s,
+        down_window_s=args.scale_down_window_s,
+    ) if getattr(args, "autoscale", None) is not None else None  # fmt: skip
 
 
 def metastable_line(config: SimConfig) -> str | None:

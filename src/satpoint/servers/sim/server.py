@@ -130,6 +130,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from satpoint.servers.sim.autoscale import spec as scale
 from satpoint.servers.sim.http_protocol import serve
 from satpoint.servers.sim.model import DISTS, ERROR_FRAMINGS, FAULTS, SimConfig, metastable_line
 from satpoint.servers.sim.pipeline import SimPipeline
@@ -238,6 +239,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--step-service", action="append", default=[], metavar="MODEL=SLOTSxMS", help="--pipeline: a step's service"
     )
+    p.add_argument("--autoscale", default=None, metavar="MIN:MAX", help="replicas behind an HPA-like rule")
+    p.add_argument("--scale-delay-s", type=float, default=scale.DEFAULT_DELAY_S, help="--autoscale: to readiness")
+    p.add_argument("--scale-target", type=float, default=scale.DEFAULT_TARGET, help="--autoscale: utilisation")
+    p.add_argument("--scale-sync-s", type=float, default=scale.DEFAULT_SYNC_S, help="--autoscale: sync period")
+    p.add_argument("--scale-down-window-s", type=float, default=scale.DEFAULT_DOWN_WINDOW_S, help="--autoscale")
     p.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="private key for --tls-cert")
     p.add_argument("--tls-client-ca", default=None, metavar="PEM", help="require client certificates (mTLS)")

@@ -1,0 +1,1 @@
+"""``satpoint sim --autoscale``: replicas of known capacity behind an HPA-like rule, for testing ``scale-test``."""
