@@ -64,6 +64,10 @@ _PIPELINE = {"url", "step", "pipeline_model", "seldon_model", "protocol", "heade
              "out", "html", "old_budget_s"}  # fmt: skip
 _DEMO_CO = {"rate", "duration", "users", "think_ms", "slots", "service_ms", "pause_every", "pause_s", "out", "html"}
 _SIM = ["sim", "--slots", "0"]  # refused by sim's checks
+_SCALE_ANY = {"url", "model", "from_rps", "to_rps", "ramp_s", "base_s", "hold_s", "down_hold_s", "slo", "capacity_rps",
+              "capacity", "settle_s", "predict", "protocol", "header", "timeout", "seed", "max_inflight", "out",
+              "html"}  # fmt: skip
+_SCALE = ["scale-test", "-u", URL, "-m", "m", "--from", "10", "--to", "5"]  # refused by scale-test's checks
 _URL_M = ["--url", URL, "--model", "m"]
 
 #: mode -> (the command line that selects it, the options it honours)
@@ -99,6 +103,21 @@ MODES: dict[str, tuple[list[str], set[str]]] = {
     "pipeline": (["pipeline", "-u", URL, "--step", "a", "--precision", "0"], _PIPELINE),
     "demo co": (["demo", "co", "--rate", "0"], _DEMO_CO),
     "report": (["report", NOPE], {"out"}),
+    "export": (["export", NOPE], {"to", "out"}),
+    "scale-test --replicas-cmd": ([*_SCALE, "--replicas-cmd", "echo 1"], _SCALE_ANY | {"replicas_cmd"}),
+    "scale-test --replicas-prom": (
+        [*_SCALE, "--replicas-prom", URL, "--replicas-query", "q"],
+        _SCALE_ANY | {"replicas_prom", "replicas_query", "replicas_desired_query"},
+    ),
+    "scale-test --replicas-k8s": (
+        [*_SCALE, "--replicas-k8s", "ns/deployment/d", "--replicas-k8s-url", URL],
+        _SCALE_ANY | {"replicas_k8s", "replicas_k8s_url", "replicas_k8s_token_file"},
+    ),
+    "scale-test --predict --settle-s": (
+        [*_SCALE, "--replicas-cmd", "echo 1", "--predict", "0.7", "--settle-s", "1"],
+        _SCALE_ANY
+        | {"replicas_cmd", "predict_sync_s", "predict_window_s", "predict_delay_s", "predict_max", "settle_max_s"},
+    ),
     "analyze": (["analyze", NOPE], set()),
 }
 
@@ -160,3 +179,18 @@ def test_an_option_added_to_a_command_copy_is_caught(file: Path) -> None:
         base, honoured = MODES[mode]
         found = [line.split(":")[0] for line in walk(base, honoured, file, copy)]
         assert found == ["--fake-knob"], (mode, found)
+
+
+def test_every_command_is_walked() -> None:
+    """Every command the CLI has is in a walk's table (here or in ``test_option_contract``): a new command
+    without one fails here."""
+    from satpoint.cli.main import app
+    from tests.test_option_contract import MODES as RUN_FIND_MODES
+
+    group = typer.main.get_command(app)
+    commands = set()
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", {})
+        commands |= {f"{name} {sub}" for sub in subs} if subs else {name}
+    walked = {mode.split(" --")[0].split(",")[0] for mode in [*MODES, *RUN_FIND_MODES]}
+    assert commands - {"version"} <= walked, commands - walked

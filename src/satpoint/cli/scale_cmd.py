@@ -24,6 +24,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
+from satpoint.cli.contract import reasons, refuse_unused
 from satpoint.config import LoadOptions
 from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.reports.terminal.progress import EventPrinter
@@ -35,7 +36,39 @@ _SOURCES = (
 )
 
 
+_SCALE_ANY = frozenset(
+    (
+        "url", "model", "from_rps", "to_rps", "ramp_s", "base_s", "hold_s", "down_hold_s", "slo", "capacity_rps",
+        "capacity", "settle_s", "predict", "protocol", "header", "timeout", "seed", "max_inflight", "out", "html",
+    )
+)  # fmt: skip
+_SCALE_SOURCE = {
+    "cmd": ("replicas_cmd",),
+    "prom": ("replicas_prom", "replicas_query", "replicas_desired_query"),
+    "k8s": ("replicas_k8s", "replicas_k8s_url", "replicas_k8s_token_file"),
+}
+_PREDICT = ("predict_sync_s", "predict_window_s", "predict_delay_s", "predict_max")
+_SCALE_WHY = reasons(
+    (_SCALE_SOURCE["cmd"], "the replica count comes from one source"),
+    (_SCALE_SOURCE["prom"][1:], "only with --replicas-prom"),
+    (_SCALE_SOURCE["k8s"][1:], "only with --replicas-k8s"),
+    (_PREDICT, "only with --predict"),
+    (("settle_max_s",), "only with --settle-s"),
+)
+
+
+def refuse_for_scale(ctx: typer.Context, source: str, predict: bool, settle: bool) -> None:
+    """``scale-test``: a replica source's options without that source, --predict's and --settle-s's tuning
+    without them, are refused in one line before any load."""
+    used = set(_SCALE_ANY) | set(_SCALE_SOURCE.get(source, ()))
+    used |= {_SCALE_SOURCE[s][0] for s in _SCALE_SOURCE} if source == "" else set()  # no source: its own message
+    used |= set(_PREDICT) if predict else set()
+    used |= {"settle_max_s"} if settle else set()
+    refuse_unused(ctx, f"scale-test --replicas-{source}" if source else "scale-test", frozenset(used), _SCALE_WHY)
+
+
 def scale_test(
+    ctx: typer.Context,
     url: Annotated[str, typer.Option("--url", "-u", help="the autoscaled service's base URL")],
     model: Annotated[str, typer.Option("--model", "-m", help="the model to call")],
     from_rps: Annotated[float, typer.Option("--from", help="the base rate, rps (held before and after the peak)")],
@@ -125,8 +158,13 @@ def scale_test(
     summary.json's scale block.  Exit 3 when the objective did not hold again before the end of the peak."""
     secrets = secrets_of([url, replicas_prom or "", replicas_k8s_url], parse_headers(header))
 
+    chosen = [k for k, v in (("cmd", replicas_cmd), ("prom", replicas_prom), ("k8s", replicas_k8s)) if v is not None]
+    if len(chosen) > 1:
+        raise fail(f"{' and '.join('--replicas-' + c for c in chosen)}: the replica count comes from one source")
+    refuse_for_scale(ctx, chosen[0] if chosen else "", predict is not None, settle_s > 0)
+
     def body() -> int:
-        if sum(x is not None for x in (replicas_cmd, replicas_prom, replicas_k8s)) != 1:
+        if len(chosen) != 1:
             raise fail(_SOURCES)
         if (replicas_prom is None) != (replicas_query is None) or (replicas_desired_query and not replicas_prom):
             raise fail("--replicas-prom and --replicas-query go together (and --replicas-desired-query with them)")
