@@ -200,3 +200,18 @@ def test_run_rate_duration_is_the_one_stage_plan(monkeypatch: pytest.MonkeyPatch
     assert both.exit_code == 2 and "run --rate does not use --stage" in " ".join(both.output.split())
     alone = CliRunner().invoke(app, [*base, "--rate", "50"])
     assert alone.exit_code == 2 and "--rate R needs --duration D" in alone.output
+
+
+def test_one_url_option_the_scheme_picks_the_protocol_on_sweep_and_compare() -> None:
+    """``-u`` twice on sweep and compare: an http(s):// URL for REST, a grpc(s):// one for gRPC; two of one
+    protocol are refused in one line, exit 2, before any load."""
+    from satpoint.cli.contract import split_urls
+
+    assert split_urls(["http://h:1", "grpc://h:2"], None) == ("http://h:1", "grpc://h:2")
+    assert split_urls(["grpcs://h:2"], None) == (None, "grpcs://h:2")
+    assert split_urls(["h:1"], "h:2") == ("h:1", "h:2")  # the old --grpc-url spelling
+    for command in (["sweep", "--set", "workers=1,2"], ["compare", "-m", "m"]):
+        r = CliRunner().invoke(app, [*command, "-u", "grpc://127.0.0.1:9", "-u", "grpc://127.0.0.1:10"])
+        assert r.exit_code == 2 and "2 gRPC" in " ".join(r.output.split()), (command, r.output)
+        r = CliRunner().invoke(app, [*command, "-u", "http://127.0.0.1:9", "--grpc-url", "x:1", "-u", "grpc://y:2"])
+        assert r.exit_code == 2 and "2 gRPC" in " ".join(r.output.split()), (command, r.output)

@@ -30,7 +30,7 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.contract import OldSpelling, renamed
+from satpoint.cli.contract import URLS_HELP, OldSpelling, renamed, split_urls
 from satpoint.cli.opts.gate_opts import CompareSloOpt, CompareThresholdOpt, compare_exit, gate_exprs
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.stream_opts import StreamOpt
@@ -44,10 +44,10 @@ from satpoint.reports.terminal.progress import EventPrinter
 def compare(
     ctx: typer.Context,
     url: Annotated[
-        str | None, typer.Option("--url", "-u", help="REST base URL (none: the embedded server, --server)")
+        list[str] | None, typer.Option("--url", "-u", help=URLS_HELP + " (none: the embedded server, --server)")
     ] = None,
     server: ServerOpt = "mlserver",
-    grpc_url: Annotated[str | None, typer.Option(help="gRPC address host:port of the same server")] = None,
+    grpc_url: Annotated[str | None, OldSpelling("--grpc-url")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="model name (with --url)")] = None,
     protocols: Annotated[str, typer.Option(help="comma-separated: rest,grpc")] = "rest,grpc",
     precision: Annotated[float, typer.Option(help="search precision")] = 0.05,
@@ -82,18 +82,19 @@ def compare(
     slo: CompareSloOpt = None,
 ) -> None:
     """Run the saturation search per protocol on one server and print them side by side."""
-    secrets = secrets_of([url, grpc_url], parse_headers(header))
+    secrets = secrets_of([*(url or ()), grpc_url], parse_headers(header))
+    rest_url, grpc_url = split_urls(url, grpc_url)
 
     def body() -> int:
         protos = {p.strip() for p in protocols.split(",")}
-        refuse_for_compare(ctx, url is not None, server, protos)  # exit 2, before any load
+        refuse_for_compare(ctx, bool(url), server, protos)  # exit 2, before any load (-u: a URL server)
         search_budget = renamed(budget_s, old_budget_s, "--search-budget", "--budget-s", warn=False)
         exprs = gate_exprs(threshold, slo)  # a bad expression: exit 2, before any load
-        served = embedded_model(url if url is not None else grpc_url, demo_model, runtime, model_dir)
-        s_cpus, g_cpus = split_cpus() if url is None else (None, None)
+        served = embedded_model(rest_url if rest_url is not None else grpc_url, demo_model, runtime, model_dir)
+        s_cpus, g_cpus = split_cpus() if rest_url is None else (None, None)
         cfg = CompareConfig(
             protocols=tuple(p.strip() for p in protocols.split(",") if p.strip()),
-            url=url,
+            url=rest_url,
             grpc_url=grpc_url,
             model=model,
             headers=parse_headers(header),

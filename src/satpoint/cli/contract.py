@@ -9,7 +9,7 @@ mode is taught to use it: never silently dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, TypeVar
 
 import typer
@@ -85,3 +85,24 @@ def OldSpelling(flag: str) -> typer.models.OptionInfo:
     """A hidden option: the old spelling of a renamed one (``renamed`` merges the two)."""
     info: typer.models.OptionInfo = typer.Option(flag, hidden=True, help=f"the old spelling ({flag})")
     return info
+
+
+#: ``-u`` on a command that may speak both protocols to one server (sweep, compare)
+URLS_HELP = (
+    "the server's URL, repeatable: an http(s):// one for REST and a grpc(s):// one for gRPC (the scheme picks "
+    "the protocol)"
+)
+
+
+def split_urls(urls: Sequence[str] | None, grpc_url: str | None) -> tuple[str | None, str | None]:
+    """``(REST URL, gRPC address)`` from the ``-u`` values (the scheme picks the protocol; a bare host:port is
+    REST) and the old ``--grpc-url`` spelling.  Two URLs of one protocol are refused."""
+    rest: list[str] = []
+    grpc: list[str] = [grpc_url] if grpc_url else []
+    for u in urls or ():
+        scheme = u.split("://", 1)[0].lower() if "://" in u else ""
+        (grpc if scheme in ("grpc", "grpcs") else rest).append(u)
+    for kind, given in (("REST (http:// or https://)", rest), ("gRPC (grpc:// or grpcs://, or --grpc-url)", grpc)):
+        if len(given) > 1:
+            raise fail(f"--url: {len(given)} {kind} URLs; give one of each protocol at most")
+    return (rest[0] if rest else None), (grpc[0] if grpc else None)

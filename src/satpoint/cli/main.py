@@ -75,7 +75,7 @@ from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.procedures.trace_replay import run_trace
 from satpoint.reports.files.diff import noted_baseline_target
 from satpoint.reports.terminal.console import print_summary
-from satpoint.reports.terminal.progress import EventPrinter
+from satpoint.reports.terminal.progress import QUIET, EventPrinter
 
 app = typer.Typer(
     cls=help_opts.PanelledGroup,  # every option's panel and metavar in --help
@@ -97,9 +97,19 @@ def top(
         bool, typer.Option("--debug", envvar="SATPOINT_DEBUG", help="an error's traceback besides its one line")
     ] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="no colours in the output (also: NO_COLOR=1)")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            envvar="SATPOINT_QUIET",
+            help="no live progress and no informational lines; warnings, errors and the results still print",
+        ),
+    ] = False,
 ) -> None:
     """Open-loop, coordinated-omission-free load tests and saturation search for OIP (KServe V2) servers."""
     (DEBUG.set if debug else DEBUG.clear)()
+    (QUIET.set if quiet else QUIET.clear)()
     console.no_color = err_console.no_color = no_color or bool(os.environ.get("NO_COLOR"))
 
 

@@ -31,7 +31,7 @@ from satpoint.cli.common import (
     parse_headers,
     secrets_of,
 )
-from satpoint.cli.contract import OldSpelling, renamed
+from satpoint.cli.contract import URLS_HELP, OldSpelling, renamed, split_urls
 from satpoint.cli.opts.gate_opts import SWEEP_SLO_HELP, SweepThresholdOpt, gate_exprs, sweep_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, ServerMemoryMbOpt
@@ -68,8 +68,8 @@ def sweep(
         Literal["mlserver", "triton", "sim", "remote"] | None,
         typer.Option(help="mlserver (embedded, default), triton (embedded), sim, or remote (default with --url)"),
     ] = None,
-    url: Annotated[str | None, typer.Option("--url", "-u", help="a remote server's REST base URL")] = None,
-    grpc_url: Annotated[str | None, typer.Option(help="a remote server's gRPC address")] = None,
+    url: Annotated[list[str] | None, typer.Option("--url", "-u", help="a remote server: " + URLS_HELP)] = None,
+    grpc_url: Annotated[str | None, OldSpelling("--grpc-url")] = None,
     model: ModelsOpt = None,
     reconfigure: Annotated[
         str | None, typer.Option(help="command run per point, {knob} placeholders filled in (remote)")
@@ -153,14 +153,17 @@ def sweep(
 ) -> None:
     """Measure the saturation point of every configuration in a grid and name the best one (with noise)."""
     headers = parse_headers(header)
-    secrets = secrets_of([url, grpc_url, *(metrics_url or ())], headers)
+    secrets = secrets_of([*(url or ()), grpc_url, *(metrics_url or ())], headers)
+    rest_url, grpc_url = split_urls(url, grpc_url)
+    if grpc_url and not rest_url and ctx.get_parameter_source("protocol").name == "DEFAULT":  # type: ignore[union-attr]
+        protocol = "grpc"  # only a gRPC address: the scheme picks the protocol
     secrets += tuple(v for k, _, v in (e.partition("=") for e in env or ()) if is_secret_name(k))
 
     def body() -> int:
         budget = renamed(budget_s, old_budget_s, "--budget", "--budget-s", warn=False)
         search_budget = renamed(find_budget_s, old_find_budget_s, "--search-budget", "--find-budget-s", warn=False)
         search_budget = 240.0 if search_budget is None else search_budget
-        kind = server or ("remote" if url or grpc_url else "mlserver")
+        kind = server or ("remote" if rest_url or grpc_url else "mlserver")
         refuse_for_sweep(ctx, kind, report is not None, resume is not None, dry_run)  # exit 2, before any load
         if report is not None:
             rewritten = rewrite_sweep(report)
@@ -172,7 +175,11 @@ def sweep(
             if state.cfg.server.reconfigure is not None:
                 console.print(f"the sweep's --reconfigure command, as recorded: {state.cfg.server.reconfigure}")
             server_ = state.cfg.server.resumed(
-                url=url, grpc_url=grpc_url, metrics_urls=metrics_url or (), env=env_items(env), reconfigure=reconfigure
+                url=rest_url,
+                grpc_url=grpc_url,
+                metrics_urls=metrics_url or (),
+                env=env_items(env),
+                reconfigure=reconfigure,
             )
             state.cfg = replace(state.cfg, server=server_)
             cfg, out_dir = state.cfg, resume
@@ -187,7 +194,7 @@ def sweep(
                     workers=workers, max_batch_size=max_batch_size, max_batch_time=max_batch_time,
                     demo_model=demo_model, runtime=runtime, model_dir=str(model_dir) if model_dir else None,
                     demo_models=demo_models, model_repo=_path(model_repo),
-                    env=tuple(env_items(env)), service_ms=service_ms, url=url, grpc_url=grpc_url,
+                    env=tuple(env_items(env)), service_ms=service_ms, url=rest_url, grpc_url=grpc_url,
                     model=(model or [""])[0] if model or models_from_server else None, mix=mix,
                     mix_models=tuple(model or ()) if len(model or ()) > 1 else (), mix_from_server=models_from_server,
                     reconfigure=reconfigure, ready_timeout_s=ready_timeout, server_cores=server_cores,

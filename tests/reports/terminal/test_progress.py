@@ -57,3 +57,35 @@ def test_answered_counts_answers_that_finish_now_not_requests_due_now() -> None:
         line = view.render(snap).plain
     assert "answered    60.0/s" in line
     assert "offered   100.0/s" in line
+
+
+def test_quiet_prints_warnings_only_and_no_live_view() -> None:
+    """``satpoint --quiet``: no live lines and no informational messages; a warning (the generator fell behind)
+    still prints.  The same events without it print all three."""
+    from typer.testing import CliRunner
+
+    from satpoint.cli.main import app
+    from satpoint.reports.terminal.progress import QUIET
+
+    snap = LiveSnapshot(
+        now_s=1.0, due=10, sent=10, inflight=0, backlog=0, total=100, due_recent=10, ok_recent=10, errors=0
+    )
+
+    def printed() -> str:
+        out = io.StringIO()
+        with EventPrinter(Console(file=out, force_terminal=True, width=100, highlight=False)) as printer:
+            printer(Message("staircase 10 rps -> stable"))
+            printer(Message("the generator fell behind", level="warning"))
+            printer(SegmentStarted(0, "run", (Stage(10.0, 0.0, 10.0),), "run"))
+            printer(Snapshot(snap))
+            printer(SegmentFinished(0, "run", True, 10))
+        return out.getvalue()
+
+    try:
+        assert CliRunner().invoke(app, ["--quiet", "version"]).exit_code == 0 and QUIET.is_set()
+        quiet = printed()
+    finally:
+        QUIET.clear()
+    loud = printed()
+    assert "fell behind" in quiet and "staircase" not in quiet and "target 10 rps" not in quiet  # no live line
+    assert "fell behind" in loud and "staircase 10 rps" in loud and "target 10 rps" in loud

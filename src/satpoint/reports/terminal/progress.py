@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -11,6 +12,10 @@ from satpoint.procedures.progress import Event, Message, SegmentFinished, Segmen
 from satpoint.redact import redact_text
 from satpoint.reports.terminal.co_demo import ClosedLoopView
 from satpoint.reports.terminal.console import LiveView
+
+#: ``satpoint --quiet``: no live view and no informational lines; warnings (a generator that fell behind, a busy
+#: machine), errors and each command's results still print
+QUIET = threading.Event()
 
 
 class EventPrinter:
@@ -39,6 +44,8 @@ class EventPrinter:
                 self._view.update(event.snapshot)
         elif isinstance(event, SegmentStarted):
             self.close()
+            if QUIET.is_set():
+                return
             if event.users is not None:
                 view: LiveView = ClosedLoopView(self.console, event.users, event.duration_s or 0.0, event.title)
             else:
@@ -47,6 +54,8 @@ class EventPrinter:
         elif isinstance(event, SegmentFinished):
             self.close()
         elif isinstance(event, Message):
+            if QUIET.is_set() and event.level != "warning":
+                return
             text = escape(redact_text(event.text, self.secrets))
             self.console.print(text, style="yellow" if event.level == "warning" else None, soft_wrap=True)
 
