@@ -1,7 +1,7 @@
 """Every option of ``run``, ``find`` and ``coldstart`` is honoured or refused in each mode of the command.
 
 The tables below say, per mode, which options the mode honours; they are kept here on purpose, apart from
-the code's own tables (``satpoint.cli.modes``), so that an option added to a mode without being honoured
+the code's own tables (``satpoint.cli.opts.modes``), so that an option added to a mode without being honoured
 fails this test.  Every other option the command object has is given, in that mode, on the command line:
 it must be refused in one line naming it, exit code 2, before any connection (the URL is a closed port,
 and "cannot reach" must not appear).  The honoured options are exercised by the end-to-end tests.
@@ -17,8 +17,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from satpoint.cli import modes
 from satpoint.cli.main import app
+from satpoint.cli.opts import modes
 
 URL = "http://127.0.0.1:9"  # nothing listens: a refusal must come before any connection
 

@@ -27,7 +27,6 @@ from satpoint.cli.common import (
     secrets_of,
     tls_fields,
 )
-from satpoint.cli.modes import refuse_for_coldstart
 from satpoint.cli.opts.coldstart_opts import (
     CallTimeoutOpt,
     ColdModelOpt,
@@ -45,6 +44,7 @@ from satpoint.cli.opts.coldstart_opts import (
     SloP99Opt,
     WarmOpt,
 )
+from satpoint.cli.opts.modes import refuse_for_coldstart
 from satpoint.endpoints.spec import Target, resolve_protocol
 from satpoint.experiments.coldstart import ColdStartOptions, parse_resident, parse_slo_p99, run_coldstart
 from satpoint.reports.html.coldstart import print_coldstart

@@ -51,10 +51,10 @@ from satpoint.cli.common import (
 )
 from satpoint.cli.contract import OldSpelling, OldVersionOpt, renamed
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, refuse_fail_on_inconclusive
-from satpoint.cli.modes import refuse_for_find
 from satpoint.cli.opts.gate_opts import gates_exit, no_answer_exit
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
 from satpoint.cli.opts.models_opts import DemoModelsOpt, ModelRepoOpt, many_models
+from satpoint.cli.opts.modes import refuse_for_find
 from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt

@@ -57,10 +57,10 @@ from satpoint.cli.contract import EXIT_CODES_HELP, OldVersionOpt, renamed
 from satpoint.cli.demo_cmd import demo_app
 from satpoint.cli.diff_cmd import BaselineOpt, FailInconclusiveOpt, baseline_gate, diff, refuse_fail_on_inconclusive
 from satpoint.cli.find_cmd import find
-from satpoint.cli.modes import refuse_for_run
 from satpoint.cli.opts import help_opts
 from satpoint.cli.opts import trace_opts as to
 from satpoint.cli.opts.mix_opts import MixOpt, ModelsFromServerOpt, ModelsOpt, model_mix
+from satpoint.cli.opts.modes import refuse_for_run
 from satpoint.cli.opts.overcommit_opts import AllowUnloadOpt, ResidentOpt, guarded_keeping, keep_loaded, with_resident
 from satpoint.cli.opts.pacing_opts import RealtimeOpt, WakeWindowOpt, pacing
 from satpoint.cli.opts.ray_opts import ProcsPerHostOpt, RayHostsOpt, RayOpt, bare_ray

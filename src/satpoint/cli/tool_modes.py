@@ -1,6 +1,6 @@
 """What each mode of ``sweep``, ``compare``, ``sim`` and ``diff`` takes: the parameters it uses; any other
 option given is refused in one line before any load or server start (``contract.refuse_unused``).
-``run``, ``find`` and ``coldstart``'s tables are in ``satpoint.cli.modes``."""
+``run``, ``find`` and ``coldstart``'s tables are in ``satpoint.cli.opts.modes``."""
 
 from __future__ import annotations
 

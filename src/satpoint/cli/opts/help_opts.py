@@ -55,7 +55,14 @@ PANELS: dict[str, tuple[str, ...]] = {
         "threshold", "slo", "slo_p99_ms", "baseline", "fail_on_inconclusive", "sweep", "tolerance", "tail_tolerance",
         "error_tolerance", "run_spread", "calibrate",
     ),
-    "Output": ("out", "html", "no_html", "json_out", "markdown", "junit", "resume", "dry_run", "report"),
+    "Output": ("out", "html", "no_html", "json_out", "markdown", "junit", "resume", "dry_run", "report", "to"),
+    "Autoscaling": (
+        "from_rps", "to_rps", "ramp_s", "base_s", "hold_s", "down_hold_s", "replicas_cmd", "replicas_prom",
+        "replicas_query", "replicas_desired_query", "replicas_k8s", "replicas_k8s_url", "replicas_k8s_token_file",
+        "capacity_rps", "capacity", "settle_s", "settle_max_s", "predict", "predict_sync_s", "predict_window_s",
+        "predict_delay_s", "predict_max", "autoscale", "scale_delay_s", "scale_target", "scale_sync_s",
+        "scale_down_window_s",
+    ),
 }  # fmt: skip
 _PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
