@@ -61,7 +61,6 @@ def refuse_for_scale(ctx: typer.Context, source: str, predict: bool, settle: boo
     """``scale-test``: a replica source's options without that source, --predict's and --settle-s's tuning
     without them, are refused in one line before any load."""
     used = set(_SCALE_ANY) | set(_SCALE_SOURCE.get(source, ()))
-    used |= {_SCALE_SOURCE[s][0] for s in _SCALE_SOURCE} if source == "" else set()  # no source: its own message
     used |= set(_PREDICT) if predict else set()
     used |= {"settle_max_s"} if settle else set()
     refuse_unused(ctx, f"scale-test --replicas-{source}" if source else "scale-test", frozenset(used), _SCALE_WHY)
